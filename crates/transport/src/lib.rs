@@ -1,0 +1,1 @@
+//! sans-IO RoCEv2 transport: RC/UC/UD queue pair state machines (under construction).

@@ -1,0 +1,29 @@
+//! # softrdma-wire: the RoCEv2 wire format
+//!
+//! Contract: pure functions over byte slices. No I/O, no clocks, no `unsafe`.
+//! Every parser takes untrusted bytes and returns [`Error`] instead of panicking
+//! or reading out of bounds; every emitter produces bytes a Linux `rdma_rxe`
+//! peer accepts (see `../shared/reference/rocev2.md` for the facts used).
+//!
+//! Layout follows smoltcp: plain `Repr` structs for each header
+//! ([`headers`]), an open [`Opcode`] enum with a property table ([`opcode`]),
+//! a whole-packet parser/emitter ([`packet`]), the invariant CRC ([`icrc`]),
+//! the IP/UDP envelope ([`ip`]).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod headers;
+pub mod icrc;
+pub mod ip;
+pub mod opcode;
+pub mod packet;
+pub mod psn;
+
+// The public interface is:
+pub use error::{Error, Result};
+pub use headers::{Aeth, AtomicEth, Bth, Deth, Feth, NakCode, Reth, Syndrome, rnr_timer_ns};
+pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport, opcode_for};
+pub use packet::{Headers, ICRC_LEN, Packet, emit, pad_for};
+pub use psn::Psn;

@@ -1,0 +1,294 @@
+//! A whole RoCEv2 UDP payload: BTH, extension headers, payload, pad, ICRC.
+//!
+//! [`Packet::parse`] is the only entry point for untrusted bytes: it checks every
+//! length against the opcode table before reading a field, so it never panics.
+//! [`Headers::write`] and [`emit`] build packets; the ICRC is filled in by
+//! [`crate::icrc`] because it covers the IP and UDP headers too.
+
+use crate::error::{Error, Result, need};
+use crate::headers::{Aeth, AtomicEth, Bth, Deth, Feth, Reth, read_u32, read_u64};
+use crate::opcode::{HeaderSet, OpcodeInfo};
+
+/// Length of the invariant CRC trailer.
+pub const ICRC_LEN: usize = 4;
+
+/// The headers of one packet (BTH plus the extension headers its opcode calls for).
+///
+/// Fields for headers the opcode does not carry are ignored by [`Headers::write`];
+/// after [`Packet::parse`] they are `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headers {
+    /// Base transport header.
+    pub bth: Bth,
+    /// DETH (UD).
+    pub deth: Option<Deth>,
+    /// RETH (write first/only, read request, FLUSH, ATOMIC_WRITE).
+    pub reth: Option<Reth>,
+    /// FETH (FLUSH).
+    pub feth: Option<Feth>,
+    /// AtomicETH (CmpSwap, FetchAdd).
+    pub atomic_eth: Option<AtomicEth>,
+    /// AETH (ACK, read responses first/last/only, atomic ACK).
+    pub aeth: Option<Aeth>,
+    /// AtomicAckETH: the original remote value.
+    pub atomic_ack: Option<u64>,
+    /// Immediate data, as the 32-bit big-endian word on the wire.
+    pub imm: Option<u32>,
+    /// IETH: the R_Key to invalidate.
+    pub ieth: Option<u32>,
+}
+
+impl Headers {
+    /// Headers with only a BTH set.
+    pub const fn new(bth: Bth) -> Headers {
+        Headers {
+            bth,
+            deth: None,
+            reth: None,
+            feth: None,
+            atomic_eth: None,
+            aeth: None,
+            atomic_ack: None,
+            imm: None,
+            ieth: None,
+        }
+    }
+
+    /// The extension headers the opcode requires, or an error for unknown opcodes.
+    pub fn header_set(&self) -> Result<HeaderSet> {
+        self.bth
+            .opcode
+            .info()
+            .map(|i| i.headers)
+            .ok_or(Error::UnknownOpcode(self.bth.opcode.0))
+    }
+
+    /// Length of BTH plus extension headers.
+    pub fn wire_len(&self) -> Result<usize> {
+        Ok(Bth::LEN + self.header_set()?.len())
+    }
+
+    /// Writes BTH and extension headers at the start of `b`, returning the bytes written.
+    ///
+    /// A header the opcode requires but which is `None` is written as zeros.
+    pub fn write(&self, b: &mut [u8]) -> Result<usize> {
+        let set = self.header_set()?;
+        let total = Bth::LEN + set.len();
+        if b.len() < total {
+            return Err(Error::Truncated {
+                need: total,
+                have: b.len(),
+            });
+        }
+        self.bth.write(b);
+        let mut off = Bth::LEN;
+        if set.contains(HeaderSet::DETH) {
+            self.deth.unwrap_or_default().write(&mut b[off..]);
+            off += Deth::LEN;
+        }
+        if set.contains(HeaderSet::FETH) {
+            self.feth.unwrap_or_default().write(&mut b[off..]);
+            off += Feth::LEN;
+        }
+        if set.contains(HeaderSet::RETH) {
+            self.reth.unwrap_or_default().write(&mut b[off..]);
+            off += Reth::LEN;
+        }
+        if set.contains(HeaderSet::ATOMIC_ETH) {
+            self.atomic_eth.unwrap_or_default().write(&mut b[off..]);
+            off += AtomicEth::LEN;
+        }
+        if set.contains(HeaderSet::AETH) {
+            let a = self.aeth.unwrap_or(Aeth {
+                syndrome: crate::headers::Syndrome::Ack { credits: 0x1F },
+                msn: 0,
+            });
+            a.write(&mut b[off..]);
+            off += Aeth::LEN;
+        }
+        if set.contains(HeaderSet::ATOMIC_ACK_ETH) {
+            b[off..off + 8].copy_from_slice(&self.atomic_ack.unwrap_or(0).to_be_bytes());
+            off += 8;
+        }
+        if set.contains(HeaderSet::IMM) {
+            b[off..off + 4].copy_from_slice(&self.imm.unwrap_or(0).to_be_bytes());
+            off += 4;
+        }
+        if set.contains(HeaderSet::IETH) {
+            b[off..off + 4].copy_from_slice(&self.ieth.unwrap_or(0).to_be_bytes());
+            off += 4;
+        }
+        debug_assert_eq!(off, total);
+        Ok(total)
+    }
+}
+
+/// Pad bytes needed after a payload of `len` bytes (IBTA 9.2.3: to a 4-byte multiple).
+pub const fn pad_for(len: usize) -> u8 {
+    (len.wrapping_neg() & 3) as u8
+}
+
+/// A parsed packet borrowing its payload from the receive buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet<'a> {
+    /// The headers.
+    pub hdr: Headers,
+    /// Properties of the opcode.
+    pub info: OpcodeInfo,
+    /// Payload without pad.
+    pub payload: &'a [u8],
+    /// The ICRC as carried (read least-significant byte first, as rxe stores it).
+    pub icrc: u32,
+}
+
+impl<'a> Packet<'a> {
+    /// Parses a UDP payload (BTH through ICRC).
+    pub fn parse(buf: &'a [u8]) -> Result<Packet<'a>> {
+        need(buf, Bth::LEN + ICRC_LEN)?;
+        let bth = Bth::read(buf);
+        if bth.tver != 0 {
+            return Err(Error::BadTver(bth.tver));
+        }
+        let info = bth
+            .opcode
+            .info()
+            .ok_or(Error::UnknownOpcode(bth.opcode.0))?;
+        let set = info.headers;
+        let hdr_len = Bth::LEN + set.len();
+        need(buf, hdr_len + ICRC_LEN)?;
+        let body_end = buf.len() - ICRC_LEN;
+        let avail = body_end - hdr_len;
+        if usize::from(bth.pad) > avail {
+            return Err(Error::BadPad {
+                pad: bth.pad,
+                avail,
+            });
+        }
+        let payload = &buf[hdr_len..body_end - usize::from(bth.pad)];
+        if !info.has_payload && !payload.is_empty() {
+            return Err(Error::BadLength("payload on an opcode that carries none"));
+        }
+        let mut hdr = Headers::new(bth);
+        let mut off = Bth::LEN;
+        if set.contains(HeaderSet::DETH) {
+            hdr.deth = Some(Deth::read(&buf[off..]));
+            off += Deth::LEN;
+        }
+        if set.contains(HeaderSet::FETH) {
+            hdr.feth = Some(Feth::read(&buf[off..]));
+            off += Feth::LEN;
+        }
+        if set.contains(HeaderSet::RETH) {
+            hdr.reth = Some(Reth::read(&buf[off..]));
+            off += Reth::LEN;
+        }
+        if set.contains(HeaderSet::ATOMIC_ETH) {
+            hdr.atomic_eth = Some(AtomicEth::read(&buf[off..]));
+            off += AtomicEth::LEN;
+        }
+        if set.contains(HeaderSet::AETH) {
+            hdr.aeth = Some(Aeth::read(&buf[off..]));
+            off += Aeth::LEN;
+        }
+        if set.contains(HeaderSet::ATOMIC_ACK_ETH) {
+            hdr.atomic_ack = Some(read_u64(&buf[off..]));
+            off += 8;
+        }
+        if set.contains(HeaderSet::IMM) {
+            hdr.imm = Some(read_u32(&buf[off..]));
+            off += 4;
+        }
+        if set.contains(HeaderSet::IETH) {
+            hdr.ieth = Some(read_u32(&buf[off..]));
+            off += 4;
+        }
+        debug_assert_eq!(off, hdr_len);
+        let t = &buf[body_end..];
+        let icrc = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
+        Ok(Packet {
+            hdr,
+            info,
+            payload,
+            icrc,
+        })
+    }
+
+    /// Length of BTH plus extension headers.
+    pub fn header_len(&self) -> usize {
+        Bth::LEN + self.info.headers.len()
+    }
+}
+
+/// Appends a complete packet to `out`: headers (with PadCnt set from the payload),
+/// payload, zero pad, and a zero ICRC for [`crate::icrc::fill`] to replace.
+///
+/// Returns the packet length.
+pub fn emit(hdr: &Headers, payload: &[u8], out: &mut Vec<u8>) -> Result<usize> {
+    let mut h = *hdr;
+    h.bth.pad = pad_for(payload.len());
+    let hl = h.wire_len()?;
+    let start = out.len();
+    let total = hl + payload.len() + usize::from(h.bth.pad) + ICRC_LEN;
+    out.resize(start + total, 0);
+    h.write(&mut out[start..])?;
+    out[start + hl..start + hl + payload.len()].copy_from_slice(payload);
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::headers::Syndrome;
+    use crate::opcode::Opcode;
+    use crate::psn::Psn;
+
+    #[test]
+    fn send_only_roundtrip() {
+        let mut h = Headers::new(Bth::new(Opcode::RC_SEND_ONLY, 0x11, Psn::new(0x100)));
+        h.bth.ack_req = true;
+        let mut out = Vec::new();
+        let n = emit(&h, b"hello", &mut out).unwrap();
+        assert_eq!(n, 12 + 5 + 3 + 4);
+        let p = Packet::parse(&out).unwrap();
+        assert_eq!(p.payload, b"hello");
+        assert_eq!(p.hdr.bth.pad, 3);
+        assert!(p.hdr.bth.ack_req);
+    }
+
+    #[test]
+    fn atomic_ack_roundtrip() {
+        let mut h = Headers::new(Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, 7, Psn::new(9)));
+        h.aeth = Some(Aeth {
+            syndrome: Syndrome::Ack { credits: 0x1f },
+            msn: 3,
+        });
+        h.atomic_ack = Some(0x0102_0304_0506_0708);
+        let mut out = Vec::new();
+        emit(&h, &[], &mut out).unwrap();
+        assert_eq!(out.len(), 12 + 4 + 8 + 4);
+        let p = Packet::parse(&out).unwrap();
+        assert_eq!(p.hdr, h);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(matches!(
+            Packet::parse(&[0; 10]),
+            Err(Error::Truncated { .. })
+        ));
+        let mut b = [0u8; 20];
+        b[1] = 1; // tver
+        assert_eq!(Packet::parse(&b), Err(Error::BadTver(1)));
+        b[1] = 0;
+        b[0] = 0x15;
+        assert_eq!(Packet::parse(&b), Err(Error::UnknownOpcode(0x15)));
+        b[0] = 0x0A; // write only needs RETH
+        assert!(matches!(Packet::parse(&b), Err(Error::Truncated { .. })));
+        let mut a = [0u8; 24];
+        a[0] = 0x11; // ACK with 4 bytes of payload
+        assert!(matches!(Packet::parse(&a), Err(Error::BadLength(_))));
+        let mut c = [0u8; 16];
+        c[1] = 0x30; // pad 3 with nothing to pad
+        assert!(matches!(Packet::parse(&c), Err(Error::BadPad { .. })));
+    }
+}
