@@ -1,0 +1,92 @@
+//! Endpoint configuration: addresses, ports and device limits.
+
+use crate::types::Mtu;
+use std::net::IpAddr;
+
+/// Limits of the software device (reported by query_device, enforced on create/post).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceLimits {
+    /// QPs.
+    pub max_qp: u32,
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// SGEs per work request.
+    pub max_sge: u32,
+    /// Inline bytes per send.
+    pub max_inline: u32,
+    /// CQs.
+    pub max_cq: u32,
+    /// Entries per CQ.
+    pub max_cqe: u32,
+    /// MRs.
+    pub max_mr: u32,
+    /// PDs.
+    pub max_pd: u32,
+    /// SRQs.
+    pub max_srq: u32,
+    /// WRs per SRQ.
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ WR.
+    pub max_srq_sge: u32,
+    /// READ/atomic depth (both directions).
+    pub max_qp_rd_atom: u32,
+    /// Largest message.
+    pub max_msg_sz: u32,
+    /// Port MTU (UD packets, upper bound of path MTUs).
+    pub port_mtu: Mtu,
+}
+
+impl Default for DeviceLimits {
+    fn default() -> Self {
+        DeviceLimits {
+            max_qp: 65536,
+            max_qp_wr: 16384,
+            max_sge: 32,
+            max_inline: 512,
+            max_cq: 65536,
+            max_cqe: 4 * 1024 * 1024,
+            max_mr: 1 << 20,
+            max_pd: 65536,
+            max_srq: 65536,
+            max_srq_wr: 16384,
+            max_srq_sge: 32,
+            max_qp_rd_atom: 16,
+            max_msg_sz: 1 << 31,
+            port_mtu: Mtu::M4096,
+        }
+    }
+}
+
+/// How an endpoint is addressed and behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Local addresses; the GID table is these, in order (index 0 first).
+    pub gids: Vec<IpAddr>,
+    /// UDP port packets are sent from (covered by the ICRC).
+    pub local_port: u16,
+    /// UDP port packets are sent to (4791).
+    pub dest_port: u16,
+    /// Drop received packets whose ICRC does not match (assuming IPv4 ID 0 and DF,
+    /// as Linux sends from an unconnected socket with PMTU discovery on).
+    pub verify_icrc: bool,
+    /// Device limits.
+    pub limits: DeviceLimits,
+    /// Seed of the key-tag and QPN generator.
+    pub seed: u64,
+}
+
+impl Config {
+    /// A configuration with one address, port 4791 both ways, ICRC checked.
+    pub fn new(addr: IpAddr, seed: u64) -> Config {
+        Config {
+            gids: vec![addr],
+            local_port: softrdma_wire::ip::ROCEV2_PORT,
+            dest_port: softrdma_wire::ip::ROCEV2_PORT,
+            verify_icrc: true,
+            limits: DeviceLimits::default(),
+            seed,
+        }
+    }
+}

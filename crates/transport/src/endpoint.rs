@@ -1,0 +1,887 @@
+//! The endpoint: every object of one software RDMA device and its I/O surface.
+//!
+//! Inputs are `handle_*` calls and verbs (`post_send`, `modify_qp`, ...);
+//! outputs are `poll_*` calls. The driver (the engine, or a simulator) must
+//! after any input call [`Endpoint::poll_transmit`] until it returns `None`,
+//! then [`Endpoint::poll_event`] until `None`, and arm a timer for
+//! [`Endpoint::poll_timeout`], calling [`Endpoint::handle_timeout`] when it fires.
+
+use crate::attr::{QpAttr, QpCap, QpInitAttr, check_modify};
+use crate::config::Config;
+use crate::cq::{Arm, Cq, CqHandle, Srq, SrqHandle};
+use crate::error::{VerbsError, inval};
+use crate::mr::{Memory, Mr, MrTable, PdHandle};
+use crate::qp::{Ctx, Qp, SendWqe, ip_header_for_icrc};
+use crate::rng::Rng;
+use crate::stats::Stats;
+use crate::table::Table;
+use crate::time::Instant;
+use crate::types::{Access, AsyncEventType, QpAttrMask, QpState, QpType, Qpn, SendFlags, WrOpcode};
+use crate::wr::{RecvWr, SendWr, Wc};
+use softrdma_wire::{Packet, Psn, Transport, ip};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+/// A datagram received from the network.
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram<'a> {
+    /// Sender address and UDP port.
+    pub src: SocketAddr,
+    /// Local address it was sent to.
+    pub dst_ip: IpAddr,
+    /// UDP payload: BTH through ICRC.
+    pub payload: &'a [u8],
+}
+
+/// A datagram to send: the first `len` bytes of the buffer given to `poll_transmit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Local address to send from.
+    pub src_ip: IpAddr,
+    /// Destination address and UDP port.
+    pub dst: SocketAddr,
+    /// Bytes in the buffer.
+    pub len: usize,
+}
+
+/// Something the driver must act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// An armed CQ received a completion: signal its completion channel.
+    CompletionNotify(CqHandle),
+    /// An asynchronous event on a QP.
+    QpAsync(Qpn, AsyncEventType),
+    /// An asynchronous event on a CQ (overflow).
+    CqAsync(CqHandle, AsyncEventType),
+    /// An asynchronous event on an SRQ (limit reached).
+    SrqAsync(SrqHandle, AsyncEventType),
+}
+
+#[derive(Debug, Default)]
+struct Pd {
+    /// Objects created in this PD (MRs, QPs, SRQs, AHs): dealloc is EBUSY while non-zero.
+    users: u32,
+}
+
+/// Everything a software RDMA device holds, driven sans-IO.
+#[derive(Debug)]
+pub struct Endpoint {
+    config: Config,
+    rng: Rng,
+    pds: Table<Pd>,
+    mrs: MrTable,
+    cqs: Table<Cq>,
+    srqs: Table<Srq>,
+    qps: HashMap<Qpn, Qp>,
+    next_qpn: Qpn,
+    ready: VecDeque<Qpn>,
+    events: VecDeque<Event>,
+    stats: Stats,
+}
+
+macro_rules! split {
+    ($self:ident, $now:expr) => {
+        (
+            &mut $self.qps,
+            Ctx {
+                now: $now,
+                cqs: &mut $self.cqs,
+                srqs: &mut $self.srqs,
+                mrs: &$self.mrs,
+                events: &mut $self.events,
+                stats: &mut $self.stats,
+                config: &$self.config,
+            },
+        )
+    };
+}
+
+impl Endpoint {
+    /// Creates an empty device.
+    pub fn new(config: Config) -> Endpoint {
+        let mut rng = Rng::new(config.seed);
+        // Start QPNs at a random point so numbers differ between processes.
+        let next_qpn = 0x10 + (rng.next_u32() & 0x3F_FFFF);
+        Endpoint {
+            config,
+            rng,
+            pds: Table::default(),
+            mrs: MrTable::default(),
+            cqs: Table::default(),
+            srqs: Table::default(),
+            qps: HashMap::new(),
+            next_qpn,
+            ready: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Adds a local address to the GID table; returns its index.
+    pub fn add_gid(&mut self, addr: IpAddr) -> usize {
+        if let Some(i) = self.config.gids.iter().position(|a| *a == addr) {
+            return i;
+        }
+        self.config.gids.push(addr);
+        self.config.gids.len() - 1
+    }
+
+    // ---- protection domains and memory ----
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> Result<PdHandle, VerbsError> {
+        if self.pds.len() >= self.config.limits.max_pd as usize {
+            return Err(VerbsError::NoMemory("too many PDs".into()));
+        }
+        Ok(PdHandle(self.pds.insert_with(|_| Pd::default())))
+    }
+
+    /// Frees a protection domain; EBUSY while objects use it.
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), VerbsError> {
+        let p = self
+            .pds
+            .get(pd.0)
+            .ok_or_else(|| VerbsError::NotFound(format!("PD {}", pd.0)))?;
+        if p.users > 0 {
+            return Err(VerbsError::Busy(format!(
+                "PD {} still has {} objects",
+                pd.0, p.users
+            )));
+        }
+        self.pds.remove(pd.0);
+        Ok(())
+    }
+
+    /// Counts an object created in `pd` by a higher layer (an AH); fails for a bad PD.
+    pub fn pd_acquire(&mut self, pd: PdHandle) -> Result<(), VerbsError> {
+        let p = self
+            .pds
+            .get_mut(pd.0)
+            .ok_or_else(|| VerbsError::InvalidArgument(format!("no PD {}", pd.0)))?;
+        p.users += 1;
+        Ok(())
+    }
+
+    /// Releases what [`Endpoint::pd_acquire`] counted.
+    pub fn pd_release(&mut self, pd: PdHandle) {
+        if let Some(p) = self.pds.get_mut(pd.0) {
+            p.users = p.users.saturating_sub(1);
+        }
+    }
+
+    /// Registers `length` bytes at host address `host`, addressed as `iova`.
+    ///
+    /// Remote write or atomic rights require local write (IBTA 10.6.3.1).
+    pub fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        host: u64,
+        length: u64,
+        iova: u64,
+        access: Access,
+    ) -> Result<Mr, VerbsError> {
+        if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return inval("REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE");
+        }
+        if iova.checked_add(length).is_none() || host.checked_add(length).is_none() {
+            return inval("region wraps around the address space");
+        }
+        self.pd_acquire(pd)?;
+        let tag = self.rng.next_u32() as u8;
+        Ok(self.mrs.insert(pd, iova, length, host, access, tag))
+    }
+
+    /// Looks up a region by key.
+    pub fn query_mr(&self, key: u32) -> Option<Mr> {
+        self.mrs.get(key).copied()
+    }
+
+    /// Deregisters a region. Later accesses through its keys fail.
+    pub fn dereg_mr(&mut self, key: u32) -> Result<(), VerbsError> {
+        let mr = self
+            .mrs
+            .remove(key)
+            .ok_or_else(|| VerbsError::NotFound(format!("MR key {key:#x}")))?;
+        self.pd_release(mr.pd);
+        Ok(())
+    }
+
+    // ---- completion queues ----
+
+    /// Creates a CQ with at least `cqe` entries; returns it and the actual size.
+    pub fn create_cq(&mut self, cqe: u32) -> Result<(CqHandle, u32), VerbsError> {
+        let l = &self.config.limits;
+        if cqe == 0 || cqe > l.max_cqe {
+            return inval(format!("cqe {cqe} not in 1..={}", l.max_cqe));
+        }
+        if self.cqs.len() >= l.max_cq as usize {
+            return Err(VerbsError::NoMemory("too many CQs".into()));
+        }
+        Ok((CqHandle(self.cqs.insert_with(|_| Cq::new(cqe))), cqe))
+    }
+
+    /// Changes a CQ's size; it must still hold what is queued.
+    pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<u32, VerbsError> {
+        let max = self.config.limits.max_cqe;
+        let c = self.cq_mut(cq)?;
+        if cqe == 0 || cqe > max || (cqe as usize) < c.entries.len() {
+            return inval(format!("cannot resize CQ to {cqe}"));
+        }
+        c.cqe = cqe;
+        Ok(cqe)
+    }
+
+    /// Destroys a CQ; EBUSY while a QP or SRQ uses it.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), VerbsError> {
+        let c = self.cq_mut(cq)?;
+        if c.users > 0 {
+            return Err(VerbsError::Busy(format!(
+                "CQ {} used by {} QPs",
+                cq.0, c.users
+            )));
+        }
+        self.cqs.remove(cq.0);
+        Ok(())
+    }
+
+    fn cq_mut(&mut self, cq: CqHandle) -> Result<&mut Cq, VerbsError> {
+        self.cqs
+            .get_mut(cq.0)
+            .ok_or_else(|| VerbsError::NotFound(format!("CQ {}", cq.0)))
+    }
+
+    /// Removes up to `max` completions, oldest first, handing each to `f`.
+    pub fn poll_cq(
+        &mut self,
+        cq: CqHandle,
+        max: usize,
+        mut f: impl FnMut(Wc),
+    ) -> Result<usize, VerbsError> {
+        let c = self.cq_mut(cq)?;
+        let n = max.min(c.entries.len());
+        for wc in c.entries.drain(..n) {
+            f(wc);
+        }
+        Ok(n)
+    }
+
+    /// Completions waiting in a CQ.
+    pub fn cq_len(&self, cq: CqHandle) -> usize {
+        self.cqs.get(cq.0).map_or(0, |c| c.entries.len())
+    }
+
+    /// Arms a CQ: the next (solicited) completion raises [`Event::CompletionNotify`].
+    pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<(), VerbsError> {
+        let c = self.cq_mut(cq)?;
+        c.arm = Some(match (solicited_only, c.arm) {
+            (false, _) | (true, Some(Arm::Next)) => Arm::Next,
+            (true, _) => Arm::Solicited,
+        });
+        Ok(())
+    }
+
+    // ---- shared receive queues ----
+
+    /// Creates an SRQ; returns it and the actual (max_wr, max_sge).
+    pub fn create_srq(
+        &mut self,
+        pd: PdHandle,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> Result<(SrqHandle, u32, u32), VerbsError> {
+        let l = self.config.limits;
+        if max_wr == 0 || max_wr > l.max_srq_wr || max_sge > l.max_srq_sge || limit > max_wr {
+            return inval(format!(
+                "SRQ max_wr {max_wr} (1..={}), max_sge {max_sge} (<={}), limit {limit}",
+                l.max_srq_wr, l.max_srq_sge
+            ));
+        }
+        if self.srqs.len() >= l.max_srq as usize {
+            return Err(VerbsError::NoMemory("too many SRQs".into()));
+        }
+        self.pd_acquire(pd)?;
+        let max_sge = max_sge.max(1);
+        let h = self.srqs.insert_with(|_| Srq {
+            pd,
+            wqes: VecDeque::new(),
+            max_wr,
+            max_sge,
+            limit,
+            users: 0,
+        });
+        Ok((SrqHandle(h), max_wr, max_sge))
+    }
+
+    /// Changes an SRQ's size and/or limit.
+    pub fn modify_srq(
+        &mut self,
+        srq: SrqHandle,
+        max_wr: Option<u32>,
+        limit: Option<u32>,
+    ) -> Result<(), VerbsError> {
+        let lim = self.config.limits.max_srq_wr;
+        let s = self.srq_mut(srq)?;
+        if let Some(m) = max_wr {
+            if m == 0 || m > lim || (m as usize) < s.wqes.len() {
+                return inval(format!("cannot resize SRQ to {m}"));
+            }
+            s.max_wr = m;
+        }
+        if let Some(l) = limit {
+            if l > s.max_wr {
+                return inval(format!("SRQ limit {l} above max_wr {}", s.max_wr));
+            }
+            s.limit = l;
+        }
+        Ok(())
+    }
+
+    /// (max_wr, max_sge, limit) of an SRQ.
+    pub fn query_srq(&self, srq: SrqHandle) -> Result<(u32, u32, u32), VerbsError> {
+        let s = self
+            .srqs
+            .get(srq.0)
+            .ok_or_else(|| VerbsError::NotFound(format!("SRQ {}", srq.0)))?;
+        Ok((s.max_wr, s.max_sge, s.limit))
+    }
+
+    /// Destroys an SRQ; EBUSY while QPs use it.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), VerbsError> {
+        let s = self.srq_mut(srq)?;
+        if s.users > 0 {
+            return Err(VerbsError::Busy(format!(
+                "SRQ {} used by {} QPs",
+                srq.0, s.users
+            )));
+        }
+        let pd = s.pd;
+        self.srqs.remove(srq.0);
+        self.pd_release(pd);
+        Ok(())
+    }
+
+    fn srq_mut(&mut self, srq: SrqHandle) -> Result<&mut Srq, VerbsError> {
+        self.srqs
+            .get_mut(srq.0)
+            .ok_or_else(|| VerbsError::NotFound(format!("SRQ {}", srq.0)))
+    }
+
+    /// Posts a receive WR to an SRQ.
+    pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: RecvWr) -> Result<(), VerbsError> {
+        let s = self.srq_mut(srq)?;
+        if wr.sgl.len() > s.max_sge as usize {
+            return inval(format!("{} SGEs > SRQ max_sge {}", wr.sgl.len(), s.max_sge));
+        }
+        if s.wqes.len() >= s.max_wr as usize {
+            return Err(VerbsError::NoMemory("SRQ full".into()));
+        }
+        s.wqes.push_back(wr);
+        Ok(())
+    }
+
+    // ---- queue pairs ----
+
+    /// Creates a QP in RESET; returns its number and actual capacities.
+    pub fn create_qp(&mut self, init: &QpInitAttr) -> Result<(Qpn, QpCap), VerbsError> {
+        let l = self.config.limits;
+        let c = init.cap;
+        if c.max_send_wr > l.max_qp_wr
+            || c.max_recv_wr > l.max_qp_wr
+            || c.max_send_sge > l.max_sge
+            || c.max_recv_sge > l.max_sge
+            || c.max_inline_data > l.max_inline
+        {
+            return inval(format!("QP capacities {c:?} exceed the device limits"));
+        }
+        if self.qps.len() >= l.max_qp as usize {
+            return Err(VerbsError::NoMemory("too many QPs".into()));
+        }
+        if self.pds.get(init.pd.0).is_none() {
+            return inval(format!("no PD {}", init.pd.0));
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if self.cqs.get(cq.0).is_none() {
+                return inval(format!("no CQ {}", cq.0));
+            }
+        }
+        if let Some(s) = init.srq {
+            if self.srqs.get(s.0).is_none() {
+                return inval(format!("no SRQ {}", s.0));
+            }
+        }
+        // Report at least one SGE and the device's inline size, as rxe does.
+        let cap = QpCap {
+            max_send_wr: c.max_send_wr.max(1),
+            max_recv_wr: if init.srq.is_some() {
+                0
+            } else {
+                c.max_recv_wr.max(1)
+            },
+            max_send_sge: c.max_send_sge.max(1),
+            max_recv_sge: if init.srq.is_some() {
+                0
+            } else {
+                c.max_recv_sge.max(1)
+            },
+            max_inline_data: c.max_inline_data.max(l.max_inline.min(256)),
+        };
+        let qpn = self.alloc_qpn();
+        self.pd_acquire(init.pd)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            self.cqs.get_mut(cq.0).expect("checked").users += 1;
+        }
+        if let Some(s) = init.srq {
+            self.srqs.get_mut(s.0).expect("checked").users += 1;
+        }
+        let qp = Qp::new(
+            qpn,
+            init.qp_type,
+            init.pd,
+            init.send_cq,
+            init.recv_cq,
+            init.srq,
+            cap,
+            init.sq_sig_all,
+        );
+        self.qps.insert(qpn, qp);
+        Ok((qpn, cap))
+    }
+
+    fn alloc_qpn(&mut self) -> Qpn {
+        loop {
+            let q = self.next_qpn;
+            self.next_qpn = if q >= 0x00FF_FFFE { 0x10 } else { q + 1 };
+            if !self.qps.contains_key(&q) {
+                return q;
+            }
+        }
+    }
+
+    /// Modifies a QP (rdma-core's state machine and attribute checks).
+    pub fn modify_qp(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), VerbsError> {
+        let limits = self.config.limits;
+        let ngids = self.config.gids.len();
+        let (qps, mut ctx) = split!(self, now);
+        let qp = qps
+            .get_mut(&qpn)
+            .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
+        let to = check_modify(qp.state, qp.qp_type, attr, mask)?;
+        validate_values(attr, mask, &limits, ngids)?;
+        let a = &mut qp.attr;
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if mask.contains(QpAttrMask::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if mask.contains(QpAttrMask::PORT) {
+            a.port_num = attr.port_num;
+        }
+        if mask.contains(QpAttrMask::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if mask.contains(QpAttrMask::AV) {
+            a.ah_attr = attr.ah_attr;
+        }
+        if mask.contains(QpAttrMask::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+        }
+        if mask.contains(QpAttrMask::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if mask.contains(QpAttrMask::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt;
+            qp.req.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(QpAttrMask::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry;
+            qp.req.rnr_left = attr.rnr_retry;
+        }
+        if mask.contains(QpAttrMask::RQ_PSN) {
+            a.rq_psn = attr.rq_psn & 0xFF_FFFF;
+            qp.resp.psn = Psn::new(attr.rq_psn);
+        }
+        if mask.contains(QpAttrMask::SQ_PSN) {
+            a.sq_psn = attr.sq_psn & 0xFF_FFFF;
+            let p = Psn::new(attr.sq_psn);
+            qp.req.psn = p;
+            qp.req.una = p;
+            qp.req.high = p;
+        }
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if mask.contains(QpAttrMask::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if mask.contains(QpAttrMask::DEST_QPN) {
+            a.dest_qp_num = attr.dest_qp_num & 0xFF_FFFF;
+        }
+        if mask.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        let from = qp.state;
+        match to {
+            QpState::Reset if from != QpState::Reset => qp.reset(),
+            QpState::Err => qp.enter_error(&mut ctx),
+            s => qp.state = s,
+        }
+        if to == QpState::Sqd && qp.attr.en_sqd_async_notify {
+            ctx.events
+                .push_back(Event::QpAsync(qpn, AsyncEventType::SqDrained));
+        }
+        self.schedule(qpn);
+        Ok(())
+    }
+
+    /// Current attributes, capacities and init attributes of a QP.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<(QpAttr, QpInitAttr), VerbsError> {
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
+        let mut a = qp.attr;
+        a.qp_state = qp.state;
+        a.cur_qp_state = qp.state;
+        a.cap = qp.cap;
+        a.sq_draining = qp.state == QpState::Sqd && qp.req.una != qp.req.psn;
+        let init = QpInitAttr {
+            qp_type: qp.qp_type,
+            pd: qp.pd,
+            send_cq: qp.send_cq,
+            recv_cq: qp.recv_cq,
+            srq: qp.srq,
+            cap: qp.cap,
+            sq_sig_all: qp.sq_sig_all,
+        };
+        Ok((a, init))
+    }
+
+    /// Destroys a QP. Outstanding WRs vanish without completions (as in rdma-core).
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), VerbsError> {
+        let qp = self
+            .qps
+            .remove(&qpn)
+            .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0) {
+                c.users = c.users.saturating_sub(1);
+            }
+        }
+        if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {
+            s.users = s.users.saturating_sub(1);
+        }
+        self.pd_release(qp.pd);
+        self.ready.retain(|q| *q != qpn);
+        Ok(())
+    }
+
+    /// The QP type of `qpn`.
+    pub fn qp_type(&self, qpn: Qpn) -> Option<QpType> {
+        self.qps.get(&qpn).map(|q| q.qp_type)
+    }
+
+    /// Posts a send WR. Fails (EINVAL/ENOMEM) without side effects if it cannot be queued.
+    pub fn post_send(&mut self, now: Instant, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
+        let limits = self.config.limits;
+        let (qps, mut ctx) = split!(self, now);
+        let qp = qps
+            .get_mut(&qpn)
+            .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
+        if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return inval(format!("post_send on a QP in {:?}", qp.state));
+        }
+        let op_ok = match qp.qp_type {
+            QpType::Rc => !matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::BindMw),
+            QpType::Uc => matches!(
+                wr.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+            ),
+            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+        };
+        if !op_ok {
+            return inval(format!(
+                "{:?} is not valid on a {:?} QP",
+                wr.opcode, qp.qp_type
+            ));
+        }
+        match &wr.inline {
+            Some(d) if d.len() > limits.max_inline as usize => {
+                return inval(format!("{} inline bytes > {}", d.len(), limits.max_inline));
+            }
+            Some(_) => {}
+            None => {
+                if wr.sgl.len() > qp.cap.max_send_sge.max(1) as usize {
+                    return inval(format!(
+                        "{} SGEs > max_send_sge {}",
+                        wr.sgl.len(),
+                        qp.cap.max_send_sge
+                    ));
+                }
+            }
+        }
+        let len = wr.length();
+        if len > u64::from(limits.max_msg_sz) {
+            return inval(format!("message of {len} bytes > {}", limits.max_msg_sz));
+        }
+        if wr.opcode.is_atomic() && (len != 8 || wr.remote_addr % 8 != 0) {
+            return inval("atomics need one 8-byte SGE and an 8-byte aligned remote address");
+        }
+        if qp.qp_type == QpType::Ud && wr.ud.is_none() {
+            return inval("UD send without an address handle");
+        }
+        if qp.sq.len() >= qp.cap.max_send_wr as usize {
+            return Err(VerbsError::NoMemory(format!(
+                "send queue full ({} WRs)",
+                qp.cap.max_send_wr
+            )));
+        }
+        let signaled = wr.flags.contains(SendFlags::SIGNALED);
+        qp.sq.push_back(SendWqe {
+            wr,
+            len: len as u32,
+            signaled,
+            started: false,
+            first_psn: Psn::default(),
+            last_psn: Psn::default(),
+            npkts: 0,
+            next_pkt: 0,
+        });
+        if qp.state == QpState::Err {
+            qp.flush(&mut ctx);
+        }
+        self.schedule(qpn);
+        Ok(())
+    }
+
+    /// Posts a receive WR to a QP's own receive queue.
+    pub fn post_recv(&mut self, now: Instant, qpn: Qpn, wr: RecvWr) -> Result<(), VerbsError> {
+        let (qps, mut ctx) = split!(self, now);
+        let qp = qps
+            .get_mut(&qpn)
+            .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
+        if qp.srq.is_some() {
+            return inval("the QP uses an SRQ; post to the SRQ");
+        }
+        if qp.state == QpState::Reset {
+            return inval("post_recv on a QP in Reset");
+        }
+        if wr.sgl.len() > qp.cap.max_recv_sge as usize {
+            return inval(format!(
+                "{} SGEs > max_recv_sge {}",
+                wr.sgl.len(),
+                qp.cap.max_recv_sge
+            ));
+        }
+        if qp.rq.len() >= qp.cap.max_recv_wr as usize {
+            return Err(VerbsError::NoMemory(format!(
+                "receive queue full ({} WRs)",
+                qp.cap.max_recv_wr
+            )));
+        }
+        qp.rq.push_back(wr);
+        if qp.state == QpState::Err {
+            qp.flush(&mut ctx);
+        }
+        Ok(())
+    }
+
+    fn schedule(&mut self, qpn: Qpn) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            if !qp.scheduled {
+                qp.scheduled = true;
+                self.ready.push_back(qpn);
+            }
+        }
+    }
+
+    // ---- I/O ----
+
+    /// Processes one received datagram. Malformed or unwanted packets are
+    /// dropped and counted in [`Stats`]; nothing panics.
+    pub fn handle_datagram(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
+        self.stats.rx_packets += 1;
+        self.stats.rx_bytes += d.payload.len() as u64;
+        if self.config.verify_icrc && !self.icrc_ok(d) {
+            self.stats.drop_bad_icrc += 1;
+            return;
+        }
+        let pkt = match Packet::parse(d.payload) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.drop_malformed += 1;
+                return;
+            }
+        };
+        if pkt.hdr.bth.pkey & 0x7FFF != 0x7FFF {
+            self.stats.drop_bad_pkey += 1;
+            return;
+        }
+        let qpn = pkt.hdr.bth.dest_qp;
+        let (qps, mut ctx) = split!(self, now);
+        let Some(qp) = qps.get_mut(&qpn) else {
+            ctx.stats.drop_unknown_qpn += 1;
+            return;
+        };
+        let ty_ok = matches!(
+            (pkt.info.transport, qp.qp_type),
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+        );
+        if !ty_ok {
+            ctx.stats.drop_bad_state += 1;
+            return;
+        }
+        if qp.qp_type != QpType::Ud {
+            // rxe check_addr: connected QPs take packets from their peer only.
+            let av = &qp.attr.ah_attr;
+            let local = ctx.config.gids.get(usize::from(av.sgid_index));
+            if av.dest_ip() != d.src.ip() || local != Some(&d.dst_ip) {
+                ctx.stats.drop_bad_addr += 1;
+                return;
+            }
+        }
+        if pkt.info.is_request() {
+            let udp_len = d.payload.len();
+            qp.handle_request(&mut ctx, mem, &pkt, d.src.ip(), d.dst_ip, udp_len);
+        } else if qp.qp_type == QpType::Rc {
+            qp.handle_response(&mut ctx, mem, &pkt);
+        } else {
+            ctx.stats.drop_bad_state += 1;
+            return;
+        }
+        self.schedule(qpn);
+    }
+
+    fn icrc_ok(&self, d: &Datagram<'_>) -> bool {
+        let p = d.payload;
+        if p.len() < 16 {
+            return false;
+        }
+        let (iph, ipl) = ip_header_for_icrc(d.src.ip(), d.dst_ip, p.len());
+        let udp = ip::udp_header(d.src.port(), self.config.local_port, p.len());
+        let n = p.len() - 4;
+        let carried = u32::from_le_bytes([p[n], p[n + 1], p[n + 2], p[n + 3]]);
+        softrdma_wire::icrc::compute(&iph[..ipl], &udp, &p[..n]) == Ok(carried)
+    }
+
+    /// Writes the next datagram to send into `buf` (replacing its contents).
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        while let Some(qpn) = self.ready.pop_front() {
+            let (qps, mut ctx) = split!(self, now);
+            let Some(qp) = qps.get_mut(&qpn) else {
+                continue;
+            };
+            match qp.poll_transmit(&mut ctx, mem, buf) {
+                Some(t) => {
+                    // More may follow: back of the line, for fairness between QPs.
+                    self.ready.push_back(qpn);
+                    return Some(t);
+                }
+                None => qp.scheduled = false,
+            }
+        }
+        None
+    }
+
+    /// The earliest timer deadline, if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.values().filter_map(Qp::next_timeout).min()
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<Qpn> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.next_timeout().is_some_and(|t| t <= now))
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in due {
+            let (qps, mut ctx) = split!(self, now);
+            if let Some(qp) = qps.get_mut(&qpn) {
+                qp.handle_timeout(&mut ctx);
+            }
+            self.schedule(qpn);
+        }
+    }
+
+    /// The next event for the driver.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}
+
+/// Range checks on attribute values (rdma-core/kernel `ib_modify_qp` → EINVAL).
+fn validate_values(
+    a: &QpAttr,
+    mask: QpAttrMask,
+    l: &crate::config::DeviceLimits,
+    ngids: usize,
+) -> Result<(), VerbsError> {
+    use QpAttrMask as M;
+    let bad = |what: &str| inval(format!("invalid {what}"));
+    if mask.contains(M::PORT) && a.port_num != 1 {
+        return bad("port_num (the device has port 1 only)");
+    }
+    if mask.contains(M::PKEY_INDEX) && a.pkey_index != 0 {
+        return bad("pkey_index (the P_Key table has one entry)");
+    }
+    if mask.contains(M::PATH_MTU) && a.path_mtu.bytes() > l.port_mtu.bytes() {
+        return bad("path_mtu (above the port MTU)");
+    }
+    if mask.contains(M::TIMEOUT) && a.timeout > 31 {
+        return bad("timeout (0..=31)");
+    }
+    if mask.contains(M::RETRY_CNT) && a.retry_cnt > 7 {
+        return bad("retry_cnt (0..=7)");
+    }
+    if mask.contains(M::RNR_RETRY) && a.rnr_retry > 7 {
+        return bad("rnr_retry (0..=7)");
+    }
+    if mask.contains(M::MIN_RNR_TIMER) && a.min_rnr_timer > 31 {
+        return bad("min_rnr_timer (0..=31)");
+    }
+    if mask.contains(M::MAX_QP_RD_ATOMIC) && u32::from(a.max_rd_atomic) > l.max_qp_rd_atom {
+        return bad("max_rd_atomic (above the device's max_qp_init_rd_atom)");
+    }
+    if mask.contains(M::MAX_DEST_RD_ATOMIC) && u32::from(a.max_dest_rd_atomic) > l.max_qp_rd_atom {
+        return bad("max_dest_rd_atomic (above the device's max_qp_rd_atom)");
+    }
+    if mask.contains(M::AV) && usize::from(a.ah_attr.sgid_index) >= ngids {
+        return bad("ah_attr.grh.sgid_index (no such GID)");
+    }
+    if mask.contains(M::DEST_QPN) && a.dest_qp_num > 0xFF_FFFF {
+        return bad("dest_qp_num (24 bits)");
+    }
+    Ok(())
+}

@@ -1,0 +1,661 @@
+//! Responder: executes incoming requests and produces ACKs, NAKs, READ
+//! responses and atomic ACKs (IBTA 9.7.5, rxe_resp.c).
+//!
+//! RC checks, in rxe's order: PSN (one sequence NAK per gap, duplicates
+//! answered from the resource ring), opcode sequence, QP access rights,
+//! resources (RNR NAK when no receive is posted), lengths, R_Key, then executes.
+
+use super::sgl::ScatterError;
+use super::{Ctx, InProgress, Path, Qp, Resource, RespOut, bth};
+use crate::endpoint::Transmit;
+use crate::mr::AtomicOp;
+use crate::types::{Access, QpState, QpType, WcFlags, WcOpcode, WcStatus};
+use crate::wr::Wc;
+use softrdma_wire::{
+    Aeth, Headers, NakCode, Opcode, Operation, Packet, Position, Psn, Syndrome, ip,
+};
+use std::net::IpAddr;
+
+/// What to do after a request failed a check (IBTA 9.9.3 error classes).
+#[derive(Debug, Clone, Copy)]
+enum Fail {
+    /// NAK with this code; the QP goes to ERR; an in-use receive WQE completes with the status.
+    Nak(NakCode, WcStatus),
+    /// Receiver not ready: RNR NAK, no state change.
+    Rnr,
+    /// Silently drop (UC/UD, or nothing to answer).
+    Drop,
+}
+
+const ACK: Syndrome = Syndrome::Ack { credits: 0x1F };
+
+impl Qp {
+    /// Entry point for request packets.
+    pub(crate) fn handle_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+        src: IpAddr,
+        dst: IpAddr,
+        udp_len: usize,
+    ) {
+        if !matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
+            ctx.stats.drop_bad_state += 1;
+            return;
+        }
+        self.note_rx(ctx);
+        match self.qp_type {
+            QpType::Rc => self.rc_request(ctx, mem, pkt),
+            QpType::Uc => self.uc_request(ctx, mem, pkt),
+            QpType::Ud => self.ud_request(ctx, mem, pkt, src, dst, udp_len),
+        }
+    }
+
+    fn rc_request(&mut self, ctx: &mut Ctx<'_>, mem: &mut dyn crate::Memory, pkt: &Packet<'_>) {
+        let psn = pkt.hdr.bth.psn;
+        let d = psn.diff(self.resp.psn);
+        if d > 0 {
+            if !self.resp.sent_psn_nak {
+                self.resp.sent_psn_nak = true;
+                ctx.stats.tx_nak_seq += 1;
+                let expected = self.resp.psn;
+                self.queue_ack(expected, Syndrome::Nak(NakCode::PsnSequence));
+            }
+            ctx.stats.drop_out_of_seq += 1;
+            return;
+        }
+        if d < 0 {
+            ctx.stats.rx_duplicates += 1;
+            self.duplicate(ctx, pkt);
+            return;
+        }
+        self.resp.sent_psn_nak = false;
+        match self.execute(ctx, mem, pkt) {
+            Ok(()) => {
+                if pkt.hdr.bth.ack_req
+                    && matches!(pkt.info.operation, Operation::Send | Operation::Write)
+                {
+                    self.queue_ack(psn, ACK);
+                }
+            }
+            Err(Fail::Rnr) => {
+                ctx.stats.tx_rnr_nak += 1;
+                let t = self.attr.min_rnr_timer;
+                self.queue_ack(psn, Syndrome::RnrNak { timer: t });
+            }
+            Err(Fail::Nak(code, status)) => {
+                ctx.stats.tx_nak_other += 1;
+                self.queue_ack(psn, Syndrome::Nak(code));
+                self.fail_recv(ctx, status);
+                self.enter_error(ctx);
+            }
+            Err(Fail::Drop) => ctx.stats.drop_malformed += 1,
+        }
+    }
+
+    fn uc_request(&mut self, ctx: &mut Ctx<'_>, mem: &mut dyn crate::Memory, pkt: &Packet<'_>) {
+        let psn = pkt.hdr.bth.psn;
+        if psn != self.resp.psn {
+            // A packet was lost: the message in progress is abandoned and its
+            // receive WQE reused (IBTA 9.8.3.3).
+            self.abandon_message();
+            if !pkt.info.position.starts() {
+                ctx.stats.drop_out_of_seq += 1;
+                self.resp.psn = psn.add(1);
+                return;
+            }
+            self.resp.psn = psn;
+        }
+        match self.execute(ctx, mem, pkt) {
+            Ok(()) => {}
+            Err(Fail::Rnr) => {
+                ctx.stats.drop_no_wqe += 1;
+                self.resp.psn = psn.add(1);
+            }
+            Err(Fail::Nak(..)) | Err(Fail::Drop) => {
+                ctx.stats.drop_malformed += 1;
+                self.abandon_message();
+                self.resp.psn = psn.add(1);
+            }
+        }
+    }
+
+    fn abandon_message(&mut self) {
+        if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
+            self.resp.spare = Some(wqe);
+        }
+    }
+
+    fn ud_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+        src: IpAddr,
+        dst: IpAddr,
+        udp_len: usize,
+    ) {
+        let Some(deth) = pkt.hdr.deth else { return };
+        if deth.qkey != self.attr.qkey {
+            ctx.stats.drop_bad_qkey += 1;
+            return;
+        }
+        let Some(wqe) = self.take_recv_wqe(ctx) else {
+            ctx.stats.drop_no_wqe += 1;
+            return;
+        };
+        let grh = ip::grh_area(src, dst, udp_len);
+        let total = grh.len() + pkt.payload.len();
+        let mut wc = Wc::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+        wc.src_qp = deth.src_qp;
+        wc.wc_flags = WcFlags::GRH;
+        if let Some(imm) = pkt.hdr.imm {
+            wc.imm_data = imm;
+            wc.wc_flags = wc.wc_flags.with(WcFlags::WITH_IMM);
+        }
+        wc.byte_len = total as u32;
+        if super::sgl::capacity(&wqe.sgl) < total as u64 {
+            wc.status = WcStatus::LocLenErr;
+        } else {
+            let r = super::scatter(ctx.mrs, mem, self.pd, &wqe.sgl, 0, &grh)
+                .and_then(|_| super::scatter(ctx.mrs, mem, self.pd, &wqe.sgl, 40, pkt.payload));
+            if r.is_err() {
+                wc.status = WcStatus::LocProtErr;
+            }
+        }
+        self.complete_recv(ctx, wc, pkt.hdr.bth.se);
+    }
+
+    /// Executes an in-sequence RC/UC request.
+    fn execute(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fail> {
+        let op = pkt.info.operation;
+        let pos = pkt.info.position;
+        // Opcode sequence (IBTA 9.7.5.1.2): a message continues what is in progress.
+        let seq_ok = match (&self.resp.cur, op) {
+            (None, _) => pos.starts(),
+            (Some(InProgress::Send { .. }), Operation::Send) => !pos.starts(),
+            (Some(InProgress::Write { .. }), Operation::Write) => !pos.starts(),
+            _ => false,
+        };
+        if !seq_ok {
+            return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+        }
+        let need = match op {
+            Operation::Write => Access::REMOTE_WRITE,
+            Operation::ReadRequest => Access::REMOTE_READ,
+            Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
+            Operation::Send => Access::EMPTY,
+            _ => return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr)),
+        };
+        if !self.attr.qp_access_flags.contains(need) {
+            // rxe answers a right the QP does not grant with "invalid request".
+            return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+        }
+        match op {
+            Operation::Send => self.exec_send(ctx, mem, pkt),
+            Operation::Write => self.exec_write(ctx, mem, pkt),
+            Operation::ReadRequest => self.exec_read(ctx, pkt),
+            _ => self.exec_atomic(ctx, mem, pkt),
+        }
+    }
+
+    /// Payload length rules of rxe `check_length` for SENDs.
+    fn check_len(pos: Position, len: usize, mtu: usize) -> bool {
+        match pos {
+            Position::First | Position::Middle => len == mtu,
+            Position::Last => (1..=mtu).contains(&len),
+            Position::Only => len <= mtu,
+        }
+    }
+
+    fn exec_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fail> {
+        let pos = pkt.info.position;
+        let mtu = self.mtu(ctx.config) as usize;
+        if !Self::check_len(pos, pkt.payload.len(), mtu) {
+            return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+        }
+        if pos.starts() {
+            let wqe = self.take_recv_wqe(ctx).ok_or(Fail::Rnr)?;
+            self.resp.cur = Some(InProgress::Send { wqe, offset: 0 });
+        }
+        let Some(InProgress::Send { wqe, offset }) = &mut self.resp.cur else {
+            unreachable!("sequence checked")
+        };
+        match super::scatter(
+            ctx.mrs,
+            mem,
+            self.pd,
+            &wqe.sgl,
+            u64::from(*offset),
+            pkt.payload,
+        ) {
+            Ok(()) => {}
+            Err(ScatterError::TooLong) => {
+                return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::LocLenErr));
+            }
+            Err(ScatterError::Prot(_)) => {
+                return Err(Fail::Nak(NakCode::RemoteOperational, WcStatus::LocProtErr));
+            }
+        }
+        *offset += pkt.payload.len() as u32;
+        self.resp.psn = self.resp.psn.add(1);
+        if pos.ends() {
+            let Some(InProgress::Send { wqe, offset }) = self.resp.cur.take() else {
+                unreachable!()
+            };
+            self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+            let mut wc = Wc::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+            wc.byte_len = offset;
+            if let Some(imm) = pkt.hdr.imm {
+                wc.imm_data = imm;
+                wc.wc_flags = WcFlags::WITH_IMM;
+            }
+            if let Some(rkey) = pkt.hdr.ieth {
+                wc.imm_data = rkey;
+                wc.wc_flags = WcFlags::WITH_INV;
+            }
+            self.complete_recv(ctx, wc, pkt.hdr.bth.se);
+        }
+        Ok(())
+    }
+
+    fn exec_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fail> {
+        // WRITE with immediate consumes a receive WQE on its last packet; with
+        // none posted the packet is RNR-NAKed before anything changes.
+        let wqe = match pkt.hdr.imm {
+            Some(_) => Some(self.take_recv_wqe(ctx).ok_or(Fail::Rnr)?),
+            None => None,
+        };
+        match self.write_payload(ctx, mem, pkt) {
+            Ok(Some(total)) => {
+                if let Some(w) = wqe {
+                    let mut wc = Wc::new(
+                        w.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::RecvRdmaWithImm,
+                        self.qpn,
+                    );
+                    wc.byte_len = total;
+                    wc.imm_data = pkt.hdr.imm.unwrap_or(0);
+                    wc.wc_flags = WcFlags::WITH_IMM;
+                    self.complete_recv(ctx, wc, pkt.hdr.bth.se);
+                }
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                if let Some(w) = wqe {
+                    // The WQE is lost with the message: report why.
+                    let status = match e {
+                        Fail::Nak(_, s) => s,
+                        _ => WcStatus::RemInvReqErr,
+                    };
+                    let wc = Wc::new(w.wr_id, status, WcOpcode::RecvRdmaWithImm, self.qpn);
+                    self.complete_recv(ctx, wc, false);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Checks and places one WRITE packet; returns the message length when it ends it.
+    fn write_payload(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> Result<Option<u32>, Fail> {
+        let pos = pkt.info.position;
+        let mtu = self.mtu(ctx.config);
+        let (va, resid, rkey, total) = match (pos.starts(), &self.resp.cur) {
+            (true, _) => {
+                let reth = pkt.hdr.reth.ok_or(Fail::Drop)?;
+                if reth.dma_len > ctx.config.limits.max_msg_sz {
+                    return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+                }
+                self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_WRITE)?;
+                (reth.va, reth.dma_len, reth.rkey, reth.dma_len)
+            }
+            (
+                false,
+                Some(InProgress::Write {
+                    va,
+                    resid,
+                    rkey,
+                    total,
+                }),
+            ) => (*va, *resid, *rkey, *total),
+            _ => unreachable!("sequence checked"),
+        };
+        let len = pkt.payload.len() as u32;
+        // rxe check_length for writes: full MTU until the last packet, which
+        // carries exactly the rest.
+        let len_ok = if resid > mtu {
+            len == mtu && !pos.ends()
+        } else {
+            len == resid && pos.ends()
+        };
+        if !len_ok {
+            return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+        }
+        // The MR is checked for every packet: it may have been deregistered.
+        let host = self.check_rkey(ctx, rkey, va, len, Access::REMOTE_WRITE)?;
+        if len > 0 {
+            mem.write(host, pkt.payload);
+        }
+        self.resp.psn = self.resp.psn.add(1);
+        if pos.ends() {
+            self.resp.cur = None;
+            self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+            return Ok(Some(total));
+        }
+        self.resp.cur = Some(InProgress::Write {
+            va: va.wrapping_add(u64::from(len)),
+            resid: resid - len,
+            rkey,
+            total,
+        });
+        Ok(None)
+    }
+
+    fn exec_read(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), Fail> {
+        if self.attr.max_dest_rd_atomic == 0 {
+            return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+        }
+        let reth = pkt.hdr.reth.ok_or(Fail::Drop)?;
+        if reth.dma_len > ctx.config.limits.max_msg_sz {
+            return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+        }
+        self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_READ)?;
+        let mtu = self.mtu(ctx.config);
+        let npkts = reth.dma_len.div_ceil(mtu).max(1);
+        let psn = pkt.hdr.bth.psn;
+        self.push_resource(Resource::Read {
+            first_psn: psn,
+            last_psn: psn.add(npkts - 1),
+            va: reth.va,
+            rkey: reth.rkey,
+            len: reth.dma_len,
+        });
+        self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+        self.resp.out.push_back(RespOut::Read {
+            psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            len: reth.dma_len,
+            npkts,
+            next: 0,
+            msn: self.resp.msn,
+        });
+        self.resp.psn = psn.add(npkts);
+        Ok(())
+    }
+
+    fn exec_atomic(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fail> {
+        if self.attr.max_dest_rd_atomic == 0 {
+            return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+        }
+        let a = pkt.hdr.atomic_eth.ok_or(Fail::Drop)?;
+        if a.va % 8 != 0 {
+            return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+        }
+        let host = self.check_rkey(ctx, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
+        let op = if pkt.info.operation == Operation::CompareSwap {
+            AtomicOp::CompareSwap {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
+        } else {
+            AtomicOp::FetchAdd { add: a.swap_add }
+        };
+        let orig = mem.atomic(host, op);
+        let psn = pkt.hdr.bth.psn;
+        self.push_resource(Resource::Atomic { psn, orig });
+        self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+        self.resp.out.push_back(RespOut::AtomicAck {
+            psn,
+            msn: self.resp.msn,
+            orig,
+        });
+        self.resp.psn = psn.add(1);
+        Ok(())
+    }
+
+    fn check_rkey(
+        &self,
+        ctx: &mut Ctx<'_>,
+        rkey: u32,
+        va: u64,
+        len: u32,
+        need: Access,
+    ) -> Result<u64, Fail> {
+        ctx.mrs
+            .check(rkey, self.pd, va, u64::from(len), need)
+            .map_err(|_| {
+                ctx.stats.access_violations += 1;
+                Fail::Nak(NakCode::RemoteAccess, WcStatus::RemAccessErr)
+            })
+    }
+
+    fn push_resource(&mut self, r: Resource) {
+        let max = usize::from(self.attr.max_dest_rd_atomic.max(1));
+        while self.resp.res.len() >= max {
+            self.resp.res.pop_front();
+        }
+        self.resp.res.push_back(r);
+    }
+
+    /// A request with a PSN already executed (IBTA 9.7.5.1.1): re-ACK SENDs and
+    /// WRITEs, re-execute READs, replay atomics, never execute anything twice.
+    fn duplicate(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) {
+        let psn = pkt.hdr.bth.psn;
+        match pkt.info.operation {
+            Operation::Send | Operation::Write => {
+                let last = self.resp.psn.sub(1);
+                self.queue_ack(last, ACK);
+            }
+            Operation::ReadRequest => {
+                let Some(reth) = pkt.hdr.reth else { return };
+                let found = self.resp.res.iter().any(|r| match *r {
+                    Resource::Read {
+                        first_psn,
+                        last_psn,
+                        va,
+                        rkey,
+                        len,
+                    } => {
+                        !psn.before(first_psn)
+                            && !psn.after(last_psn)
+                            && rkey == reth.rkey
+                            && reth.va >= va
+                            && reth
+                                .va
+                                .checked_add(u64::from(reth.dma_len))
+                                .is_some_and(|e| e <= va + u64::from(len))
+                    }
+                    Resource::Atomic { .. } => false,
+                });
+                if !found {
+                    ctx.stats.drop_out_of_seq += 1;
+                    return;
+                }
+                let mtu = self.mtu(ctx.config);
+                self.resp.out.push_back(RespOut::Read {
+                    psn,
+                    va: reth.va,
+                    rkey: reth.rkey,
+                    len: reth.dma_len,
+                    npkts: reth.dma_len.div_ceil(mtu).max(1),
+                    next: 0,
+                    msn: self.resp.msn,
+                });
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let orig = self.resp.res.iter().find_map(|r| match *r {
+                    Resource::Atomic { psn: p, orig } if p == psn => Some(orig),
+                    _ => None,
+                });
+                match orig {
+                    Some(orig) => self.resp.out.push_back(RespOut::AtomicAck {
+                        psn,
+                        msn: self.resp.msn,
+                        orig,
+                    }),
+                    None => ctx.stats.drop_out_of_seq += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Queues an ACK/NAK; consecutive plain ACKs coalesce into the newest.
+    fn queue_ack(&mut self, psn: Psn, syndrome: Syndrome) {
+        let msn = self.resp.msn;
+        if let (
+            Syndrome::Ack { .. },
+            Some(RespOut::Ack {
+                psn: p,
+                syndrome: Syndrome::Ack { .. },
+                msn: m,
+            }),
+        ) = (syndrome, self.resp.out.back_mut())
+        {
+            if !psn.before(*p) {
+                *p = psn;
+                *m = msn;
+                return;
+            }
+        }
+        self.resp.out.push_back(RespOut::Ack { psn, syndrome, msn });
+    }
+
+    /// Completes the receive WQE a failed request had taken, with `status`.
+    fn fail_recv(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
+            let wc = Wc::new(wqe.wr_id, status, WcOpcode::Recv, self.qpn);
+            self.complete_recv(ctx, wc, false);
+        }
+        self.resp.cur = None;
+    }
+
+    /// Builds the next responder packet (ACK, NAK, READ response, atomic ACK).
+    pub(super) fn poll_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let out = *self.resp.out.front()?;
+        let path = Path::for_av(ctx, &self.attr.ah_attr)?;
+        let dest = self.attr.dest_qp_num;
+        let t = match out {
+            RespOut::Ack { psn, syndrome, msn } => {
+                self.resp.out.pop_front();
+                let mut h = Headers::new(bth(Opcode::RC_ACKNOWLEDGE, dest, psn));
+                h.aeth = Some(Aeth { syndrome, msn });
+                Qp::build::<()>(ctx.config, &path, &h, 0, buf, |_| Ok(())).ok()?
+            }
+            RespOut::AtomicAck { psn, msn, orig } => {
+                self.resp.out.pop_front();
+                let mut h = Headers::new(bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, dest, psn));
+                h.aeth = Some(Aeth { syndrome: ACK, msn });
+                h.atomic_ack = Some(orig);
+                Qp::build::<()>(ctx.config, &path, &h, 0, buf, |_| Ok(())).ok()?
+            }
+            RespOut::Read {
+                psn,
+                va,
+                rkey,
+                len,
+                npkts,
+                next,
+                msn,
+            } => {
+                let mtu = self.mtu(ctx.config);
+                let off = u64::from(next) * u64::from(mtu);
+                let plen = (u64::from(len) - off).min(u64::from(mtu)) as u32;
+                let pos = match (next == 0, next + 1 == npkts) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, true) => Position::Last,
+                    (false, false) => Position::Middle,
+                };
+                let oc = softrdma_wire::opcode_for(
+                    softrdma_wire::Transport::Rc,
+                    Operation::ReadResponse,
+                    pos,
+                    false,
+                    false,
+                )
+                .expect("read response opcodes exist");
+                let rpsn = psn.add(next);
+                let mut h = Headers::new(bth(oc, dest, rpsn));
+                if pos != Position::Middle {
+                    h.aeth = Some(Aeth { syndrome: ACK, msn });
+                }
+                let va_off = va.wrapping_add(off);
+                // The MR is looked up again for every packet: it may be gone.
+                let host =
+                    match ctx
+                        .mrs
+                        .check(rkey, self.pd, va_off, u64::from(plen), Access::REMOTE_READ)
+                    {
+                        Ok(h) => h,
+                        Err(_) => {
+                            ctx.stats.access_violations += 1;
+                            ctx.stats.tx_nak_other += 1;
+                            self.resp.out.pop_front();
+                            self.resp.out.push_front(RespOut::Ack {
+                                psn: rpsn,
+                                syndrome: Syndrome::Nak(NakCode::RemoteAccess),
+                                msn,
+                            });
+                            self.enter_error(ctx);
+                            return self.poll_response(ctx, mem, buf);
+                        }
+                    };
+                let t = Qp::build::<()>(ctx.config, &path, &h, plen as usize, buf, |dst| {
+                    if !dst.is_empty() {
+                        mem.read(host, dst);
+                    }
+                    Ok(())
+                })
+                .ok()?;
+                if let Some(RespOut::Read { next, .. }) = self.resp.out.front_mut() {
+                    *next += 1;
+                    if *next >= npkts {
+                        self.resp.out.pop_front();
+                    }
+                }
+                t
+            }
+        };
+        ctx.stats.tx_packets += 1;
+        ctx.stats.tx_bytes += t.len as u64;
+        Some(t)
+    }
+}

@@ -1,0 +1,108 @@
+//! Scatter/gather through local SGEs, each piece checked against the MR table.
+
+use crate::Memory;
+use crate::mr::{AccessError, MrTable, PdHandle};
+use crate::types::Access;
+use crate::wr::Sge;
+
+/// Why a scatter failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScatterError {
+    /// The data does not fit in the SGEs.
+    TooLong,
+    /// An SGE failed its protection check.
+    Prot(AccessError),
+}
+
+/// Walks the SGE list from byte `offset`, calling `f(host_addr, range)` for each
+/// contiguous piece of `len` bytes. Returns the bytes not covered by the list.
+fn walk(
+    mrs: &MrTable,
+    pd: PdHandle,
+    sgl: &[Sge],
+    mut offset: u64,
+    len: usize,
+    need: Access,
+    mut f: impl FnMut(u64, core::ops::Range<usize>),
+) -> Result<usize, AccessError> {
+    let mut done = 0usize;
+    for s in sgl {
+        if done == len {
+            break;
+        }
+        let sl = u64::from(s.length);
+        if offset >= sl {
+            offset -= sl;
+            continue;
+        }
+        let n = ((sl - offset) as usize).min(len - done);
+        let va = s.addr.checked_add(offset).ok_or(AccessError::OutOfBounds)?;
+        let host = mrs.check(s.lkey, pd, va, n as u64, need)?;
+        f(host, done..done + n);
+        done += n;
+        offset = 0;
+    }
+    Ok(len - done)
+}
+
+/// Copies `data` into the SGEs starting at byte `offset` of the list (LOCAL_WRITE).
+pub(crate) fn scatter(
+    mrs: &MrTable,
+    mem: &mut dyn Memory,
+    pd: PdHandle,
+    sgl: &[Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), ScatterError> {
+    // Check everything first so a failure writes nothing.
+    let left = walk(
+        mrs,
+        pd,
+        sgl,
+        offset,
+        data.len(),
+        Access::LOCAL_WRITE,
+        |_, _| {},
+    )
+    .map_err(ScatterError::Prot)?;
+    if left != 0 {
+        return Err(ScatterError::TooLong);
+    }
+    walk(
+        mrs,
+        pd,
+        sgl,
+        offset,
+        data.len(),
+        Access::LOCAL_WRITE,
+        |h, r| {
+            mem.write(h, &data[r]);
+        },
+    )
+    .map_err(ScatterError::Prot)?;
+    Ok(())
+}
+
+/// Copies `out.len()` bytes from the SGEs starting at byte `offset` of the list.
+pub(crate) fn gather(
+    mrs: &MrTable,
+    mem: &mut dyn Memory,
+    pd: PdHandle,
+    sgl: &[Sge],
+    offset: u64,
+    out: &mut [u8],
+) -> Result<(), AccessError> {
+    let len = out.len();
+    let left = walk(mrs, pd, sgl, offset, len, Access::EMPTY, |h, r| {
+        mem.read(h, &mut out[r]);
+    })?;
+    if left != 0 {
+        return Err(AccessError::OutOfBounds);
+    }
+    Ok(())
+}
+
+/// Total bytes an SGE list can hold.
+pub(crate) fn capacity(sgl: &[Sge]) -> u64 {
+    sgl.iter().map(|s| u64::from(s.length)).sum()
+}
