@@ -1,0 +1,445 @@
+//! The engine: one endpoint, one UDP socket, one progress thread.
+
+use crate::channel::{AsyncChannel, AsyncEvent, CompChannel};
+use crate::config::EngineConfig;
+use crate::memory::HostMemory;
+use softrdma_transport::{
+    Config, CqHandle, Datagram, Endpoint, Event, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
+};
+use softrdma_udp::{Poller, RecvBatch, RoceSocket, SocketConfig, SocketStats, Transmit, Waker};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+
+/// Datagrams built or received per batch.
+const BATCH: usize = 64;
+const KEY_SOCKET: u8 = 1;
+
+/// State behind the engine lock.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) ep: Endpoint,
+    channels: HashMap<CqHandle, Arc<CompChannel>>,
+}
+
+#[derive(Debug)]
+struct Tx {
+    bufs: Vec<Vec<u8>>,
+    dst: Vec<SocketAddr>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    core: Mutex<Core>,
+    tx: Mutex<Tx>,
+    rx: Mutex<RecvBatch>,
+    socket: RoceSocket,
+    waker: Waker,
+    epoch: std::time::Instant,
+    /// The deadline (ns since `epoch`) the progress thread sleeps until; u64::MAX: none.
+    sleeping_until: AtomicU64,
+    shutdown: AtomicBool,
+    busy_poll: bool,
+    async_events: AsyncChannel,
+    capture: Option<crate::capture::Capture>,
+}
+
+/// A running software RDMA device.
+///
+/// Every verb runs under one lock around the [`Endpoint`]; packet I/O happens
+/// outside it. A progress thread receives packets and fires timers so the
+/// responder side works while the application is busy elsewhere; it sleeps
+/// in `epoll_wait` when idle.
+#[derive(Debug)]
+pub struct Engine {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+static GLOBAL: OnceLock<Result<Arc<Engine>, String>> = OnceLock::new();
+
+impl Engine {
+    /// The process-wide engine, created from the environment on first use.
+    pub fn global() -> io::Result<Arc<Engine>> {
+        GLOBAL
+            .get_or_init(|| {
+                EngineConfig::from_env()
+                    .and_then(Engine::start)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|e| io::Error::other(format!("softrdma: cannot start the device: {e}")))
+    }
+
+    /// The process-wide engine if it was started.
+    pub fn global_if_started() -> Option<Arc<Engine>> {
+        GLOBAL.get().and_then(|r| r.as_ref().ok().cloned())
+    }
+
+    /// Starts an engine: binds the socket and spawns the progress thread.
+    pub fn start(cfg: EngineConfig) -> io::Result<Engine> {
+        let socket = RoceSocket::open(&cfg.addr, &SocketConfig::default())
+            .map_err(|e| io::Error::new(e_kind(&e), e.to_string()))?;
+        let local = socket.local_addr();
+        let seed = cfg.seed.unwrap_or_else(os_seed);
+        let mut tcfg = Config::new(local.ip(), seed);
+        tcfg.local_port = local.port();
+        tcfg.dest_port = local.port();
+        tcfg.verify_icrc = cfg.verify_icrc;
+        let poller = Poller::new()?;
+        poller.add_socket(&socket, KEY_SOCKET)?;
+        let waker = poller.waker();
+        let rx = RecvBatch::for_socket(&socket, BATCH);
+        let capture = match &cfg.pcap {
+            Some(p) => Some(crate::capture::Capture::create(p)?),
+            None => None,
+        };
+        let shared = Arc::new(Shared {
+            core: Mutex::new(Core {
+                ep: Endpoint::new(tcfg),
+                channels: HashMap::new(),
+            }),
+            tx: Mutex::new(Tx {
+                bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),
+                dst: Vec::with_capacity(BATCH),
+            }),
+            rx: Mutex::new(rx),
+            socket,
+            waker,
+            epoch: std::time::Instant::now(),
+            sleeping_until: AtomicU64::new(u64::MAX),
+            shutdown: AtomicBool::new(false),
+            busy_poll: cfg.busy_poll,
+            async_events: AsyncChannel::new()?,
+            capture,
+        });
+        let s2 = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("softrdma-progress".into())
+            .spawn(move || progress_loop(&s2, &poller))?;
+        Ok(Engine {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The device's UDP address (its GID 0 and port).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.socket.local_addr()
+    }
+
+    /// Static facts and attributes of this device.
+    pub fn info(&self) -> crate::DeviceInfo {
+        crate::DeviceInfo::new(self.local_addr().ip())
+    }
+
+    /// The GID table as addresses.
+    pub fn gids(&self) -> Vec<IpAddr> {
+        self.lock().ep.config().gids.clone()
+    }
+
+    /// Now, on the transport's clock.
+    pub fn now(&self) -> Instant {
+        self.shared.now()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        self.shared.lock()
+    }
+
+    /// Runs `f` on the endpoint under the engine lock, then sends whatever it queued.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Endpoint, Instant) -> R) -> R {
+        let r = {
+            let mut core = self.lock();
+            let now = self.now();
+            let r = f(&mut core.ep, now);
+            self.shared.after(&mut core);
+            r
+        };
+        self.shared.flush_tx();
+        r
+    }
+
+    /// Posts a send WR and transmits what it allows at once.
+    pub fn post_send(&self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        self.with(|ep, now| ep.post_send(now, qpn, wr))
+    }
+
+    /// Posts a receive WR (nothing to transmit).
+    pub fn post_recv(&self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
+        let mut core = self.lock();
+        let now = self.now();
+        core.ep.post_recv(now, qpn, wr)
+    }
+
+    /// Polls up to `max` completions. With busy polling on, an empty CQ first
+    /// pulls packets off the socket in this thread (no hand-off to the progress
+    /// thread: the cross-core wake-up costs tens of µs on small VMs).
+    pub fn poll_cq(
+        &self,
+        cq: CqHandle,
+        max: usize,
+        mut f: impl FnMut(Wc),
+    ) -> Result<usize, VerbsError> {
+        let n = self.lock().ep.poll_cq(cq, max, &mut f)?;
+        if n > 0 || !self.shared.busy_poll || max == 0 {
+            return Ok(n);
+        }
+        if self.shared.rx_burst(false) > 0 {
+            return self.lock().ep.poll_cq(cq, max, &mut f);
+        }
+        Ok(0)
+    }
+
+    /// Creates a completion channel.
+    pub fn create_comp_channel(&self) -> io::Result<Arc<CompChannel>> {
+        Ok(Arc::new(CompChannel::new()?))
+    }
+
+    /// Attaches a CQ to a channel (or detaches it with `None`).
+    pub fn set_cq_channel(&self, cq: CqHandle, ch: Option<Arc<CompChannel>>) {
+        let mut core = self.lock();
+        match ch {
+            Some(c) => {
+                core.channels.insert(cq, c);
+            }
+            None => {
+                if let Some(c) = core.channels.remove(&cq) {
+                    c.forget(cq);
+                }
+            }
+        }
+    }
+
+    /// The async event channel.
+    pub fn async_channel(&self) -> &AsyncChannel {
+        &self.shared.async_events
+    }
+
+    /// Transport and socket counters.
+    pub fn stats(&self) -> (Stats, SocketStats) {
+        let s = self.lock().ep.stats();
+        (s, self.shared.socket.stats())
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        let _ = self.shared.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock leaves the endpoint as it was at the
+        // panic; keep serving rather than poisoning every later call.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// After any endpoint call: deliver events, and wake the progress thread if
+    /// the earliest timer moved before the deadline it sleeps on.
+    fn after(&self, core: &mut Core) {
+        while let Some(e) = core.ep.poll_event() {
+            match e {
+                Event::CompletionNotify(cq) => {
+                    if let Some(c) = core.channels.get(&cq) {
+                        c.notify(cq);
+                    }
+                }
+                Event::QpAsync(q, t) => self.async_events.push(AsyncEvent::Qp(q, t)),
+                Event::CqAsync(c, t) => self.async_events.push(AsyncEvent::Cq(c, t)),
+                Event::SrqAsync(s, t) => self.async_events.push(AsyncEvent::Srq(s, t)),
+            }
+        }
+        if let Some(t) = core.ep.poll_timeout() {
+            if t.as_nanos() < self.sleeping_until.load(Ordering::SeqCst) {
+                let _ = self.waker.wake();
+            }
+        }
+    }
+
+    /// Builds and sends everything the endpoint wants to transmit.
+    fn flush_tx(&self) {
+        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = &mut *tx;
+        loop {
+            tx.dst.clear();
+            {
+                let mut core = self.lock();
+                let now = self.now();
+                let mut mem = HostMemory;
+                while tx.dst.len() < BATCH {
+                    let i = tx.dst.len();
+                    match core.ep.poll_transmit(now, &mut mem, &mut tx.bufs[i]) {
+                        Some(t) => {
+                            tx.bufs[i].truncate(t.len);
+                            tx.dst.push(t.dst);
+                        }
+                        None => break,
+                    }
+                }
+                self.after(&mut core);
+            }
+            let n = tx.dst.len();
+            if n == 0 {
+                return;
+            }
+            if let Some(c) = &self.capture {
+                let src = self.socket.local_addr();
+                for i in 0..n {
+                    c.record(src, tx.dst[i], &tx.bufs[i]);
+                }
+            }
+            let batch: Vec<Transmit<'_>> = (0..n)
+                .map(|i| Transmit {
+                    dst: tx.dst[i],
+                    payload: &tx.bufs[i],
+                })
+                .collect();
+            let mut sent = 0;
+            let mut stalls = 0;
+            while sent < n {
+                match self.socket.send_batch(&batch[sent..]) {
+                    Ok(0) => {
+                        // Socket buffer full: wait briefly for room; after that,
+                        // drop (RC retransmits; UD is unreliable by contract).
+                        stalls += 1;
+                        if stalls > 100 {
+                            break;
+                        }
+                        wait_writable(&self.socket, 10);
+                    }
+                    Ok(k) => sent += k,
+                    Err(_) => break,
+                }
+            }
+            if n < BATCH {
+                return;
+            }
+        }
+    }
+
+    /// Receives what is waiting on the socket and processes it; returns datagrams handled.
+    /// `block_on_lock`: the progress thread waits for the receive lock, pollers don't.
+    fn rx_burst(&self, block_on_lock: bool) -> usize {
+        let mut rx = if block_on_lock {
+            self.rx.lock().unwrap_or_else(|p| p.into_inner())
+        } else {
+            match self.rx.try_lock() {
+                Ok(g) => g,
+                Err(_) => return 0,
+            }
+        };
+        let mut total = 0;
+        loop {
+            match self.socket.recv_batch(&mut rx) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let local_ip = self.socket.local_addr().ip();
+            {
+                let mut core = self.lock();
+                let now = self.now();
+                let mut mem = HostMemory;
+                for d in rx.datagrams() {
+                    if let Some(c) = &self.capture {
+                        c.record(
+                            d.src,
+                            SocketAddr::new(
+                                d.dst_ip.unwrap_or(local_ip),
+                                self.socket.local_addr().port(),
+                            ),
+                            d.data,
+                        );
+                    }
+                    let dg = Datagram {
+                        src: d.src,
+                        dst_ip: d.dst_ip.unwrap_or(local_ip),
+                        payload: d.data,
+                    };
+                    core.ep.handle_datagram(now, &dg, &mut mem);
+                    total += 1;
+                }
+                self.after(&mut core);
+            }
+            self.flush_tx();
+            if rx.messages().len() < BATCH {
+                break;
+            }
+        }
+        total
+    }
+
+    fn handle_timers(&self) {
+        {
+            let mut core = self.lock();
+            let now = self.now();
+            if core.ep.poll_timeout().is_some_and(|t| t <= now) {
+                core.ep.handle_timeout(now);
+            }
+            self.after(&mut core);
+        }
+        self.flush_tx();
+    }
+}
+
+fn progress_loop(s: &Shared, poller: &Poller) {
+    while !s.shutdown.load(Ordering::SeqCst) {
+        let deadline = s.lock().ep.poll_timeout();
+        let ns = deadline.map_or(u64::MAX, |t| t.as_nanos());
+        s.sleeping_until.store(ns, Ordering::SeqCst);
+        let when = deadline.map(|t| s.epoch + std::time::Duration::from_nanos(t.as_nanos()));
+        let _ = poller.wait(when);
+        s.sleeping_until.store(0, Ordering::SeqCst);
+        s.rx_burst(true);
+        s.handle_timers();
+    }
+}
+
+fn wait_writable(sock: &RoceSocket, ms: i32) {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: `p` is one valid pollfd for the duration of the call.
+    unsafe {
+        libc::poll(&mut p, 1, ms);
+    }
+}
+
+fn e_kind(e: &softrdma_udp::BindError) -> io::ErrorKind {
+    use softrdma_udp::BindError as B;
+    match e {
+        B::Io { source, .. } | B::Setup(source) => source.kind(),
+        B::NotAvailable { .. } => io::ErrorKind::AddrNotAvailable,
+        _ => io::ErrorKind::AddrInUse,
+    }
+}
+
+fn os_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: `b` is a valid writable 8-byte buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n == 8 {
+        u64::from_ne_bytes(b)
+    } else {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id())
+    }
+}

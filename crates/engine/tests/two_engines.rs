@@ -1,0 +1,191 @@
+//! Two engines in one process over real UDP on loopback.
+
+use softrdma_engine::transport::{
+    Access, AddressVector, Mtu, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType,
+    RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
+};
+use softrdma_engine::{Engine, EngineConfig};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+fn port() -> u16 {
+    // A free UDP port on 127.0.0.1 is very likely free on 127.0.0.2/3 too.
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap().port()
+}
+
+struct Side {
+    e: Engine,
+    qpn: u32,
+    cq: softrdma_engine::transport::CqHandle,
+    buf: Vec<u8>,
+    lkey: u32,
+    rkey: u32,
+}
+
+fn side(ip: [u8; 4], port: u16) -> Side {
+    let e = Engine::start(EngineConfig::bound_to(SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::from(ip)),
+        port,
+    )))
+    .unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let ptr = buf.as_mut_ptr() as u64;
+    let (qpn, cq, mr) = e.with(|ep, _| {
+        let pd = ep.alloc_pd().unwrap();
+        let (cq, _) = ep.create_cq(1024).unwrap();
+        let (qpn, _) = ep
+            .create_qp(&QpInitAttr {
+                qp_type: QpType::Rc,
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 256,
+                    max_recv_wr: 256,
+                    max_send_sge: 4,
+                    max_recv_sge: 4,
+                    max_inline_data: 64,
+                },
+                sq_sig_all: true,
+            })
+            .unwrap();
+        let mr = ep
+            .reg_mr(
+                pd,
+                ptr,
+                1 << 20,
+                ptr,
+                Access::LOCAL_WRITE
+                    | Access::REMOTE_WRITE
+                    | Access::REMOTE_READ
+                    | Access::REMOTE_ATOMIC,
+            )
+            .unwrap();
+        (qpn, cq, mr)
+    });
+    Side {
+        e,
+        qpn,
+        cq,
+        buf,
+        lkey: mr.lkey,
+        rkey: mr.rkey,
+    }
+}
+
+fn connect(s: &Side, peer: &Side) {
+    let peer_ip = peer.e.local_addr().ip();
+    s.e.with(|ep, now| {
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            ..QpAttr::default()
+        };
+        ep.modify_qp(
+            now,
+            s.qpn,
+            &a,
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+        )
+        .unwrap();
+        a.qp_state = QpState::Rtr;
+        a.path_mtu = Mtu::M1024;
+        a.dest_qp_num = peer.qpn;
+        a.rq_psn = 0xFFFFF0;
+        a.max_dest_rd_atomic = 4;
+        a.min_rnr_timer = 12;
+        a.ah_attr = AddressVector::to_ip(peer_ip);
+        ep.modify_qp(
+            now,
+            s.qpn,
+            &a,
+            M::STATE
+                | M::AV
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER,
+        )
+        .unwrap();
+        a.qp_state = QpState::Rts;
+        a.sq_psn = 0xFFFFF0;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.max_rd_atomic = 4;
+        ep.modify_qp(
+            now,
+            s.qpn,
+            &a,
+            M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
+        )
+        .unwrap();
+    });
+}
+
+fn wait_wc(s: &Side, n: usize) -> Vec<softrdma_engine::transport::Wc> {
+    let mut v = Vec::new();
+    let t0 = Instant::now();
+    while v.len() < n {
+        s.e.poll_cq(s.cq, 16, |w| v.push(w)).unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "timeout waiting for {n} completions, got {v:?}"
+        );
+    }
+    v
+}
+
+#[test]
+fn rc_send_and_write_between_engines() {
+    let p = port();
+    let mut a = side([127, 0, 0, 2], p);
+    let mut b = side([127, 0, 0, 3], p);
+    connect(&a, &b);
+    connect(&b, &a);
+    for (i, x) in a.buf.iter_mut().enumerate().take(100_000) {
+        *x = (i % 251) as u8;
+    }
+    let bptr = b.buf.as_ptr() as u64;
+    b.e.post_recv(
+        b.qpn,
+        RecvWr {
+            wr_id: 9,
+            sgl: vec![Sge {
+                addr: bptr,
+                length: 65536,
+                lkey: b.lkey,
+            }],
+        },
+    )
+    .unwrap();
+    let aptr = a.buf.as_ptr() as u64;
+    let mut wr = SendWr::new(1, WrOpcode::Send);
+    wr.sgl = vec![Sge {
+        addr: aptr,
+        length: 50_000,
+        lkey: a.lkey,
+    }];
+    a.e.post_send(a.qpn, wr).unwrap();
+    let mut w = SendWr::new(2, WrOpcode::RdmaWrite);
+    w.flags = SendFlags::SIGNALED;
+    w.sgl = vec![Sge {
+        addr: aptr,
+        length: 100_000,
+        lkey: a.lkey,
+    }];
+    w.remote_addr = bptr + 200_000;
+    w.rkey = b.rkey;
+    a.e.post_send(a.qpn, w).unwrap();
+    let wcs = wait_wc(&a, 2);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let r = wait_wc(&b, 1);
+    assert_eq!(r[0].byte_len, 50_000);
+    assert_eq!(&b.buf[..50_000], &a.buf[..50_000]);
+    assert_eq!(&b.buf[200_000..300_000], &a.buf[..100_000]);
+    let _ = &mut b;
+}

@@ -1,0 +1,21 @@
+//! # softrdma: RDMA for everyone
+//!
+//! A safe, idiomatic Rust API over softrdma's user-space RoCEv2 device, which
+//! needs no RDMA NIC, no kernel module and no root: laptops, containers and CI
+//! get real RDMA semantics (RC, UC, UD; SEND, WRITE, READ, atomics) over UDP,
+//! wire-compatible with Linux Soft-RoCE.
+//!
+//! Contract: everything here is safe Rust. Memory that remote peers may touch
+//! is owned by a registered [`verbs::Mr`] (so it cannot be freed or moved
+//! while registered) or registered through the documented `unsafe`
+//! [`verbs::Pd::register_raw`]. Every access a work request or a peer makes is
+//! checked against the registration by the engine before a byte moves.
+//!
+//! Modules: [`verbs`] (devices, PD, MR, CQ, QP, SRQ, AH).
+
+#![warn(missing_docs)]
+
+mod error;
+pub mod verbs;
+
+pub use error::{Error, Result};

@@ -1,0 +1,139 @@
+//! Protection domains and address handles.
+
+use super::device::Context;
+use super::mr::{Mr, RawMr};
+use super::qp::{Qp, QpInit, Srq};
+use crate::Result;
+use softrdma_transport::{Access, AddressVector, PdHandle, VerbsError};
+use std::fmt;
+use std::sync::Arc;
+
+pub(crate) struct PdInner {
+    pub(crate) ctx: Context,
+    pub(crate) h: PdHandle,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // Children hold the PD, so nothing uses it any more.
+        let h = self.h;
+        let _ = self.ctx.engine.with(|ep, _| ep.dealloc_pd(h));
+    }
+}
+
+/// A protection domain (`struct ibv_pd`). Cheap to clone.
+#[derive(Clone)]
+pub struct Pd(pub(crate) Arc<PdInner>);
+
+impl fmt::Debug for Pd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pd({})", self.0.h.0)
+    }
+}
+
+impl Pd {
+    pub(crate) fn new(ctx: &Context) -> Result<Pd> {
+        let h = ctx.engine.with(|ep, _| ep.alloc_pd())?;
+        Ok(Pd(Arc::new(PdInner {
+            ctx: ctx.clone(),
+            h,
+        })))
+    }
+
+    /// The context this PD belongs to.
+    pub fn context(&self) -> &Context {
+        &self.0.ctx
+    }
+
+    /// Allocates `len` zeroed bytes (page aligned) and registers them.
+    pub fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        Mr::alloc(self, len, access)
+    }
+
+    /// Registers a copy of `data` (the registered buffer is owned by the [`Mr`]).
+    pub fn register(&self, data: &[u8], access: Access) -> Result<Mr> {
+        let mr = Mr::alloc(self, data.len(), access)?;
+        mr.write(0, data)?;
+        Ok(mr)
+    }
+
+    /// Registers memory the caller owns.
+    ///
+    /// # Safety
+    ///
+    /// `[ptr, ptr + len)` must be valid for reads and writes, and stay allocated
+    /// and unused by Rust references that assume exclusive access, for as long
+    /// as the returned [`RawMr`] lives: local work requests and remote peers
+    /// (per `access`) read and write it at any time, like a NIC's DMA.
+    pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<RawMr> {
+        // SAFETY: forwarded contract.
+        unsafe { RawMr::new(self, ptr, len, access) }
+    }
+
+    /// Creates a QP in RESET.
+    pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
+        Qp::new(self, init)
+    }
+
+    /// Creates a shared receive queue.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32, limit: u32) -> Result<Srq> {
+        Srq::new(self, max_wr, max_sge, limit)
+    }
+
+    /// Creates an address handle for UD sends.
+    pub fn create_ah(&self, av: AddressVector) -> Result<Ah> {
+        Ah::new(self, av)
+    }
+}
+
+/// An address handle (`struct ibv_ah`): where a UD send goes.
+pub struct Ah {
+    pd: Pd,
+    av: AddressVector,
+}
+
+impl fmt::Debug for Ah {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ah({})", self.av.dest_ip())
+    }
+}
+
+impl Ah {
+    fn new(pd: &Pd, av: AddressVector) -> Result<Ah> {
+        let ngids = pd.0.ctx.engine.gids().len();
+        if usize::from(av.sgid_index) >= ngids {
+            return Err(VerbsError::InvalidArgument(format!("no GID {}", av.sgid_index)).into());
+        }
+        if !av.is_global {
+            // RoCE routes by GID: without a GRH there is no destination address.
+            return Err(VerbsError::InvalidArgument(
+                "RoCE address handles need a GRH (is_global)".into(),
+            )
+            .into());
+        }
+        let h = pd.0.h;
+        pd.0.ctx.engine.with(|ep, _| ep.pd_acquire(h))?;
+        Ok(Ah { pd: pd.clone(), av })
+    }
+
+    /// The address vector.
+    pub fn av(&self) -> &AddressVector {
+        &self.av
+    }
+
+    /// The UD destination for a send through this handle.
+    pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> softrdma_transport::UdDest {
+        softrdma_transport::UdDest {
+            av: self.av,
+            remote_qpn,
+            remote_qkey,
+        }
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        let h = self.pd.0.h;
+        self.pd.0.ctx.engine.with(|ep, _| ep.pd_release(h));
+    }
+}

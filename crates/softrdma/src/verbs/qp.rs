@@ -1,0 +1,311 @@
+//! Queue pairs and shared receive queues.
+
+use super::cq::Cq;
+use super::device::Gid;
+use super::pd::Pd;
+use crate::Result;
+use softrdma_transport::{
+    Access, AddressVector, Mtu, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, Qpn,
+    RecvWr, SendWr, SrqHandle,
+};
+use std::fmt;
+use std::sync::Arc;
+
+/// What to create a QP with (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone)]
+pub struct QpInit<'a> {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Send completions go here.
+    pub send_cq: &'a Cq,
+    /// Receive completions go here.
+    pub recv_cq: &'a Cq,
+    /// Shared receive queue, if any.
+    pub srq: Option<&'a Srq>,
+    /// Requested capacities (the QP reports the actual ones).
+    pub cap: QpCap,
+    /// Signal every send WR.
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInit<'a> {
+    /// Defaults: 128 WRs each way, 4 SGEs, 64 inline bytes, selective signalling.
+    pub fn new(qp_type: QpType, send_cq: &'a Cq, recv_cq: &'a Cq) -> QpInit<'a> {
+        QpInit {
+            qp_type,
+            send_cq,
+            recv_cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 128,
+                max_recv_wr: 128,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 64,
+            },
+            sq_sig_all: false,
+        }
+    }
+}
+
+struct QpInner {
+    pd: Pd,
+    qpn: Qpn,
+    qp_type: QpType,
+    cap: QpCap,
+    _cqs: (Cq, Cq),
+    _srq: Option<Srq>,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        let q = self.qpn;
+        let _ = self.pd.0.ctx.engine.with(|ep, _| ep.destroy_qp(q));
+    }
+}
+
+/// A queue pair (`struct ibv_qp`).
+pub struct Qp(Arc<QpInner>);
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Qp({:?} {:#x})", self.0.qp_type, self.0.qpn)
+    }
+}
+
+/// How to connect an RC/UC QP to its peer (what pingpong programs exchange).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectParams {
+    /// The peer's QP number.
+    pub remote_qpn: Qpn,
+    /// The peer's GID.
+    pub remote_gid: Gid,
+    /// The first PSN the peer sends (our receive PSN).
+    pub remote_psn: u32,
+    /// The first PSN we send.
+    pub local_psn: u32,
+    /// Local GID index to send from.
+    pub sgid_index: u8,
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Rights granted to the peer.
+    pub access: Access,
+    /// READ/atomic depth both ways.
+    pub rd_atomic: u8,
+    /// Local ACK timeout exponent (14: ~67 ms).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7: infinite).
+    pub rnr_retry: u8,
+    /// RNR timer code (12: 0.64 ms).
+    pub min_rnr_timer: u8,
+}
+
+impl ConnectParams {
+    /// ibv_rc_pingpong's settings towards `remote_qpn` at `remote_gid`.
+    pub fn new(remote_qpn: Qpn, remote_gid: Gid, remote_psn: u32, local_psn: u32) -> Self {
+        ConnectParams {
+            remote_qpn,
+            remote_gid,
+            remote_psn,
+            local_psn,
+            sgid_index: 0,
+            mtu: Mtu::M1024,
+            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            rd_atomic: 16,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
+impl Qp {
+    pub(crate) fn new(pd: &Pd, init: &QpInit<'_>) -> Result<Qp> {
+        let a = QpInitAttr {
+            qp_type: init.qp_type,
+            pd: pd.0.h,
+            send_cq: init.send_cq.0.h,
+            recv_cq: init.recv_cq.0.h,
+            srq: init.srq.map(|s| s.0.h),
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let (qpn, cap) = pd.0.ctx.engine.with(|ep, _| ep.create_qp(&a))?;
+        Ok(Qp(Arc::new(QpInner {
+            pd: pd.clone(),
+            qpn,
+            qp_type: init.qp_type,
+            cap,
+            _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
+            _srq: init.srq.cloned(),
+        })))
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.0.qpn
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        self.0.qp_type
+    }
+
+    /// The actual capacities.
+    pub fn cap(&self) -> QpCap {
+        self.0.cap
+    }
+
+    /// Modifies attributes (`ibv_modify_qp`); errors name what is wrong or missing.
+    pub fn modify(&self, attr: &QpAttr, mask: M) -> Result<()> {
+        let q = self.0.qpn;
+        Ok(self
+            .0
+            .pd
+            .0
+            .ctx
+            .engine
+            .with(|ep, now| ep.modify_qp(now, q, attr, mask))?)
+    }
+
+    /// Current attributes (`ibv_query_qp`).
+    pub fn query(&self) -> Result<QpAttr> {
+        let q = self.0.qpn;
+        Ok(self.0.pd.0.ctx.engine.with(|ep, _| ep.query_qp(q))?.0)
+    }
+
+    /// RESET → INIT for RC/UC (granting `access`) or UD (with `qkey`).
+    pub fn to_init(&self, access: Access, qkey: u32) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        let mask = if self.0.qp_type == QpType::Ud {
+            a.qkey = qkey;
+            M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY
+        } else {
+            a.qp_access_flags = access;
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+        };
+        self.modify(&a, mask)
+    }
+
+    /// INIT → RTR → RTS towards a peer (RC/UC), as ibv_rc_pingpong does.
+    pub fn connect(&self, p: &ConnectParams) -> Result<()> {
+        let rc = self.0.qp_type == QpType::Rc;
+        let mut av = AddressVector::to_ip(p.remote_gid.to_ip());
+        av.sgid_index = p.sgid_index;
+        let mut a = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: p.mtu,
+            dest_qp_num: p.remote_qpn,
+            rq_psn: p.remote_psn,
+            max_dest_rd_atomic: p.rd_atomic,
+            min_rnr_timer: p.min_rnr_timer,
+            ah_attr: av,
+            ..QpAttr::default()
+        };
+        let mut mask = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+        if rc {
+            mask = mask | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+        }
+        self.modify(&a, mask)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = p.local_psn;
+        a.timeout = p.timeout;
+        a.retry_cnt = p.retry_cnt;
+        a.rnr_retry = p.rnr_retry;
+        a.max_rd_atomic = p.rd_atomic;
+        let mut mask = M::STATE | M::SQ_PSN;
+        if rc {
+            mask = mask | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+        }
+        self.modify(&a, mask)
+    }
+
+    /// INIT → RTR → RTS for UD with initial send PSN `psn`.
+    pub fn activate_ud(&self, psn: u32) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        };
+        self.modify(&a, M::STATE)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = psn;
+        self.modify(&a, M::STATE | M::SQ_PSN)
+    }
+
+    /// Posts a send work request (`ibv_post_send`).
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        Ok(self.0.pd.0.ctx.engine.post_send(self.0.qpn, wr)?)
+    }
+
+    /// Posts a receive work request (`ibv_post_recv`).
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        Ok(self.0.pd.0.ctx.engine.post_recv(self.0.qpn, wr)?)
+    }
+}
+
+pub(crate) struct SrqInner {
+    pd: Pd,
+    pub(crate) h: SrqHandle,
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        let h = self.h;
+        let _ = self.pd.0.ctx.engine.with(|ep, _| ep.destroy_srq(h));
+    }
+}
+
+/// A shared receive queue (`struct ibv_srq`). Cheap to clone.
+#[derive(Clone)]
+pub struct Srq(pub(crate) Arc<SrqInner>);
+
+impl fmt::Debug for Srq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Srq({})", self.0.h.0)
+    }
+}
+
+impl Srq {
+    pub(crate) fn new(pd: &Pd, max_wr: u32, max_sge: u32, limit: u32) -> Result<Srq> {
+        let h = pd.0.h;
+        let (s, _, _) =
+            pd.0.ctx
+                .engine
+                .with(|ep, _| ep.create_srq(h, max_wr, max_sge, limit))?;
+        Ok(Srq(Arc::new(SrqInner {
+            pd: pd.clone(),
+            h: s,
+        })))
+    }
+
+    /// Posts a receive work request (`ibv_post_srq_recv`).
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        let h = self.0.h;
+        Ok(self
+            .0
+            .pd
+            .0
+            .ctx
+            .engine
+            .with(|ep, _| ep.post_srq_recv(h, wr))?)
+    }
+
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
+    pub fn set_limit(&self, limit: u32) -> Result<()> {
+        let h = self.0.h;
+        Ok(self
+            .0
+            .pd
+            .0
+            .ctx
+            .engine
+            .with(|ep, _| ep.modify_srq(h, None, Some(limit)))?)
+    }
+}

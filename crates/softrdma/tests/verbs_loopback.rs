@@ -1,0 +1,251 @@
+//! The safe API between two devices in one process, over real UDP on loopback.
+
+use softrdma::verbs::*;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+fn two_contexts() -> (Context, Context) {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let at = |d| {
+        EngineConfig::bound_to(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, d)),
+            port,
+        ))
+    };
+    (
+        Context::open_with(at(11)).unwrap(),
+        Context::open_with(at(12)).unwrap(),
+    )
+}
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn rc_all_operations() {
+    let (ca, cb) = two_contexts();
+    let all =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (ma, mb) = (
+        pa.alloc_mr(1 << 20, all).unwrap(),
+        pb.alloc_mr(1 << 20, all).unwrap(),
+    );
+    let (qa_cq, qb_cq) = (
+        ca.create_cq(256, None).unwrap(),
+        cb.create_cq(256, None).unwrap(),
+    );
+    let qa = pa
+        .create_qp(&QpInit::new(QpType::Rc, &qa_cq, &qa_cq))
+        .unwrap();
+    let qb = pb
+        .create_qp(&QpInit::new(QpType::Rc, &qb_cq, &qb_cq))
+        .unwrap();
+    for q in [&qa, &qb] {
+        q.to_init(
+            Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            0,
+        )
+        .unwrap();
+    }
+    let ga = ca.query_gid(1, 0).unwrap();
+    let gb = cb.query_gid(1, 0).unwrap();
+    qa.connect(&ConnectParams::new(qb.qpn(), gb, 0xFFFFFE, 0x000010))
+        .unwrap();
+    qb.connect(&ConnectParams::new(qa.qpn(), ga, 0x000010, 0xFFFFFE))
+        .unwrap();
+
+    let data: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
+    ma.write(0, &data).unwrap();
+    qb.post_recv(RecvWr {
+        wr_id: 1,
+        sgl: vec![mb.sge(0, 100_000).unwrap()],
+    })
+    .unwrap();
+    let mut s = SendWr::new(10, WrOpcode::SendWithImm);
+    s.imm_data = 0x01020304;
+    s.flags = SendFlags::SIGNALED;
+    s.sgl = vec![ma.sge(0, 70_000).unwrap()];
+    qa.post_send(s).unwrap();
+    let mut w = SendWr::new(11, WrOpcode::RdmaWrite);
+    w.flags = SendFlags::SIGNALED;
+    w.sgl = vec![ma.sge(0, 200_000).unwrap()];
+    w.remote_addr = mb.addr() + 300_000;
+    w.rkey = mb.rkey();
+    qa.post_send(w).unwrap();
+    let mut r = SendWr::new(12, WrOpcode::RdmaRead);
+    r.flags = SendFlags::SIGNALED;
+    r.sgl = vec![ma.sge(500_000, 200_000).unwrap()];
+    r.remote_addr = mb.addr() + 300_000;
+    r.rkey = mb.rkey();
+    qa.post_send(r).unwrap();
+    let mut f = SendWr::new(13, WrOpcode::AtomicFetchAndAdd);
+    f.flags = SendFlags::SIGNALED;
+    f.sgl = vec![ma.sge(800_000, 8).unwrap()];
+    f.remote_addr = mb.addr() + 900_000;
+    f.rkey = mb.rkey();
+    f.compare_add = 41;
+    qa.post_send(f).unwrap();
+    let wcs = qa_cq.poll_blocking(4, T).unwrap();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (10, WcStatus::Success, WcOpcode::Send),
+            (11, WcStatus::Success, WcOpcode::RdmaWrite),
+            (12, WcStatus::Success, WcOpcode::RdmaRead),
+            (13, WcStatus::Success, WcOpcode::FetchAdd),
+        ]
+    );
+    let rx = qb_cq.poll_blocking(1, T).unwrap();
+    assert_eq!(rx[0].byte_len, 70_000);
+    assert_eq!(rx[0].imm_data, 0x01020304);
+    assert!(rx[0].wc_flags.contains(WcFlags::WITH_IMM));
+    assert_eq!(mb.to_vec(0, 70_000).unwrap(), data[..70_000]);
+    assert_eq!(mb.to_vec(300_000, 200_000).unwrap(), data[..]);
+    assert_eq!(ma.to_vec(500_000, 200_000).unwrap(), data[..]);
+    assert_eq!(mb.to_vec(900_000, 8).unwrap(), 41u64.to_ne_bytes());
+    assert_eq!(ma.to_vec(800_000, 8).unwrap(), 0u64.to_ne_bytes());
+}
+
+#[test]
+fn bad_rkey_is_remote_access_error_and_memory_untouched() {
+    let (ca, cb) = two_contexts();
+    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (ma, mb) = (
+        pa.alloc_mr(4096, all).unwrap(),
+        pb.alloc_mr(4096, all).unwrap(),
+    );
+    mb.write(0, &[0xAB; 4096]).unwrap();
+    let (cqa, cqb) = (
+        ca.create_cq(16, None).unwrap(),
+        cb.create_cq(16, None).unwrap(),
+    );
+    let qa = pa.create_qp(&QpInit::new(QpType::Rc, &cqa, &cqa)).unwrap();
+    let qb = pb.create_qp(&QpInit::new(QpType::Rc, &cqb, &cqb)).unwrap();
+    qa.to_init(Access::REMOTE_WRITE, 0).unwrap();
+    qb.to_init(Access::REMOTE_WRITE, 0).unwrap();
+    qa.connect(&ConnectParams::new(
+        qb.qpn(),
+        cb.query_gid(1, 0).unwrap(),
+        1,
+        2,
+    ))
+    .unwrap();
+    qb.connect(&ConnectParams::new(
+        qa.qpn(),
+        ca.query_gid(1, 0).unwrap(),
+        2,
+        1,
+    ))
+    .unwrap();
+    let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
+    w.flags = SendFlags::SIGNALED;
+    w.sgl = vec![ma.sge(0, 64).unwrap()];
+    w.remote_addr = mb.addr();
+    w.rkey = mb.rkey() ^ 0x100;
+    qa.post_send(w).unwrap();
+    let wc = cqa.poll_blocking(1, T).unwrap();
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+    assert_eq!(mb.to_vec(0, 4096).unwrap(), vec![0xAB; 4096]);
+    assert_eq!(qa.query().unwrap().qp_state, QpState::Err);
+}
+
+#[test]
+fn ud_send_with_grh() {
+    let (ca, cb) = two_contexts();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (ma, mb) = (
+        pa.alloc_mr(8192, Access::LOCAL_WRITE).unwrap(),
+        pb.alloc_mr(8192, Access::LOCAL_WRITE).unwrap(),
+    );
+    let (cqa, cqb) = (
+        ca.create_cq(16, None).unwrap(),
+        cb.create_cq(16, None).unwrap(),
+    );
+    let qa = pa.create_qp(&QpInit::new(QpType::Ud, &cqa, &cqa)).unwrap();
+    let qb = pb.create_qp(&QpInit::new(QpType::Ud, &cqb, &cqb)).unwrap();
+    for q in [&qa, &qb] {
+        q.to_init(Access::EMPTY, 0x11111111).unwrap();
+        q.activate_ud(0).unwrap();
+    }
+    ma.write(0, b"hello over UD").unwrap();
+    qb.post_recv(RecvWr {
+        wr_id: 5,
+        sgl: vec![mb.sge(0, 1024 + 40).unwrap()],
+    })
+    .unwrap();
+    let ah = pa
+        .create_ah(AddressVector::to_ip(cb.local_addr().ip()))
+        .unwrap();
+    let mut s = SendWr::new(6, WrOpcode::Send);
+    s.flags = SendFlags::SIGNALED;
+    s.sgl = vec![ma.sge(0, 13).unwrap()];
+    s.ud = Some(ah.dest(qb.qpn(), 0x11111111));
+    qa.post_send(s).unwrap();
+    assert_eq!(
+        cqa.poll_blocking(1, T).unwrap()[0].status,
+        WcStatus::Success
+    );
+    let r = cqb.poll_blocking(1, T).unwrap();
+    assert_eq!(r[0].status, WcStatus::Success);
+    assert_eq!(r[0].byte_len, 40 + 13);
+    assert_eq!(r[0].src_qp, qa.qpn());
+    assert!(r[0].wc_flags.contains(WcFlags::GRH));
+    let buf = mb.to_vec(0, 53).unwrap();
+    assert_eq!(&buf[40..], b"hello over UD");
+    // The GRH area holds the IPv4 header after 20 zero bytes: source address at 32..36.
+    assert_eq!(buf[20] >> 4, 4);
+    assert_eq!(&buf[32..36], &[127, 0, 0, 11]);
+}
+
+#[test]
+fn completion_channel_wakes_blocked_waiter() {
+    let (ca, cb) = two_contexts();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (ma, mb) = (
+        pa.alloc_mr(64, Access::LOCAL_WRITE).unwrap(),
+        pb.alloc_mr(64, Access::LOCAL_WRITE).unwrap(),
+    );
+    let ch = cb.create_comp_channel().unwrap();
+    let cqb = cb.create_cq(16, Some(&ch)).unwrap();
+    let cqa = ca.create_cq(16, None).unwrap();
+    let qa = pa.create_qp(&QpInit::new(QpType::Rc, &cqa, &cqa)).unwrap();
+    let qb = pb.create_qp(&QpInit::new(QpType::Rc, &cqb, &cqb)).unwrap();
+    qa.to_init(Access::EMPTY, 0).unwrap();
+    qb.to_init(Access::EMPTY, 0).unwrap();
+    qa.connect(&ConnectParams::new(
+        qb.qpn(),
+        cb.query_gid(1, 0).unwrap(),
+        7,
+        9,
+    ))
+    .unwrap();
+    qb.connect(&ConnectParams::new(
+        qa.qpn(),
+        ca.query_gid(1, 0).unwrap(),
+        9,
+        7,
+    ))
+    .unwrap();
+    qb.post_recv(RecvWr {
+        wr_id: 1,
+        sgl: vec![mb.sge(0, 64).unwrap()],
+    })
+    .unwrap();
+    cqb.req_notify(false).unwrap();
+    let waiter = std::thread::spawn(move || ch.wait().unwrap());
+    std::thread::sleep(Duration::from_millis(50));
+    let mut s = SendWr::new(2, WrOpcode::Send);
+    s.sgl = vec![ma.sge(0, 8).unwrap()];
+    qa.post_send(s).unwrap();
+    let fired = waiter.join().unwrap();
+    assert_eq!(fired, cqb.id());
+    assert_eq!(cqb.poll_one().unwrap().unwrap().wr_id, 1);
+}
