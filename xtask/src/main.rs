@@ -1,4 +1,406 @@
-fn main() {
-    eprintln!("xtask: no tasks yet");
-    std::process::exit(2);
+//! Project automation, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
+//!
+//! Tasks:
+//! - `compat`: build the C-ABI staticlibs in release and link them into
+//!   `target/compat/libibverbs.so.1` and `target/compat/librdmacm.so.1`
+//!   (see `crates/capi/README.md`).
+//!
+//! Dependency-free on purpose: it only runs `cargo`, `rustc`, `cc` and
+//! `readelf`.
+
+use std::collections::BTreeMap;
+use std::env;
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+type Result<T> = std::result::Result<T, String>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("compat") => compat(&args[1..]),
+        Some("help" | "-h" | "--help") | None => {
+            print_help();
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n\n{}", help_text())),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn help_text() -> &'static str {
+    "usage: cargo xtask <task>\n\n\
+     tasks:\n  \
+     compat   build the C ABI (release) and link target/compat/libibverbs.so.1 and\n           \
+     target/compat/librdmacm.so.1 (needs a C compiler `cc` and binutils)"
+}
+
+fn print_help() {
+    println!("{}", help_text());
+}
+
+/// The workspace root (the parent of this crate's manifest directory).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> OsString {
+    env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// Runs a command, failing with its stderr if it does not succeed.
+fn run(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{what}: cannot run {:?}: {e}", cmd.get_program()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed ({}):\n{:?}\n{}{}",
+            out.status,
+            cmd,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(out)
+}
+
+/// `cargo metadata`'s `target_directory` (honours `CARGO_TARGET_DIR` and config).
+fn target_dir(root: &Path) -> Result<PathBuf> {
+    let out = run(
+        Command::new(cargo()).current_dir(root).args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+        ]),
+        "cargo metadata",
+    )?;
+    let json = String::from_utf8_lossy(&out.stdout);
+    json_string_field(&json, "target_directory")
+        .map(PathBuf::from)
+        .ok_or_else(|| "cargo metadata printed no target_directory".to_owned())
+}
+
+/// Extracts the string value of `"key":"..."` from a JSON text (enough for
+/// cargo metadata; handles the usual escapes).
+fn json_string_field(json: &str, key: &str) -> Option<String> {
+    let start = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let mut out = String::new();
+    let mut chars = json[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(out),
+            '\\' => match chars.next()? {
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                'u' => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                }
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+fn check_tool(tool: &str, hint: &str) -> Result<()> {
+    match Command::new(tool).arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err(format!(
+            "`{tool}` is required but was not found or does not run: {hint}"
+        )),
+    }
+}
+
+/// The native libraries a Rust staticlib needs (`rustc --print native-static-libs`),
+/// probed once per rustc version with an empty crate: the C-ABI crates add no
+/// `#[link]`s of their own (`--no-undefined` below catches it if one ever does).
+fn native_static_libs(scratch: &Path) -> Result<Vec<String>> {
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let version = run(Command::new(&rustc).arg("-vV"), "rustc -vV")?;
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    let cache = scratch.join("native-static-libs.txt");
+    if let Ok(cached) = fs::read_to_string(&cache)
+        && let Some((v, libs)) = cached.split_once("\n---\n")
+        && v == version
+    {
+        return Ok(libs.split_whitespace().map(str::to_owned).collect());
+    }
+    let src = scratch.join("probe.rs");
+    fs::write(&src, "pub fn probe() {}\n").map_err(|e| format!("write {}: {e}", src.display()))?;
+    let out = run(
+        Command::new(&rustc)
+            .args([
+                "--edition",
+                "2021",
+                "--crate-type",
+                "staticlib",
+                "--crate-name",
+                "probe",
+                "-O",
+            ])
+            .arg("--print=native-static-libs")
+            .arg("--out-dir")
+            .arg(scratch)
+            .arg(&src),
+        "rustc --print native-static-libs",
+    )?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let libs = stderr
+        .lines()
+        .find_map(|l| {
+            l.split_once("native-static-libs:")
+                .map(|(_, libs)| libs.trim().to_owned())
+        })
+        .ok_or_else(|| format!("rustc printed no native-static-libs note:\n{stderr}"))?;
+    let _ = fs::write(&cache, format!("{version}\n---\n{libs}"));
+    Ok(libs.split_whitespace().map(str::to_owned).collect())
+}
+
+/// `(node, parent)` pairs of a version script, in file order.
+type Nodes = Vec<(String, Option<String>)>;
+
+/// Parses a version script into `symbol -> node` and its nodes.
+fn parse_version_script(text: &str) -> (BTreeMap<String, String>, Nodes) {
+    let mut symbols = BTreeMap::new();
+    let mut nodes = Vec::new();
+    let mut current: Option<String> = None;
+    let mut in_comment = false;
+    for raw in text.lines() {
+        let mut line = raw.trim();
+        if in_comment {
+            match line.find("*/") {
+                Some(i) => {
+                    in_comment = false;
+                    line = line[i + 2..].trim();
+                }
+                None => continue,
+            }
+        }
+        if line.starts_with("/*") {
+            if !line.contains("*/") {
+                in_comment = true;
+            }
+            continue;
+        }
+        if let Some(name) = line.strip_suffix('{').map(str::trim) {
+            current = Some(name.to_owned());
+        } else if let Some(rest) = line.strip_prefix('}') {
+            let parent = rest.trim().trim_end_matches(';').trim();
+            if let Some(node) = current.take() {
+                nodes.push((node, (!parent.is_empty()).then(|| parent.to_owned())));
+            }
+        } else if let Some(sym) = line.strip_suffix(';') {
+            let sym = sym.trim();
+            if !sym.is_empty()
+                && !sym.contains(':')
+                && !sym.contains('*')
+                && let Some(node) = &current
+            {
+                symbols.insert(sym.to_owned(), node.clone());
+            }
+        }
+    }
+    (symbols, nodes)
+}
+
+/// Checks with `readelf` that every symbol of the version script is defined
+/// at its node and that nothing else is exported.
+fn verify_exports(lib: &Path, map: &Path) -> Result<String> {
+    let text = fs::read_to_string(map).map_err(|e| format!("read {}: {e}", map.display()))?;
+    let (expected, nodes) = parse_version_script(&text);
+    let out = run(
+        Command::new("readelf").args(["--dyn-syms", "-W"]).arg(lib),
+        "readelf --dyn-syms",
+    )?;
+    let mut exported = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let is_entry = cols
+            .first()
+            .is_some_and(|c| c.trim_end_matches(':').parse::<u32>().is_ok());
+        if !is_entry || cols.len() < 8 || cols[6] == "UND" || cols[6] == "ABS" || cols[4] == "LOCAL"
+        {
+            continue;
+        }
+        if let Some((name, node)) = cols[7].split_once("@@") {
+            exported.insert(name.to_owned(), node.to_owned());
+        } else if !cols[7].contains('@') {
+            exported.insert(cols[7].to_owned(), "(unversioned)".to_owned());
+        }
+    }
+    let missing: Vec<String> = expected
+        .iter()
+        .filter(|(s, n)| exported.get(*s) != Some(n))
+        .map(|(s, n)| format!("{s}@@{n} (got {:?})", exported.get(s)))
+        .collect();
+    let extra: Vec<&String> = exported
+        .keys()
+        .filter(|s| !expected.contains_key(*s))
+        .collect();
+    if !missing.is_empty() || !extra.is_empty() {
+        return Err(format!(
+            "{}: exports differ from {}:\n  missing or wrong node: {missing:?}\n  unexpected: {extra:?}",
+            lib.display(),
+            map.display()
+        ));
+    }
+    Ok(format!(
+        "{} symbols in {} version nodes",
+        expected.len(),
+        nodes.len()
+    ))
+}
+
+fn symlink(target: &str, link: &Path) -> Result<()> {
+    let _ = fs::remove_file(link);
+    std::os::unix::fs::symlink(target, link).map_err(|e| format!("symlink {}: {e}", link.display()))
+}
+
+fn compat(args: &[String]) -> Result<()> {
+    if let Some(a) = args.first() {
+        return Err(format!("`compat` takes no arguments (got `{a}`)"));
+    }
+    check_tool("cc", "install a C compiler (Debian: apt-get install gcc)")?;
+    let root = workspace_root();
+
+    eprintln!("xtask: cargo build --release -p softrdma-capi -p softrdma-capi-rdmacm");
+    let status = Command::new(cargo())
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "softrdma-capi",
+            "-p",
+            "softrdma-capi-rdmacm",
+        ])
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build failed ({status})"));
+    }
+
+    let target = target_dir(&root)?;
+    let release = target.join("release");
+    let compat = target.join("compat");
+    let scratch = compat.join(".build");
+    fs::create_dir_all(&scratch).map_err(|e| format!("create {}: {e}", scratch.display()))?;
+    let native = native_static_libs(&scratch)?;
+
+    let libs = [
+        // (staticlib, version script, soname, extra link arguments)
+        (
+            "libibverbs.a",
+            root.join("crates/capi/maps/libibverbs.map"),
+            "libibverbs.so.1",
+            vec![],
+        ),
+        (
+            "librdmacm.a",
+            root.join("crates/capi-rdmacm/maps/librdmacm.map"),
+            "librdmacm.so.1",
+            // DT_NEEDED on *our* libibverbs: librdmacm forwards into it.
+            vec![
+                "-L".to_owned(),
+                compat.display().to_string(),
+                "-Wl,--no-as-needed".to_owned(),
+                "-l:libibverbs.so.1".to_owned(),
+            ],
+        ),
+    ];
+    let mut report = Vec::new();
+    for (archive, map, soname, extra) in &libs {
+        let archive = release.join(archive);
+        if !archive.exists() {
+            return Err(format!("{} was not built", archive.display()));
+        }
+        let out = compat.join(soname);
+        // Link to a temporary name and rename, so a failed link never leaves a
+        // half-written library that tests would pick up.
+        let tmp = scratch.join(format!("{soname}.tmp"));
+        let mut cc = Command::new("cc");
+        cc.arg("-shared")
+            .arg("-o")
+            .arg(&tmp)
+            .arg("-Wl,--whole-archive")
+            .arg(&archive)
+            .arg("-Wl,--no-whole-archive")
+            .arg(format!("-Wl,--version-script={}", map.display()))
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg("-Wl,--no-undefined")
+            // Exported symbols are GC roots; this drops the unused parts of std.
+            .arg("-Wl,--gc-sections")
+            .args(extra)
+            .args(["-lpthread", "-ldl", "-lm"])
+            .args(&native);
+        eprintln!("xtask: {cc:?}");
+        run(&mut cc, &format!("linking {soname}"))?;
+        fs::rename(&tmp, &out).map_err(|e| format!("rename to {}: {e}", out.display()))?;
+        let dev_link = compat.join(soname.trim_end_matches(".1"));
+        symlink(soname, &dev_link)?;
+        let summary = match check_tool("readelf", "") {
+            Ok(()) => verify_exports(&out, map)?,
+            Err(_) => "exports not verified (readelf not found)".to_owned(),
+        };
+        report.push((out, dev_link, summary));
+    }
+
+    println!("target/compat is ready:");
+    for (lib, link, summary) in &report {
+        let size = fs::metadata(lib).map(|m| m.len()).unwrap_or(0);
+        println!("  {} ({} KiB; {summary})", lib.display(), size / 1024);
+        println!(
+            "  {} -> {}",
+            link.display(),
+            lib.file_name().unwrap().to_string_lossy()
+        );
+    }
+    println!("use: LD_LIBRARY_PATH={} ibv_devices", compat.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_version_scripts() {
+        let text = "/* c\n * more */\nA_1.0 {\n\tglobal:\n\t\tf;\n\t\tg;\n\tlocal: *;\n};\nA_1.1 {\n\tglobal:\n\t\th;\n} A_1.0;\n";
+        let (syms, nodes) = parse_version_script(text);
+        assert_eq!(syms.len(), 3);
+        assert_eq!(syms["h"], "A_1.1");
+        assert_eq!(syms["f"], "A_1.0");
+        assert_eq!(
+            nodes,
+            vec![
+                ("A_1.0".to_owned(), None),
+                ("A_1.1".to_owned(), Some("A_1.0".to_owned()))
+            ]
+        );
+    }
+
+    #[test]
+    fn extracts_json_strings() {
+        let json = r#"{"packages":[],"target_directory":"/a/b \"c\"\\d","version":1}"#;
+        assert_eq!(
+            json_string_field(json, "target_directory").as_deref(),
+            Some("/a/b \"c\"\\d")
+        );
+        assert_eq!(json_string_field(json, "missing"), None);
+    }
 }

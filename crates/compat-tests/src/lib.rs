@@ -1,0 +1,537 @@
+//! Helpers for the compatibility tests: they run Debian's unmodified rdma-core
+//! and perftest binaries against our `target/compat/libibverbs.so.1` and
+//! `librdmacm.so.1` (built by `cargo xtask compat`).
+//!
+//! The tests never skip: if `target/compat` or the Debian packages are missing
+//! they fail and say what to run ([`require_compat_dir`],
+//! [`require_packages`]). Later tests (ping-pong pairs, network namespaces)
+//! reuse [`compat_command`] and [`run_with_timeout`].
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fmt;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The Debian packages whose binaries we must run.
+pub const PACKAGES: [&str; 3] = ["ibverbs-utils", "rdmacm-utils", "perftest"];
+
+/// How to get the packages, for failure messages.
+pub const PACKAGES_HINT: &str = "install them with `apt-get install ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev` \
+     (the project's CI script does this before `cargo test`)";
+
+/// The 28 target binaries (the import lists in `shared/reference/abi/imports.txt`;
+/// all of them ELF executables of [`PACKAGES`]).
+pub const TARGET_BINARIES: [&str; 28] = [
+    // ibverbs-utils
+    "ibv_devices",
+    "ibv_devinfo",
+    "ibv_rc_pingpong",
+    "ibv_uc_pingpong",
+    "ibv_ud_pingpong",
+    "ibv_srq_pingpong",
+    "ibv_xsrq_pingpong",
+    // rdmacm-utils
+    "cmtime",
+    "mckey",
+    "rcopy",
+    "rdma_client",
+    "rdma_server",
+    "rdma_xclient",
+    "rdma_xserver",
+    "riostream",
+    "rping",
+    "rstream",
+    "ucmatose",
+    "udaddy",
+    "udpong",
+    // perftest
+    "ib_atomic_bw",
+    "ib_atomic_lat",
+    "ib_read_bw",
+    "ib_read_lat",
+    "ib_send_bw",
+    "ib_send_lat",
+    "ib_write_bw",
+    "ib_write_lat",
+];
+
+/// The workspace root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// The cargo target directory (`$CARGO_TARGET_DIR` or `<repo>/target`).
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
+        Some(d) => repo_root().join(d),
+        None => repo_root().join("target"),
+    }
+}
+
+/// `target/compat`, where `cargo xtask compat` puts the libraries.
+pub fn compat_dir() -> PathBuf {
+    target_dir().join("compat")
+}
+
+/// [`compat_dir`], after checking that both libraries are there; panics with
+/// the command to run otherwise.
+pub fn require_compat_dir() -> PathBuf {
+    let dir = compat_dir();
+    for lib in ["libibverbs.so.1", "librdmacm.so.1"] {
+        assert!(
+            dir.join(lib).is_file(),
+            "{} is missing: run `cargo xtask compat` first (it builds target/compat/libibverbs.so.1 \
+             and librdmacm.so.1; CI runs it before `cargo test`)",
+            dir.join(lib).display()
+        );
+    }
+    dir.canonicalize().expect("canonical target/compat")
+}
+
+/// The files of an installed Debian package (`dpkg -L`), or `None` if it is
+/// not installed.
+pub fn package_files(package: &str) -> Option<Vec<PathBuf>> {
+    let out = Command::new("dpkg").args(["-L", package]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .collect(),
+    )
+}
+
+/// Checks that [`PACKAGES`] are installed and returns, per package, its ELF
+/// executables in `/usr/bin`. Panics with [`PACKAGES_HINT`] otherwise.
+pub fn require_packages() -> BTreeMap<&'static str, Vec<PathBuf>> {
+    let mut result = BTreeMap::new();
+    let mut missing = Vec::new();
+    for pkg in PACKAGES {
+        match package_files(pkg) {
+            Some(files) => {
+                let bins = files
+                    .into_iter()
+                    .filter(|p| p.parent() == Some(Path::new("/usr/bin")) && is_elf(p))
+                    .collect();
+                result.insert(pkg, bins);
+            }
+            None => missing.push(pkg),
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "Debian packages {missing:?} are not installed: {PACKAGES_HINT}"
+    );
+    result
+}
+
+/// The installed path of a target binary; panics with [`PACKAGES_HINT`] if absent.
+pub fn require_binary(name: &str) -> PathBuf {
+    let path = Path::new("/usr/bin").join(name);
+    assert!(
+        path.is_file(),
+        "{} not found: {PACKAGES_HINT}",
+        path.display()
+    );
+    path
+}
+
+/// Whether `path` starts with the ELF magic.
+pub fn is_elf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
+}
+
+/// A command that runs `program` with `LD_LIBRARY_PATH` pointing at our
+/// libraries (and nothing else from the caller's `LD_LIBRARY_PATH`/`LD_PRELOAD`).
+pub fn compat_command(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env("LD_LIBRARY_PATH", require_compat_dir())
+        .env_remove("LD_PRELOAD");
+    cmd
+}
+
+/// The same command against the system's real rdma-core libraries.
+pub fn system_command(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_remove("LD_LIBRARY_PATH").env_remove("LD_PRELOAD");
+    cmd
+}
+
+/// The result of [`run_with_timeout`].
+#[derive(Debug)]
+pub struct RunOutput {
+    /// The command as run (for messages).
+    pub command: String,
+    /// `None` if the process had to be killed at the timeout.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl RunOutput {
+    /// Whether the process was killed because it exceeded the timeout.
+    pub fn timed_out(&self) -> bool {
+        self.status.is_none()
+    }
+
+    /// The exit code, if it exited normally.
+    pub fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+
+    /// The signal that ended it, if any (not counting our timeout kill).
+    pub fn signal(&self) -> Option<i32> {
+        self.status.and_then(|s| s.signal())
+    }
+
+    /// stdout followed by stderr.
+    pub fn combined(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+impl fmt::Display for RunOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let how = match (self.status, self.code(), self.signal()) {
+            (None, _, _) => format!("TIMED OUT after {:?} (killed)", self.elapsed),
+            (_, Some(c), _) => format!("exit code {c}"),
+            (_, _, Some(s)) => format!(
+                "killed by signal {s}{}",
+                if s == 11 { " (SIGSEGV)" } else { "" }
+            ),
+            _ => "unknown status".to_owned(),
+        };
+        write!(
+            f,
+            "`{}`: {how} in {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.command, self.elapsed, self.stdout, self.stderr
+        )
+    }
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = String::new();
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            s.push_str(&format!("{}={} ", k.to_string_lossy(), v.to_string_lossy()));
+        }
+    }
+    s.push_str(&cmd.get_program().to_string_lossy());
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn reader(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// Kills the whole process group of `child` (it was started as a group leader).
+fn kill_group(child: &Child) {
+    let pgid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) on our own child's process group; no memory involved.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+}
+
+/// Runs `cmd` with stdin from `/dev/null`, capturing stdout and stderr; if it
+/// has not finished after `timeout` its whole process group is killed with
+/// SIGKILL and the result reports the timeout (`status == None`).
+pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> RunOutput {
+    let command = describe(cmd);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
+    let out = reader(child.stdout.take());
+    let err = reader(child.stderr.take());
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if start.elapsed() >= timeout => {
+                kill_group(&child);
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("waiting for `{command}`: {e}"),
+        }
+    };
+    let elapsed = start.elapsed();
+    // Processes the child left behind may still hold the pipes open. They keep
+    // the process group alive (so its id cannot have been reused): give them a
+    // moment, then kill the group so the readers finish.
+    let grace = Instant::now();
+    while !(out.is_finished() && err.is_finished()) {
+        if grace.elapsed() > Duration::from_secs(2) {
+            kill_group(&child);
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    RunOutput {
+        command,
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        elapsed,
+    }
+}
+
+/// A version script: `symbol -> node`, and the nodes in order with their parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionScript {
+    pub symbols: BTreeMap<String, String>,
+    pub nodes: Vec<(String, Option<String>)>,
+}
+
+/// Parses a GNU ld version script of the simple form rdma-core uses.
+pub fn parse_version_script(text: &str) -> VersionScript {
+    let mut symbols = BTreeMap::new();
+    let mut nodes = Vec::new();
+    let mut current: Option<String> = None;
+    let mut in_comment = false;
+    for raw in text.lines() {
+        let mut line = raw.trim();
+        if in_comment {
+            match line.find("*/") {
+                Some(i) => {
+                    in_comment = false;
+                    line = line[i + 2..].trim();
+                }
+                None => continue,
+            }
+        }
+        if line.starts_with("/*") {
+            in_comment = !line.contains("*/");
+            continue;
+        }
+        if let Some(name) = line.strip_suffix('{') {
+            current = Some(name.trim().to_owned());
+        } else if let Some(rest) = line.strip_prefix('}') {
+            let parent = rest.trim().trim_end_matches(';').trim();
+            if let Some(node) = current.take() {
+                nodes.push((node, (!parent.is_empty()).then(|| parent.to_owned())));
+            }
+        } else if let Some(sym) = line.strip_suffix(';') {
+            let sym = sym.trim();
+            if !sym.is_empty()
+                && !sym.contains(':')
+                && !sym.contains('*')
+                && let Some(node) = &current
+            {
+                symbols.insert(sym.to_owned(), node.clone());
+            }
+        }
+    }
+    VersionScript { symbols, nodes }
+}
+
+/// One defined dynamic symbol of a shared library (`readelf --dyn-syms`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynSym {
+    pub name: String,
+    /// The version node, `None` if unversioned.
+    pub version: Option<String>,
+    /// `true` for `name@@node` (default version), `false` for hidden `name@node`.
+    pub default_version: bool,
+    /// `FUNC`, `OBJECT`, ...
+    pub kind: String,
+}
+
+/// The defined, non-local dynamic symbols of `lib` (version-node marker
+/// symbols excluded).
+pub fn defined_dynamic_symbols(lib: &Path) -> Vec<DynSym> {
+    let out = Command::new("readelf")
+        .args(["--dyn-syms", "-W"])
+        .arg(lib)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run readelf (install binutils): {e}"));
+    assert!(
+        out.status.success(),
+        "readelf --dyn-syms {} failed: {out:?}",
+        lib.display()
+    );
+    let mut syms = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let is_entry = cols
+            .first()
+            .is_some_and(|c| c.trim_end_matches(':').parse::<u32>().is_ok());
+        if !is_entry || cols.len() < 8 || cols[6] == "UND" || cols[6] == "ABS" || cols[4] == "LOCAL"
+        {
+            continue;
+        }
+        let (name, version, default_version) = if let Some((n, v)) = cols[7].split_once("@@") {
+            (n, Some(v.to_owned()), true)
+        } else if let Some((n, v)) = cols[7].split_once('@') {
+            (n, Some(v.to_owned()), false)
+        } else {
+            (cols[7], None, false)
+        };
+        syms.push(DynSym {
+            name: name.to_owned(),
+            version,
+            default_version,
+            kind: cols[3].to_owned(),
+        });
+    }
+    syms
+}
+
+/// The version definitions of `lib` (`readelf -V`): `(node, parent)` in order,
+/// without the `BASE` (soname) entry.
+pub fn version_definitions(lib: &Path) -> Vec<(String, Option<String>)> {
+    let out = Command::new("readelf")
+        .arg("-V")
+        .arg(lib)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run readelf (install binutils): {e}"));
+    assert!(
+        out.status.success(),
+        "readelf -V {} failed: {out:?}",
+        lib.display()
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut defs: Vec<(String, Option<String>)> = Vec::new();
+    let mut in_defs = false;
+    for line in text.lines() {
+        if line.starts_with("Version definition section") {
+            in_defs = true;
+            continue;
+        }
+        if line.starts_with("Version needs section") || line.starts_with("Version symbols section")
+        {
+            in_defs = false;
+        }
+        if !in_defs {
+            continue;
+        }
+        if let Some(i) = line.find("Name: ") {
+            if line.contains("Flags: BASE") {
+                continue;
+            }
+            defs.push((line[i + 6..].trim().to_owned(), None));
+        } else if let Some(i) = line.find("Parent 1: ")
+            && let Some(last) = defs.last_mut()
+        {
+            last.1 = Some(line[i + 10..].trim().to_owned());
+        }
+    }
+    defs
+}
+
+/// `DT_NEEDED` and `DT_SONAME` entries of an ELF file (`readelf -d`).
+pub fn dynamic_entries(path: &Path) -> (Vec<String>, Option<String>) {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run readelf (install binutils): {e}"));
+    assert!(
+        out.status.success(),
+        "readelf -d {} failed: {out:?}",
+        path.display()
+    );
+    let bracketed = |l: &str| {
+        l.split_once('[')
+            .and_then(|(_, r)| r.split_once(']'))
+            .map(|(v, _)| v.to_owned())
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let needed = text
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(bracketed)
+        .collect();
+    let soname = text
+        .lines()
+        .find(|l| l.contains("(SONAME)"))
+        .and_then(bracketed);
+    (needed, soname)
+}
+
+/// The system's real rdma-core library `name` (e.g. `libibverbs.so.1`), as
+/// installed by Debian's libibverbs1/librdmacm1.
+pub fn system_library(name: &str) -> PathBuf {
+    for dir in [
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ] {
+        let p = Path::new(dir).join(name);
+        if p.exists() {
+            return p.canonicalize().unwrap();
+        }
+    }
+    panic!("the system's {name} was not found: {PACKAGES_HINT}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_kills_and_reports() {
+        let out = run_with_timeout(Command::new("sleep").arg("10"), Duration::from_millis(200));
+        assert!(out.timed_out(), "{out}");
+        assert!(out.elapsed < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn captures_output_and_status() {
+        let out = run_with_timeout(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
+            Duration::from_secs(10),
+        );
+        assert_eq!(out.code(), Some(3), "{out}");
+        assert_eq!(out.stdout, "out\n");
+        assert_eq!(out.stderr, "err\n");
+        let out = run_with_timeout(
+            Command::new("sh").args(["-c", "kill -SEGV $$"]),
+            Duration::from_secs(10),
+        );
+        assert_eq!(out.signal(), Some(libc::SIGSEGV), "{out}");
+    }
+
+    #[test]
+    fn version_script_parser() {
+        let vs = parse_version_script(
+            "/* x\n */\nA_1 {\n global:\n  f;\n local: *;\n};\nA_2 {\n global:\n  g;\n} A_1;\n",
+        );
+        assert_eq!(vs.symbols.len(), 2);
+        assert_eq!(vs.symbols["g"], "A_2");
+        assert_eq!(
+            vs.nodes,
+            vec![("A_1".into(), None), ("A_2".into(), Some("A_1".into()))]
+        );
+    }
+}

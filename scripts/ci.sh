@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# softrdma's whole test suite, as CI runs it on a fresh machine.
+#
+#   ./scripts/ci.sh            everything (installs missing Debian packages first)
+#
+# Steps: Debian packages the tests use (reference headers and unmodified
+# rdma-core programs), formatting, clippy, the C-ABI libraries
+# (cargo xtask compat -> target/compat/), then every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+step "Debian packages"
+./scripts/install-deps.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo xtask compat (target/compat/libibverbs.so.1, librdmacm.so.1)"
+cargo xtask compat
+
+step "cargo test"
+cargo test --workspace --no-fail-fast
+
+step "all tests passed"
