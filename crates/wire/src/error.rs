@@ -34,6 +34,12 @@ pub enum Error {
     /// A field holds a value the format forbids.
     #[error("bad field: {0}")]
     BadField(&'static str),
+    /// A capture file that is not classic pcap (or whose header is unusable).
+    #[error("bad capture file: {0}")]
+    BadFile(&'static str),
+    /// A pcap link-layer type the reader (or writer) does not handle.
+    #[error("unsupported pcap link type {0}")]
+    UnsupportedLinkType(u32),
     /// The ICRC does not match the packet.
     #[error("bad ICRC: carried 0x{carried:08x}, computed 0x{computed:08x}")]
     BadIcrc {

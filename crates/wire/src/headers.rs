@@ -264,7 +264,7 @@ pub enum Syndrome {
     },
     /// Negative acknowledgement.
     Nak(NakCode),
-    /// Type 2 is reserved; the raw syndrome byte is kept.
+    /// Type 2, or reserved bit 7 set; the raw syndrome byte is kept.
     Reserved(u8),
 }
 
@@ -279,8 +279,12 @@ impl Syndrome {
         }
     }
     /// Decodes a syndrome byte.
+    ///
+    /// Bit 7 is reserved; a byte with it set is [`Syndrome::Reserved`] (rxe
+    /// switches on `syn & 0xE0`, so it matches none of ACK/RNR/NAK there either),
+    /// which also keeps `from_byte(b).byte() == b` for every byte.
     pub const fn from_byte(b: u8) -> Syndrome {
-        match (b >> 5) & 3 {
+        match b >> 5 {
             0 => Syndrome::Ack { credits: b & 0x1F },
             1 => Syndrome::RnrNak { timer: b & 0x1F },
             3 => Syndrome::Nak(NakCode::from_value(b)),
@@ -381,9 +385,11 @@ mod tests {
             Syndrome::from_byte(0x62),
             Syndrome::Nak(NakCode::RemoteAccess)
         );
-        for b in 0..=0x7f {
+        for b in 0..=0xff {
             assert_eq!(Syndrome::from_byte(b).byte(), b);
         }
+        assert_eq!(Syndrome::from_byte(0x9f), Syndrome::Reserved(0x9f));
+        assert_eq!(Syndrome::from_byte(0xe0), Syndrome::Reserved(0xe0));
     }
 
     #[test]

@@ -8,22 +8,32 @@
 //! Layout follows smoltcp: plain `Repr` structs for each header
 //! ([`headers`]), an open [`Opcode`] enum with a property table ([`opcode`]),
 //! a whole-packet parser/emitter ([`packet`]), the invariant CRC ([`icrc`]),
-//! the IP/UDP envelope ([`ip`]).
+//! the IP/UDP envelope ([`ip`]), management datagrams ([`mad`]) and the
+//! connection manager messages in them ([`cm`]), classic pcap files
+//! ([`pcap`]) and a one-line packet decoder for tools ([`decode`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cm;
+pub mod decode;
 pub mod error;
 pub mod headers;
 pub mod icrc;
 pub mod ip;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
+pub mod pcap;
 pub mod psn;
 
 // The public interface is:
+pub use cm::{CmMad, CmMessage, CmaHdr};
+pub use decode::{Decoded, decode_ip_packet};
 pub use error::{Error, Result};
 pub use headers::{Aeth, AtomicEth, Bth, Deth, Feth, NakCode, Reth, Syndrome, rnr_timer_ns};
+pub use mad::MadHdr;
 pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport, opcode_for};
 pub use packet::{Headers, ICRC_LEN, Packet, emit, pad_for};
+pub use pcap::{PcapReader, PcapWriter};
 pub use psn::Psn;

@@ -35,7 +35,8 @@ impl Psn {
         Psn(self.0.wrapping_sub(n) & Self::MASK)
     }
 
-    /// The signed distance `self - other` in (-2^23, 2^23].
+    /// The signed distance `self - other` in [-2^23, 2^23). At exactly half the
+    /// PSN space apart each PSN is "before" the other, as with rxe's `psn_compare`.
     pub const fn diff(self, other: Psn) -> i32 {
         // Shift the 24-bit difference into the top of an i32 and back: rxe's psn_compare.
         ((self.0.wrapping_sub(other.0) << 8) as i32) >> 8
@@ -85,5 +86,8 @@ mod tests {
         let a = Psn::new(0);
         assert!(a.add(0x7F_FFFF).after(a));
         assert!(a.add(0x80_0001).before(a));
+        // Exactly half apart: the distance is -2^23 both ways.
+        assert_eq!(a.add(0x80_0000).diff(a), -0x80_0000);
+        assert_eq!(a.diff(a.add(0x80_0000)), -0x80_0000);
     }
 }
