@@ -24,3 +24,4 @@
 pub mod ffi;
 pub mod guard;
 pub mod stubs;
+pub mod verbs;

@@ -126,9 +126,9 @@ pub mod cap_flags {
     /// SRQ resize.
     pub const SRQ_RESIZE: u32 = 1 << 13;
     /// Port active event.
-    pub const PORT_ACTIVE_EVENT: u32 = 1 << 3;
+    pub const PORT_ACTIVE_EVENT: u32 = 1 << 10;
     /// Shutdown port.
-    pub const SHUTDOWN_PORT: u32 = 1 << 7;
+    pub const SHUTDOWN_PORT: u32 = 1 << 8;
     /// System image GUID.
     pub const SYS_IMAGE_GUID: u32 = 1 << 11;
     /// Change of physical port state.

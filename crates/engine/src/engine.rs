@@ -10,6 +10,7 @@ use softrdma_udp::{Poller, RecvBatch, RoceSocket, SocketConfig, SocketStats, Tra
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
@@ -43,6 +44,8 @@ struct Shared {
     sleeping_until: AtomicU64,
     shutdown: AtomicBool,
     busy_poll: bool,
+    /// When an application last busy-polled an empty CQ (ns since `epoch`).
+    last_spin: AtomicU64,
     async_events: AsyncChannel,
     capture: Option<crate::capture::Capture>,
 }
@@ -114,6 +117,7 @@ impl Engine {
             sleeping_until: AtomicU64::new(u64::MAX),
             shutdown: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
+            last_spin: AtomicU64::new(0),
             async_events: AsyncChannel::new()?,
             capture,
         });
@@ -169,6 +173,35 @@ impl Engine {
         self.with(|ep, now| ep.post_send(now, qpn, wr))
     }
 
+    /// Posts send WRs in order under one lock, then transmits; on the first
+    /// refusal returns how many were posted and why the next one was refused.
+    pub fn post_send_many(
+        &self,
+        qpn: u32,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> Result<(), (usize, VerbsError)> {
+        self.with(|ep, now| {
+            for (i, wr) in wrs.into_iter().enumerate() {
+                ep.post_send(now, qpn, wr).map_err(|e| (i, e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Posts receive WRs in order under one lock; like [`Engine::post_send_many`].
+    pub fn post_recv_many(
+        &self,
+        qpn: u32,
+        wrs: impl IntoIterator<Item = RecvWr>,
+    ) -> Result<(), (usize, VerbsError)> {
+        let mut core = self.lock();
+        let now = self.now();
+        for (i, wr) in wrs.into_iter().enumerate() {
+            core.ep.post_recv(now, qpn, wr).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
+
     /// Posts a receive WR (nothing to transmit).
     pub fn post_recv(&self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
         let mut core = self.lock();
@@ -189,10 +222,23 @@ impl Engine {
         if n > 0 || !self.shared.busy_poll || max == 0 {
             return Ok(n);
         }
-        if self.shared.rx_burst(false) > 0 {
+        self.shared
+            .last_spin
+            .store(self.now().as_nanos(), Ordering::Relaxed);
+        // Block on the receive lock rather than spin past it: on a small VM a
+        // spinning poller can starve the progress thread that holds it.
+        if self.shared.rx_burst(true) > 0 {
             return self.lock().ep.poll_cq(cq, max, &mut f);
         }
         Ok(0)
+    }
+
+    /// Tells the engine an application thread is about to block (e.g. in a
+    /// completion channel): the progress thread must watch the socket again.
+    pub fn before_block(&self) {
+        if self.shared.last_spin.swap(0, Ordering::Relaxed) != 0 {
+            let _ = self.shared.waker.wake();
+        }
     }
 
     /// Creates a completion channel.
@@ -263,10 +309,10 @@ impl Shared {
                 Event::SrqAsync(s, t) => self.async_events.push(AsyncEvent::Srq(s, t)),
             }
         }
-        if let Some(t) = core.ep.poll_timeout() {
-            if t.as_nanos() < self.sleeping_until.load(Ordering::SeqCst) {
-                let _ = self.waker.wake();
-            }
+        if let Some(t) = core.ep.poll_timeout()
+            && t.as_nanos() < self.sleeping_until.load(Ordering::SeqCst)
+        {
+            let _ = self.waker.wake();
         }
     }
 
@@ -395,15 +441,42 @@ impl Shared {
     }
 }
 
+/// How recently an application must have busy-polled for the progress thread
+/// to leave the socket to it.
+const SPIN_WINDOW_NS: u64 = 200_000;
+/// How often the progress thread checks whether the spinning stopped.
+const STANDBY_NS: u64 = 1_000_000;
+
 fn progress_loop(s: &Shared, poller: &Poller) {
+    // While an application spins on its CQ it reads the socket itself; the
+    // progress thread then stops watching the socket, so it does not wake for
+    // every packet and compete for the two vCPUs with the spinner (on small
+    // VMs that costs milliseconds of scheduling delay).
+    let mut watching = true;
     while !s.shutdown.load(Ordering::SeqCst) {
-        let deadline = s.lock().ep.poll_timeout();
-        let ns = deadline.map_or(u64::MAX, |t| t.as_nanos());
-        s.sleeping_until.store(ns, Ordering::SeqCst);
-        let when = deadline.map(|t| s.epoch + std::time::Duration::from_nanos(t.as_nanos()));
+        let now = s.now().as_nanos();
+        let spinning = now.saturating_sub(s.last_spin.load(Ordering::Relaxed)) < SPIN_WINDOW_NS;
+        if spinning && watching {
+            watching = poller.remove_fd(s.socket.as_fd(), KEY_SOCKET).is_err();
+        } else if !spinning && !watching {
+            watching = poller.add_socket(&s.socket, KEY_SOCKET).is_ok();
+        }
+        let mut deadline = s
+            .lock()
+            .ep
+            .poll_timeout()
+            .map_or(u64::MAX, |t| t.as_nanos());
+        if !watching {
+            deadline = deadline.min(now + STANDBY_NS);
+        }
+        s.sleeping_until.store(deadline, Ordering::SeqCst);
+        let when =
+            (deadline != u64::MAX).then(|| s.epoch + std::time::Duration::from_nanos(deadline));
         let _ = poller.wait(when);
         s.sleeping_until.store(0, Ordering::SeqCst);
-        s.rx_burst(true);
+        if watching {
+            s.rx_burst(true);
+        }
         s.handle_timers();
     }
 }

@@ -379,7 +379,7 @@ pub enum AsyncEventType {
     /// Send queue drained.
     SqDrained = 5,
     /// SRQ limit reached.
-    SrqLimitReached = 14,
+    SrqLimitReached = 15,
     /// Last WQE reached on a QP attached to an SRQ.
     QpLastWqeReached = 16,
 }

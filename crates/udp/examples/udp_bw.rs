@@ -9,7 +9,8 @@
 //! ports. The receiver blocks in a `Poller` when the socket is empty (the engine's idle path),
 //! or spins on `recv_batch` with `--busy`. Goodput counts bytes the receiver got. The modes
 //! alternate within each repetition and the medians are reported, so drift on this shared VM
-//! hits all modes alike.
+//! hits all modes alike; before each run the benchmark waits (up to 60 s) for the machine to
+//! be idle and tags the line QUIET or CONTENDED.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -124,6 +125,40 @@ fn run(mode: Mode, size: usize, secs: f64, busy: bool) -> Sample {
     }
 }
 
+/// (busy, total) jiffies from the first line of /proc/stat.
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let v: Vec<u64> = s
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4)?;
+    Some((total - idle, total))
+}
+
+/// Waits (up to 60 s) until the machine is under 10 % busy over half a second, so runs do not
+/// overlap other work on this 2-vCPU VM. Returns whether it got quiet.
+fn wait_quiet() -> bool {
+    let end = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < end {
+        let Some((b0, t0)) = cpu_jiffies() else {
+            return false;
+        };
+        thread::sleep(Duration::from_millis(500));
+        let Some((b1, t1)) = cpu_jiffies() else {
+            return false;
+        };
+        if t1 > t0 && (b1 - b0) * 100 < (t1 - t0) * 10 {
+            return true;
+        }
+    }
+    false
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -175,9 +210,11 @@ fn main() {
     let mut samples: Vec<Vec<Sample>> = vec![vec![]; modes.len()];
     for rep in 0..reps {
         for (i, &m) in modes.iter().enumerate() {
+            let quiet = wait_quiet();
             let s = run(m, size, secs, busy);
             println!(
-                "rep {rep} {:<24} {:6.2} GB/s {:6.3} Mdgram/s  loss {:5.2}%  dgrams/syscall tx {:6.1} rx {:5.1}",
+                "rep {rep} {:<9} {:<24} {:6.2} GB/s {:6.3} Mdgram/s  loss {:5.2}%  dgrams/syscall tx {:6.1} rx {:5.1}",
+                if quiet { "QUIET" } else { "CONTENDED" },
                 m.name(),
                 s.gbps,
                 s.mpps,

@@ -24,13 +24,11 @@
 //! name on stderr when it is called (useful to see what a C program needs next).
 
 pub mod ah;
-pub mod cq;
 pub mod device;
 pub mod misc;
 pub mod pd_mr;
 pub mod provider;
 pub mod qp;
-pub mod srq;
 pub mod strs;
 
 pub(crate) use crate::guard::stubs;

@@ -1,28 +1,12 @@
 //! Protection domains and memory regions (plus PD/MR/DM import).
 
-use core::ffi::{c_int, c_uint, c_void};
+use core::ffi::{c_int, c_void};
 
 use super::{NOT_IMPLEMENTED, stubs};
 use crate::ffi::*;
 use crate::guard::ret;
 
 stubs! {
-    /// `struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)` (IBVERBS_1.1).
-    fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd => ret::null(NOT_IMPLEMENTED);
-    /// `int ibv_dealloc_pd(struct ibv_pd *pd)` (IBVERBS_1.1).
-    fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int => ret::pos(NOT_IMPLEMENTED);
-    /// `struct ibv_mr *ibv_reg_mr(struct ibv_pd *, void *addr, size_t length, int access)`
-    /// (IBVERBS_1.1; the header macro calls it only for constant access flags
-    /// without optional bits).
-    fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> *mut ibv_mr
-        => ret::null(NOT_IMPLEMENTED);
-    /// `struct ibv_mr *ibv_reg_mr_iova(pd, addr, length, uint64_t iova, int access)` (IBVERBS_1.7).
-    fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_int)
-        -> *mut ibv_mr => ret::null(NOT_IMPLEMENTED);
-    /// `struct ibv_mr *ibv_reg_mr_iova2(pd, addr, length, uint64_t iova, unsigned int access)`
-    /// (IBVERBS_1.8; what perftest always calls). Ignore `IBV_ACCESS_OPTIONAL_RANGE` bits.
-    fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint)
-        -> *mut ibv_mr => ret::null(NOT_IMPLEMENTED);
     /// `struct ibv_mr *ibv_reg_dmabuf_mr(pd, uint64_t offset, size_t length, uint64_t iova,
     /// int fd, int access)` (IBVERBS_1.12).
     fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int)
@@ -31,8 +15,6 @@ stubs! {
     /// int access)` (IBVERBS_1.1): 0 or an `IBV_REREG_MR_ERR_*` code with errno.
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize,
         access: c_int) -> c_int => { crate::guard::set_errno(NOT_IMPLEMENTED); IBV_REREG_MR_ERR_INPUT };
-    /// `int ibv_dereg_mr(struct ibv_mr *mr)` (IBVERBS_1.1).
-    fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int => ret::pos(NOT_IMPLEMENTED);
     /// `struct ibv_pd *ibv_import_pd(struct ibv_context *, uint32_t pd_handle)` (IBVERBS_1.10).
     fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd
         => ret::null(libc::EOPNOTSUPP);

@@ -9,22 +9,6 @@ use crate::ffi::*;
 use crate::guard::ret;
 
 stubs! {
-    /// `struct ibv_qp *ibv_create_qp(struct ibv_pd *, struct ibv_qp_init_attr *)` (IBVERBS_1.1).
-    /// Must write the actual caps back into `init_attr->cap`.
-    fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp
-        => ret::null(NOT_IMPLEMENTED);
-    /// `int ibv_modify_qp(struct ibv_qp *, struct ibv_qp_attr *, int attr_mask)` (IBVERBS_1.1).
-    fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int
-        => ret::pos(NOT_IMPLEMENTED);
-    /// `int ibv_query_qp(struct ibv_qp *, struct ibv_qp_attr *, int attr_mask,
-    /// struct ibv_qp_init_attr *)` (IBVERBS_1.1).
-    fn ibv_query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int,
-        init_attr: *mut ibv_qp_init_attr) -> c_int => ret::pos(NOT_IMPLEMENTED);
-    /// `int ibv_destroy_qp(struct ibv_qp *qp)` (IBVERBS_1.1).
-    fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int => ret::pos(NOT_IMPLEMENTED);
-    /// `struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)` (IBVERBS_1.6): the
-    /// extended QP if it was created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, else NULL.
-    fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex => ret::null(libc::EOPNOTSUPP);
     /// `int ibv_query_qp_data_in_order(struct ibv_qp *, enum ibv_wr_opcode, uint32_t flags)`
     /// (IBVERBS_1.14): 1 if data lands in order, else 0.
     fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: ibv_wr_opcode, flags: u32) -> c_int => 0;

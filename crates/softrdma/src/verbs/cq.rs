@@ -37,6 +37,7 @@ impl CompChannel {
 
     /// Blocks until an armed CQ fires (`ibv_get_cq_event`); returns which.
     pub fn wait(&self) -> Result<CqId> {
+        self._ctx.engine.before_block();
         Ok(CqId(self.ch.get_event()?))
     }
 
@@ -47,6 +48,7 @@ impl CompChannel {
         use tokio::io::Interest;
         use tokio::io::unix::AsyncFd;
         self.ch.set_nonblocking(true)?;
+        self._ctx.engine.before_block();
         let fd = AsyncFd::with_interest(self.ch.as_raw_fd(), Interest::READABLE)?;
         loop {
             let mut guard = fd.readable().await?;

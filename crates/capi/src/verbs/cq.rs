@@ -1,0 +1,267 @@
+//! Completion channels and completion queues (the data path, `poll_cq` and
+//! `req_notify_cq`, is in `post.rs`).
+
+use super::objects::{self as o, Channel, Cq, Kind};
+use crate::ffi::*;
+use crate::guard::{ffi_guard, ret};
+use core::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Extended-context slots for CQs (none yet: `ibv_create_cq_ex` falls back to EOPNOTSUPP).
+pub(crate) fn install_vctx_ops(_v: &mut verbs_context) {}
+
+/// `struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *)`.
+///
+/// # Safety
+///
+/// Pointer arguments are checked against the registry of live objects;
+/// other pointers must be valid as for the rdma-core call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    use std::os::fd::AsRawFd;
+    ffi_guard(
+        || ret::null(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::null(libc::EINVAL);
+            };
+            let inner = match c.engine.create_comp_channel() {
+                Ok(ch) => ch,
+                Err(e) => return ret::null(e.raw_os_error().unwrap_or(libc::ENOMEM)),
+            };
+            let ch = ibv_comp_channel {
+                context,
+                fd: inner.as_raw_fd(),
+                refcnt: 0,
+            };
+            o::publish(
+                Channel {
+                    ch,
+                    inner,
+                    users: AtomicU32::new(0),
+                },
+                Kind::Channel,
+            )
+            .cast()
+        },
+    )
+}
+
+/// `int ibv_destroy_comp_channel(struct ibv_comp_channel *)`: EBUSY while CQs use it.
+///
+/// # Safety
+///
+/// `channel` must not be used after a successful call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(ch) = (unsafe { o::obj::<Channel>(channel.cast(), Kind::Channel) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if ch.users.load(Ordering::SeqCst) > 0 {
+                return ret::pos(libc::EBUSY);
+            }
+            // SAFETY: live Channel from `publish`, unused by any CQ.
+            unsafe { o::retire(channel.cast::<Channel>()) };
+            0
+        },
+    )
+}
+
+/// `struct ibv_cq *ibv_create_cq(ctx, int cqe, void *cq_context, channel, int comp_vector)`.
+///
+/// # Safety
+///
+/// Pointer arguments are checked against the registry of live objects;
+/// other pointers must be valid as for the rdma-core call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    ffi_guard(
+        || ret::null(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::null(libc::EINVAL);
+            };
+            if cqe <= 0 || comp_vector != 0 {
+                return ret::null(libc::EINVAL);
+            }
+            let chan = if channel.is_null() {
+                None
+            } else {
+                // SAFETY: registry-checked.
+                match unsafe { o::obj::<Channel>(channel.cast(), Kind::Channel) } {
+                    Some(ch) => Some(ch),
+                    None => return ret::null(libc::EINVAL),
+                }
+            };
+            let (h, n) = match c.engine.with(|ep, _| ep.create_cq(cqe as u32)) {
+                Ok(v) => v,
+                Err(e) => return ret::null(e.errno()),
+            };
+            if let Some(ch) = chan {
+                c.engine.set_cq_channel(h, Some(ch.inner.clone()));
+                ch.users.fetch_add(1, Ordering::SeqCst);
+            }
+            let mut cq = ibv_cq_ex::zeroed();
+            cq.context = context;
+            cq.channel = channel;
+            cq.cq_context = cq_context;
+            cq.handle = h.0;
+            cq.cqe = n as c_int;
+            let p = o::publish(
+                Cq {
+                    cq,
+                    h,
+                    engine: c.engine.clone(),
+                    channel: channel.cast(),
+                    events: AtomicU32::new(0),
+                },
+                Kind::Cq,
+            );
+            o::map_cq(h, Some(p as usize));
+            p.cast()
+        },
+    )
+}
+
+/// `int ibv_resize_cq(struct ibv_cq *, int cqe)`.
+///
+/// # Safety
+///
+/// `cq` must be a CQ of this library (checked) that no other thread destroys concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(q) = (unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if cqe <= 0 {
+                return ret::pos(libc::EINVAL);
+            }
+            let h = q.h;
+            match q.engine.with(|ep, _| ep.resize_cq(h, cqe as u32)) {
+                Ok(n) => {
+                    // SAFETY: live CQ; `cqe` is a plain field applications only read.
+                    unsafe { (*cq).cqe = n as c_int };
+                    0
+                }
+                Err(e) => ret::pos(e.errno()),
+            }
+        },
+    )
+}
+
+/// `int ibv_destroy_cq(struct ibv_cq *)`: EBUSY while a QP uses it.
+///
+/// # Safety
+///
+/// `cq` must not be used after a successful call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(q) = (unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            let h = q.h;
+            if let Err(e) = q.engine.with(|ep, _| ep.destroy_cq(h)) {
+                return ret::pos(e.errno());
+            }
+            q.engine.set_cq_channel(h, None);
+            // SAFETY: the channel outlives its CQs (destroy is EBUSY while users > 0).
+            if let Some(ch) = unsafe { o::obj::<Channel>(q.channel.cast(), Kind::Channel) } {
+                ch.users.fetch_sub(1, Ordering::SeqCst);
+            }
+            o::map_cq(h, None);
+            // SAFETY: live Cq from `publish`, destroyed in the engine above.
+            unsafe { o::retire(cq.cast::<Cq>()) };
+            0
+        },
+    )
+}
+
+/// `int ibv_get_cq_event(channel, struct ibv_cq **cq, void **cq_context)`:
+/// blocks in `read(2)` on the channel's eventfd; 0, or -1 with errno.
+///
+/// # Safety
+///
+/// `cq` and `cq_context` must be valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(ch) = (unsafe { o::obj::<Channel>(channel.cast(), Kind::Channel) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            if cq.is_null() || cq_context.is_null() {
+                return ret::neg(libc::EINVAL);
+            }
+            let inner = ch.inner.clone();
+            // SAFETY: registry-checked; the channel's context is live while the channel is.
+            if let Some(c) = unsafe { o::ctx(ch.ch.context) } {
+                c.engine.before_block();
+            }
+            loop {
+                let h = match inner.get_event() {
+                    Ok(h) => h,
+                    Err(e) => return ret::neg(e.raw_os_error().unwrap_or(libc::EIO)),
+                };
+                let Some(p) = o::cq_ptr(h) else { continue };
+                // SAFETY: the CQ map holds live CQ objects.
+                let q = unsafe { &*(p as *const Cq) };
+                q.events.fetch_add(1, Ordering::SeqCst);
+                // SAFETY: non-NULL outputs, writable per the contract.
+                unsafe {
+                    cq.write(p as *mut ibv_cq);
+                    cq_context.write(q.cq.cq_context);
+                }
+                return 0;
+            }
+        },
+    )
+}
+
+/// `void ibv_ack_cq_events(struct ibv_cq *, unsigned int nevents)`.
+///
+/// # Safety
+///
+/// `cq` must be a CQ of this library (checked).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    ffi_guard(
+        || (),
+        || {
+            // SAFETY: registry-checked.
+            if unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) }.is_some() {
+                // SAFETY: live CQ; the counter is a plain field applications may read.
+                unsafe {
+                    (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents)
+                };
+            }
+        },
+    )
+}

@@ -1,0 +1,645 @@
+//! Devices and contexts: the device list, open/close, device/port/GID/P_Key
+//! queries and async events (abi.md §2.1-2.2, §4).
+
+use super::conv::{device_attr as to_c_device_attr, port_attr, put_str};
+use super::objects::{self as o, Ctx, Kind};
+use crate::ffi::*;
+use crate::guard::{ffi_guard, ret};
+use core::ffi::{c_char, c_int, c_uint, c_void};
+use softrdma_engine::device::DEVICE_NAME;
+use softrdma_engine::{AsyncEvent, Engine};
+use std::sync::{Arc, LazyLock};
+
+/// The one device, allocated once and never freed (rdma-core keeps devices
+/// for the life of the process too).
+struct Device(*mut ibv_device);
+// SAFETY: the device struct is immutable after creation and only read.
+unsafe impl Send for Device {}
+// SAFETY: as above.
+unsafe impl Sync for Device {}
+
+static DEVICE: LazyLock<Device> = LazyLock::new(|| {
+    let mut d = ibv_device::zeroed();
+    d.node_type = IBV_NODE_CA;
+    d.transport_type = IBV_TRANSPORT_IB;
+    put_str(&mut d.name, DEVICE_NAME);
+    put_str(&mut d.dev_name, "uverbs0");
+    put_str(&mut d.dev_path, "/sys/class/infiniband_verbs/uverbs0");
+    put_str(
+        &mut d.ibdev_path,
+        &format!("/sys/class/infiniband/{DEVICE_NAME}"),
+    );
+    Device(Box::into_raw(Box::new(d)))
+});
+
+fn device() -> *mut ibv_device {
+    DEVICE.0
+}
+
+fn is_device(d: *const ibv_device) -> bool {
+    !d.is_null() && d == device().cast_const()
+}
+
+/// `struct ibv_device **ibv_get_device_list(int *num_devices)`: one device.
+///
+/// # Safety
+///
+/// `num_devices` must be NULL or valid for writing an `int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    ffi_guard(
+        || ret::null(libc::EIO),
+        || {
+            let list: Box<[*mut ibv_device; 2]> = Box::new([device(), core::ptr::null_mut()]);
+            if !num_devices.is_null() {
+                // SAFETY: non-NULL and writable per the contract.
+                unsafe { num_devices.write(1) };
+            }
+            Box::into_raw(list).cast()
+        },
+    )
+}
+
+/// `void ibv_free_device_list(struct ibv_device **list)`.
+///
+/// # Safety
+///
+/// `list` must come from `ibv_get_device_list` and be freed once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    ffi_guard(
+        || (),
+        || {
+            if !list.is_null() {
+                // SAFETY: allocated in ibv_get_device_list as a boxed 2-element array.
+                drop(unsafe { Box::from_raw(list.cast::<[*mut ibv_device; 2]>()) });
+            }
+        },
+    )
+}
+
+/// `const char *ibv_get_device_name(struct ibv_device *device)`.
+///
+/// # Safety
+///
+/// Pointer arguments are checked against the registry of live objects;
+/// other pointers must be valid as for the rdma-core call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
+    ffi_guard(
+        || ret::null_const(libc::EIO),
+        || {
+            if !is_device(device) {
+                return ret::null_const(libc::EINVAL);
+            }
+            // SAFETY: the one static device, never freed.
+            unsafe { (*device).name.as_ptr() }
+        },
+    )
+}
+
+/// `int ibv_get_device_index(struct ibv_device *device)`.
+///
+/// # Safety
+///
+/// Pointer arguments are checked against the registry of live objects;
+/// other pointers must be valid as for the rdma-core call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
+    ffi_guard(
+        || -1,
+        || {
+            if is_device(device) {
+                0
+            } else {
+                ret::neg(libc::EINVAL)
+            }
+        },
+    )
+}
+
+/// `__be64 ibv_get_device_guid(struct ibv_device *device)`: the node GUID,
+/// big-endian (the device's address determines it, so this opens the device).
+///
+/// # Safety
+///
+/// Pointer arguments are checked against the registry of live objects;
+/// other pointers must be valid as for the rdma-core call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+    ffi_guard(
+        || 0,
+        || {
+            if !is_device(device) {
+                crate::guard::set_errno(libc::EINVAL);
+                return 0;
+            }
+            Engine::global().map_or(0, |e| e.info().node_guid.to_be())
+        },
+    )
+}
+
+/// `struct ibv_context *ibv_open_device(struct ibv_device *device)`.
+///
+/// # Safety
+///
+/// Pointer arguments are checked against the registry of live objects;
+/// other pointers must be valid as for the rdma-core call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    ffi_guard(
+        || ret::null(libc::EIO),
+        || {
+            if !is_device(device) {
+                return ret::null(libc::EINVAL);
+            }
+            let engine = match Engine::global() {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ret::null(libc::ENODEV);
+                }
+            };
+            open_context(engine, device)
+        },
+    )
+}
+
+/// Builds a context over `engine` (also used by librdmacm through the engine).
+pub(crate) fn open_context(engine: Arc<Engine>, device: *mut ibv_device) -> *mut ibv_context {
+    use std::os::fd::AsRawFd;
+    let mut vctx = verbs_context::zeroed();
+    vctx.sz = verbs_context::SIZE;
+    vctx.query_port = Some(vctx_query_port);
+    vctx.query_device_ex = Some(vctx_query_device_ex);
+    super::qp::install_vctx_ops(&mut vctx);
+    super::cq::install_vctx_ops(&mut vctx);
+    super::srq::install_vctx_ops(&mut vctx);
+    let c = &mut vctx.context;
+    c.device = device;
+    c.cmd_fd = -1;
+    c.async_fd = engine.async_channel().as_raw_fd();
+    c.num_comp_vectors = 1;
+    c.abi_compat = usize::MAX as *mut c_void;
+    super::post::install_ops(&mut c.ops);
+    let p = o::publish(Ctx { vctx, engine }, Kind::Context);
+    // SAFETY: `p` was just allocated; take the address of the embedded context.
+    unsafe { &raw mut (*p).vctx.context }
+}
+
+/// `int ibv_close_device(struct ibv_context *context)`.
+///
+/// # Safety
+///
+/// `context` must be NULL or from `ibv_open_device`, not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            if unsafe { o::ctx(context) }.is_none() {
+                return ret::pos(libc::EINVAL);
+            }
+            let base = (context as usize - o::CTX_OFFSET) as *mut Ctx;
+            // SAFETY: the registry confirmed `base` is a live Ctx from `publish`.
+            unsafe { o::retire(base) };
+            0
+        },
+    )
+}
+
+/// `int ibv_query_device(struct ibv_context *, struct ibv_device_attr *)`.
+///
+/// # Safety
+///
+/// `device_attr` must be valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_device(
+    context: *mut ibv_context,
+    device_attr: *mut ibv_device_attr,
+) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if device_attr.is_null() {
+                return ret::pos(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, writable per the contract.
+            unsafe { device_attr.write(to_c_device_attr(&c.engine.info().attr())) };
+            0
+        },
+    )
+}
+
+fn port(c: &Ctx) -> ibv_port_attr {
+    port_attr(&c.engine.info().port_attr(c.engine.gids().len()))
+}
+
+/// `ibv_query_port@IBVERBS_1.1`: writes the 48-byte compat struct only.
+///
+/// # Safety
+///
+/// `port_attr` must be valid for 48 bytes of writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_port(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr: *mut _compat_ibv_port_attr,
+) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if port_num != 1 || port_attr.is_null() {
+                return ret::pos(libc::EINVAL);
+            }
+            let full = port(c);
+            // SAFETY: the compat struct is the 48-byte prefix of ibv_port_attr;
+            // the destination is valid for that many bytes per the contract.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    (&raw const full).cast::<u8>(),
+                    port_attr.cast::<u8>(),
+                    size_of::<_compat_ibv_port_attr>(),
+                )
+            };
+            0
+        },
+    )
+}
+
+/// `verbs_context::query_port`: writes `min(len, sizeof(ibv_port_attr))` bytes.
+unsafe extern "C" fn vctx_query_port(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr: *mut ibv_port_attr,
+    port_attr_len: usize,
+) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if port_num != 1 || port_attr.is_null() {
+                return ret::pos(libc::EINVAL);
+            }
+            let full = port(c);
+            let n = port_attr_len.min(size_of::<ibv_port_attr>());
+            // SAFETY: the caller's buffer holds `port_attr_len` bytes.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    (&raw const full).cast::<u8>(),
+                    port_attr.cast::<u8>(),
+                    n,
+                )
+            };
+            0
+        },
+    )
+}
+
+/// `verbs_context::query_device_ex`: the legacy attributes plus zeroed extensions.
+unsafe extern "C" fn vctx_query_device_ex(
+    context: *mut ibv_context,
+    _input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
+                return ret::pos(libc::EINVAL);
+            }
+            let mut ex = ibv_device_attr_ex::zeroed();
+            ex.orig_attr = to_c_device_attr(&c.engine.info().attr());
+            ex.phys_port_cnt_ex = 1;
+            let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+            // SAFETY: the caller's buffer holds `attr_size` bytes.
+            unsafe {
+                core::ptr::copy_nonoverlapping((&raw const ex).cast::<u8>(), attr.cast::<u8>(), n)
+            };
+            0
+        },
+    )
+}
+
+fn gid_at(c: &Ctx, port_num: u32, index: usize) -> Result<[u8; 16], c_int> {
+    if port_num != 1 {
+        return Err(libc::EINVAL);
+    }
+    let gids = c.engine.gids();
+    gids.get(index)
+        .map(|ip| softrdma_wire::ip::to_v6(*ip).octets())
+        .ok_or(libc::EINVAL)
+}
+
+/// `int ibv_query_gid(ctx, port, index, union ibv_gid *)`: 0, or -1 with errno.
+///
+/// # Safety
+///
+/// `gid` must be valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            if gid.is_null() || index < 0 {
+                return ret::neg(libc::EINVAL);
+            }
+            match gid_at(c, u32::from(port_num), index as usize) {
+                Ok(raw) => {
+                    // SAFETY: non-NULL, writable per the contract.
+                    unsafe { gid.write(ibv_gid { raw }) };
+                    0
+                }
+                Err(e) => ret::neg(e),
+            }
+        },
+    )
+}
+
+fn gid_entry(c: &Ctx, port_num: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
+    let raw = gid_at(c, port_num, index as usize).map_err(|_| libc::ENODATA)?;
+    let mut e = ibv_gid_entry::zeroed();
+    e.gid = ibv_gid { raw };
+    e.gid_index = index;
+    e.port_num = port_num;
+    e.gid_type = IBV_GID_TYPE_ROCE_V2;
+    e.ndev_ifindex = 0;
+    Ok(e)
+}
+
+/// `_ibv_query_gid_ex`: 0 or a positive errno (ENODATA for an empty entry).
+///
+/// # Safety
+///
+/// `entry` must be valid for `entry_size` bytes of writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut ibv_gid_entry,
+    _flags: u32,
+    entry_size: usize,
+) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if entry.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+                return ret::pos(libc::EINVAL);
+            }
+            if port_num != 1 {
+                return ret::pos(libc::EINVAL);
+            }
+            match gid_entry(c, port_num, gid_index) {
+                Ok(e) => {
+                    // SAFETY: non-NULL, at least one entry's worth of bytes.
+                    unsafe { entry.write(e) };
+                    0
+                }
+                Err(e) => ret::pos(e),
+            }
+        },
+    )
+}
+
+/// `_ibv_query_gid_table`: the number of entries written, or a negative errno.
+///
+/// # Safety
+///
+/// `entries` must be valid for `max_entries * entry_size` bytes of writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    _flags: u32,
+    entry_size: usize,
+) -> isize {
+    ffi_guard(
+        || -(libc::EIO as isize),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return -(libc::EINVAL as isize);
+            };
+            if entries.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+                return -(libc::EINVAL as isize);
+            }
+            let n = c.engine.gids().len();
+            if n > max_entries {
+                return -(libc::EINVAL as isize);
+            }
+            for i in 0..n {
+                let Ok(e) = gid_entry(c, 1, i as u32) else {
+                    break;
+                };
+                // SAFETY: within the caller's `max_entries` entries of `entry_size` bytes.
+                unsafe {
+                    entries
+                        .cast::<u8>()
+                        .add(i * entry_size)
+                        .cast::<ibv_gid_entry>()
+                        .write_unaligned(e)
+                };
+            }
+            n as isize
+        },
+    )
+}
+
+/// `ibv_query_gid_type`: RoCEv2 for every entry; 0, or -1 with errno.
+///
+/// # Safety
+///
+/// `type_` must be valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_uint,
+    type_: *mut ibv_gid_type_sysfs,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            if type_.is_null() || port_num != 1 {
+                return ret::neg(libc::EINVAL);
+            }
+            let t = if (index as usize) < c.engine.gids().len() {
+                IBV_GID_TYPE_SYSFS_ROCE_V2
+            } else {
+                IBV_GID_TYPE_SYSFS_IB_ROCE_V1
+            };
+            // SAFETY: non-NULL, writable per the contract.
+            unsafe { type_.write(t) };
+            0
+        },
+    )
+}
+
+/// `ibv_query_pkey`: the default P_Key 0xFFFF (big-endian) at index 0.
+///
+/// # Safety
+///
+/// `pkey` must be valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            if unsafe { o::ctx(context) }.is_none() || pkey.is_null() || port_num != 1 || index != 0
+            {
+                return ret::neg(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, writable per the contract.
+            unsafe { pkey.write(0xFFFFu16.to_be()) };
+            0
+        },
+    )
+}
+
+/// `ibv_get_pkey_index`: 0 for the default P_Key, else -1 with ENOENT.
+///
+/// # Safety
+///
+/// Pointer arguments are checked against the registry of live objects;
+/// other pointers must be valid as for the rdma-core call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_pkey_index(
+    context: *mut ibv_context,
+    port_num: u8,
+    pkey: u16,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            if unsafe { o::ctx(context) }.is_none() || port_num != 1 {
+                return ret::neg(libc::EINVAL);
+            }
+            if u16::from_be(pkey) & 0x7FFF == 0x7FFF {
+                0
+            } else {
+                ret::neg(libc::ENOENT)
+            }
+        },
+    )
+}
+
+/// `ibv_get_async_event`: blocks until an async event arrives.
+///
+/// # Safety
+///
+/// `event` must be valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_async_event(
+    context: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(c) = (unsafe { o::ctx(context) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            if event.is_null() {
+                return ret::neg(libc::EINVAL);
+            }
+            loop {
+                let e = match c.engine.async_channel().get_event() {
+                    Ok(e) => e,
+                    Err(e) => return ret::neg(e.raw_os_error().unwrap_or(libc::EIO)),
+                };
+                let (element, t) = match e {
+                    AsyncEvent::Qp(q, t) => match o::qp_ptr(q) {
+                        Some(p) => (
+                            ibv_async_event_element {
+                                qp: p as *mut ibv_qp,
+                            },
+                            t,
+                        ),
+                        None => continue,
+                    },
+                    AsyncEvent::Cq(h, t) => match o::cq_ptr(h) {
+                        Some(p) => (
+                            ibv_async_event_element {
+                                cq: p as *mut ibv_cq,
+                            },
+                            t,
+                        ),
+                        None => continue,
+                    },
+                    AsyncEvent::Srq(h, t) => match o::srq_ptr(h) {
+                        Some(p) => (
+                            ibv_async_event_element {
+                                srq: p as *mut ibv_srq,
+                            },
+                            t,
+                        ),
+                        None => continue,
+                    },
+                };
+                // The transport numbers its events as `enum ibv_event_type`.
+                let event_type = t as u32;
+                // SAFETY: non-NULL, writable per the contract.
+                unsafe {
+                    event.write(ibv_async_event {
+                        element,
+                        event_type,
+                    })
+                };
+                return 0;
+            }
+        },
+    )
+}
+
+/// `ibv_ack_async_event`: nothing to release.
+///
+/// # Safety
+///
+/// Pointer arguments are checked against the registry of live objects;
+/// other pointers must be valid as for the rdma-core call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}

@@ -1,0 +1,213 @@
+//! The C objects softrdma hands out, and the registry that validates every
+//! pointer an application passes back.
+//!
+//! Each object is a `#[repr(C)]` struct whose first field is the rdma-core
+//! struct the application sees, followed by softrdma's own fields. Pointers
+//! are checked against a registry of live objects (with their kind) before
+//! they are dereferenced, so a NULL, destroyed or wrong-kind pointer gives
+//! EINVAL instead of a crash.
+
+use crate::ffi::*;
+use softrdma_engine::transport::{AddressVector, CqHandle, PdHandle, QpType, Qpn, SrqHandle};
+use softrdma_engine::{CompChannel, Engine};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, LazyLock, RwLock};
+
+/// What a registered pointer points to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Context,
+    Pd,
+    Mr,
+    Cq,
+    Channel,
+    Qp,
+    Srq,
+    Ah,
+}
+
+#[derive(Default)]
+struct Registry {
+    live: HashMap<usize, Kind>,
+    /// Engine handles back to the objects (for completion and async events).
+    cqs: HashMap<u32, usize>,
+    qps: HashMap<u32, usize>,
+    srqs: HashMap<u32, usize>,
+}
+
+static REG: LazyLock<RwLock<Registry>> = LazyLock::new(|| RwLock::new(Registry::default()));
+
+fn reg() -> std::sync::RwLockReadGuard<'static, Registry> {
+    REG.read().unwrap_or_else(|p| p.into_inner())
+}
+fn reg_mut() -> std::sync::RwLockWriteGuard<'static, Registry> {
+    REG.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Records a live object.
+pub(crate) fn register(ptr: usize, kind: Kind) {
+    reg_mut().live.insert(ptr, kind);
+}
+
+/// Forgets an object (before it is freed).
+pub(crate) fn unregister(ptr: usize) {
+    reg_mut().live.remove(&ptr);
+}
+
+/// True if `ptr` is a live object of `kind`.
+pub(crate) fn is_live(ptr: usize, kind: Kind) -> bool {
+    ptr != 0 && reg().live.get(&ptr) == Some(&kind)
+}
+
+pub(crate) fn map_cq(h: CqHandle, ptr: Option<usize>) {
+    let mut r = reg_mut();
+    match ptr {
+        Some(p) => r.cqs.insert(h.0, p),
+        None => r.cqs.remove(&h.0),
+    };
+}
+pub(crate) fn map_qp(q: Qpn, ptr: Option<usize>) {
+    let mut r = reg_mut();
+    match ptr {
+        Some(p) => r.qps.insert(q, p),
+        None => r.qps.remove(&q),
+    };
+}
+pub(crate) fn map_srq(h: SrqHandle, ptr: Option<usize>) {
+    let mut r = reg_mut();
+    match ptr {
+        Some(p) => r.srqs.insert(h.0, p),
+        None => r.srqs.remove(&h.0),
+    };
+}
+pub(crate) fn cq_ptr(h: CqHandle) -> Option<usize> {
+    reg().cqs.get(&h.0).copied()
+}
+pub(crate) fn qp_ptr(q: Qpn) -> Option<usize> {
+    reg().qps.get(&q).copied()
+}
+pub(crate) fn srq_ptr(h: SrqHandle) -> Option<usize> {
+    reg().srqs.get(&h.0).copied()
+}
+
+/// A context: `verbs_context` (whose tail is the `ibv_context` applications
+/// see) plus the engine.
+#[repr(C)]
+pub(crate) struct Ctx {
+    pub(crate) vctx: verbs_context,
+    pub(crate) engine: Arc<Engine>,
+}
+
+/// Offset of `ibv_context` inside [`Ctx`].
+pub(crate) const CTX_OFFSET: usize = core::mem::offset_of!(verbs_context, context);
+
+#[repr(C)]
+pub(crate) struct Pd {
+    pub(crate) pd: ibv_pd,
+    pub(crate) h: PdHandle,
+    pub(crate) engine: Arc<Engine>,
+}
+
+#[repr(C)]
+pub(crate) struct Mr {
+    pub(crate) mr: ibv_mr,
+    pub(crate) engine: Arc<Engine>,
+}
+
+#[repr(C)]
+pub(crate) struct Channel {
+    pub(crate) ch: ibv_comp_channel,
+    pub(crate) inner: Arc<CompChannel>,
+    /// CQs attached (destroy is EBUSY while non-zero).
+    pub(crate) users: AtomicU32,
+}
+
+/// A CQ; allocated as `ibv_cq_ex` so the extended API can use the same object.
+#[repr(C)]
+pub(crate) struct Cq {
+    pub(crate) cq: ibv_cq_ex,
+    pub(crate) h: CqHandle,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) channel: *mut Channel,
+    /// Events handed out by `ibv_get_cq_event` (acknowledged ones are in `cq.comp_events_completed`).
+    pub(crate) events: AtomicU32,
+}
+
+/// A QP; allocated as `ibv_qp_ex` so `ibv_qp_to_qp_ex` can return it.
+#[repr(C)]
+pub(crate) struct Qp {
+    pub(crate) qp: ibv_qp_ex,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) qpn: Qpn,
+    pub(crate) qp_type: QpType,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) ex: bool,
+}
+
+#[repr(C)]
+pub(crate) struct Srq {
+    pub(crate) srq: ibv_srq,
+    pub(crate) h: SrqHandle,
+    pub(crate) engine: Arc<Engine>,
+}
+
+#[repr(C)]
+pub(crate) struct Ah {
+    pub(crate) ah: ibv_ah,
+    pub(crate) av: AddressVector,
+}
+
+/// Moves `v` to the heap, registers it and returns the pointer.
+pub(crate) fn publish<T>(v: T, kind: Kind) -> *mut T {
+    let p = Box::into_raw(Box::new(v));
+    register(p as usize, kind);
+    p
+}
+
+/// Unregisters and frees an object created by [`publish`].
+///
+/// # Safety
+///
+/// `p` must come from `publish::<T>` and not be used afterwards.
+pub(crate) unsafe fn retire<T>(p: *mut T) {
+    unregister(p as usize);
+    // SAFETY: per the contract, `p` came from Box::into_raw and is freed once.
+    drop(unsafe { Box::from_raw(p) });
+}
+
+/// Looks up the softrdma object behind an application pointer.
+///
+/// # Safety
+///
+/// The registry guarantees `p` is a live object of this kind, created by
+/// `publish`; the caller must not keep the reference past its destruction
+/// (destroy calls are the application's responsibility, as in rdma-core).
+pub(crate) unsafe fn obj<'a, T>(p: *const core::ffi::c_void, kind: Kind) -> Option<&'a T> {
+    if is_live(p as usize, kind) {
+        // SAFETY: registered pointers point to live `T`s of this kind.
+        Some(unsafe { &*(p as *const T) })
+    } else {
+        None
+    }
+}
+
+/// The context object behind an `ibv_context *`.
+///
+/// # Safety
+///
+/// As for [`obj`].
+pub(crate) unsafe fn ctx<'a>(c: *const ibv_context) -> Option<&'a Ctx> {
+    let base = (c as usize).wrapping_sub(CTX_OFFSET);
+    if c.is_null() || !is_live(base, Kind::Context) {
+        return None;
+    }
+    // SAFETY: the registry holds the address of a live Ctx whose ibv_context is `c`.
+    Some(unsafe { &*(base as *const Ctx) })
+}
+
+// SAFETY: the raw pointers inside the C structs are only dereferenced by the
+// application; softrdma reaches objects through the registry under its lock.
+unsafe impl Send for Cq {}
+// SAFETY: as above; shared fields are atomics or immutable after creation.
+unsafe impl Sync for Cq {}

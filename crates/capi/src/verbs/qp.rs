@@ -1,0 +1,307 @@
+//! Queue pairs: create (plain and extended), modify, query, destroy.
+
+use super::conv::{cap_from_c, cap_to_c, qp_attr_from_c, qp_attr_to_c};
+use super::objects::{self as o, Cq, Kind, Pd, Qp, Srq};
+use crate::ffi::*;
+use crate::guard::{ffi_guard, ret};
+use core::ffi::c_int;
+use softrdma_engine::transport::{QpAttrMask, QpInitAttr, QpType};
+
+/// Extended-context slots for QPs.
+pub(crate) fn install_vctx_ops(v: &mut verbs_context) {
+    v.create_qp_ex = Some(vctx_create_qp_ex);
+}
+
+fn qp_type(t: ibv_qp_type) -> Result<QpType, c_int> {
+    match t {
+        IBV_QPT_RC => Ok(QpType::Rc),
+        IBV_QPT_UC => Ok(QpType::Uc),
+        IBV_QPT_UD => Ok(QpType::Ud),
+        // XRC, raw packet and driver QPs need hardware or kernel help.
+        IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV | IBV_QPT_RAW_PACKET | IBV_QPT_DRIVER => {
+            Err(libc::EOPNOTSUPP)
+        }
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// Creates a QP in `pd` from the fields common to `ibv_qp_init_attr` and
+/// `_ex`, writing the actual capacities back into `a.cap`.
+fn create(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
+    let (qp_context, send_cq, recv_cq, srq, t, sq_sig_all) = (
+        a.qp_context,
+        a.send_cq,
+        a.recv_cq,
+        a.srq,
+        a.qp_type,
+        a.sq_sig_all,
+    );
+    let cap = &mut a.cap;
+    // SAFETY: registry-checked.
+    let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
+        return ret::null(libc::EINVAL);
+    };
+    let qt = match qp_type(t) {
+        Ok(q) => q,
+        Err(e) => return ret::null(e),
+    };
+    // SAFETY: registry-checked.
+    let (Some(scq), Some(rcq)) = (unsafe { o::obj::<Cq>(send_cq.cast(), Kind::Cq) }, unsafe {
+        o::obj::<Cq>(recv_cq.cast(), Kind::Cq)
+    }) else {
+        return ret::null(libc::EINVAL);
+    };
+    let s = if srq.is_null() {
+        None
+    } else {
+        // SAFETY: registry-checked.
+        match unsafe { o::obj::<Srq>(srq.cast(), Kind::Srq) } {
+            Some(s) => Some(s.h),
+            None => return ret::null(libc::EINVAL),
+        }
+    };
+    let init = QpInitAttr {
+        qp_type: qt,
+        pd: p.h,
+        send_cq: scq.h,
+        recv_cq: rcq.h,
+        srq: s,
+        cap: cap_from_c(cap),
+        sq_sig_all: sq_sig_all != 0,
+    };
+    let (qpn, actual) = match p.engine.with(|ep, _| ep.create_qp(&init)) {
+        Ok(v) => v,
+        Err(e) => return ret::null(e.errno()),
+    };
+    // rdma-core writes the actual capacities back into the caller's attributes.
+    *cap = cap_to_c(&actual);
+    let mut qp = ibv_qp_ex::zeroed();
+    let b = &mut qp.qp_base;
+    b.context = p.pd.context;
+    b.qp_context = qp_context;
+    b.pd = pd;
+    b.send_cq = send_cq;
+    b.recv_cq = recv_cq;
+    b.srq = srq;
+    b.handle = qpn;
+    b.qp_num = qpn;
+    b.state = IBV_QPS_RESET;
+    b.qp_type = t;
+    let obj = o::publish(
+        Qp {
+            qp,
+            engine: p.engine.clone(),
+            qpn,
+            qp_type: qt,
+            sq_sig_all: sq_sig_all != 0,
+            ex: false,
+        },
+        Kind::Qp,
+    );
+    o::map_qp(qpn, Some(obj as usize));
+    obj.cast()
+}
+
+/// `struct ibv_qp *ibv_create_qp(struct ibv_pd *, struct ibv_qp_init_attr *)`;
+/// writes the actual capacities back into `init_attr->cap`.
+///
+/// # Safety
+///
+/// `qp_init_attr` must be valid for reads and writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    ffi_guard(
+        || ret::null(libc::EIO),
+        || {
+            if qp_init_attr.is_null() {
+                return ret::null(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, valid per the contract.
+            create(pd, unsafe { &mut *qp_init_attr })
+        },
+    )
+}
+
+/// `verbs_context::create_qp_ex` (reached by the inline `ibv_create_qp_ex`).
+unsafe extern "C" fn vctx_create_qp_ex(
+    _context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    ffi_guard(
+        || ret::null(libc::EIO),
+        || {
+            if attr.is_null() {
+                return ret::null(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, valid per the caller's contract.
+            let a = unsafe { &mut *attr };
+            let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+            if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.comp_mask & !known != 0 {
+                // Extended send ops (ibv_wr_*), XRC domains, RSS: not offered.
+                return ret::null(libc::EOPNOTSUPP);
+            }
+            if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
+                && a.create_flags & !IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0
+            {
+                return ret::null(libc::EOPNOTSUPP);
+            }
+            let mut basic = ibv_qp_init_attr {
+                qp_context: a.qp_context,
+                send_cq: a.send_cq,
+                recv_cq: a.recv_cq,
+                srq: a.srq,
+                cap: a.cap,
+                qp_type: a.qp_type,
+                sq_sig_all: a.sq_sig_all,
+            };
+            let qp = create(a.pd, &mut basic);
+            a.cap = basic.cap;
+            qp
+        },
+    )
+}
+
+/// `int ibv_modify_qp(struct ibv_qp *, struct ibv_qp_attr *, int attr_mask)`.
+///
+/// # Safety
+///
+/// `attr` must be valid for reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if attr.is_null() {
+                return ret::pos(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, readable per the contract.
+            let a = match qp_attr_from_c(unsafe { &*attr }, attr_mask as u32) {
+                Ok(a) => a,
+                Err(e) => return ret::pos(e),
+            };
+            let qpn = q.qpn;
+            let r = q.engine.with(|ep, now| {
+                ep.modify_qp(now, qpn, &a, QpAttrMask(attr_mask as u32))
+                    .map(|()| ep.query_qp(qpn))
+            });
+            match r {
+                Ok(Ok((now, _))) => {
+                    // SAFETY: live QP; `state` is a plain field applications may read.
+                    unsafe { (*qp).state = now.qp_state.as_u32() };
+                    0
+                }
+                Ok(Err(e)) | Err(e) => {
+                    if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                        eprintln!("softrdma: ibv_modify_qp: {e}");
+                    }
+                    ret::pos(e.errno())
+                }
+            }
+        },
+    )
+}
+
+/// `int ibv_query_qp(qp, attr, attr_mask, init_attr)`: fills everything.
+///
+/// # Safety
+///
+/// `attr` and `init_attr` must be valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if attr.is_null() || init_attr.is_null() {
+                return ret::pos(libc::EINVAL);
+            }
+            let qpn = q.qpn;
+            let (a, _) = match q.engine.with(|ep, _| ep.query_qp(qpn)) {
+                Ok(v) => v,
+                Err(e) => return ret::pos(e.errno()),
+            };
+            let b = &q.qp.qp_base;
+            let init = ibv_qp_init_attr {
+                qp_context: b.qp_context,
+                send_cq: b.send_cq,
+                recv_cq: b.recv_cq,
+                srq: b.srq,
+                cap: cap_to_c(&a.cap),
+                qp_type: b.qp_type,
+                sq_sig_all: c_int::from(q.sq_sig_all),
+            };
+            // SAFETY: non-NULL outputs, writable per the contract.
+            unsafe {
+                attr.write(qp_attr_to_c(&a));
+                init_attr.write(init);
+            }
+            0
+        },
+    )
+}
+
+/// `int ibv_destroy_qp(struct ibv_qp *)`.
+///
+/// # Safety
+///
+/// `qp` must not be used after a successful call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            let qpn = q.qpn;
+            if let Err(e) = q.engine.with(|ep, _| ep.destroy_qp(qpn)) {
+                return ret::pos(e.errno());
+            }
+            o::map_qp(qpn, None);
+            // SAFETY: live Qp from `publish`, destroyed in the engine above.
+            unsafe { o::retire(qp.cast::<Qp>()) };
+            0
+        },
+    )
+}
+
+/// `struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *)`: NULL unless the QP
+/// was created with extended send ops (which softrdma does not offer yet).
+///
+/// # Safety
+///
+/// Pointer arguments are checked against the registry of live objects;
+/// other pointers must be valid as for the rdma-core call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    ffi_guard(
+        || ret::null(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            match unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) } {
+                Some(q) if q.ex => qp.cast(),
+                _ => core::ptr::null_mut(),
+            }
+        },
+    )
+}

@@ -1,0 +1,190 @@
+//! Shared receive queues (`ibv_post_srq_recv` is in `post.rs`).
+
+use super::objects::{self as o, Kind, Pd, Srq};
+use crate::ffi::*;
+use crate::guard::{ffi_guard, ret};
+use core::ffi::{c_int, c_void};
+
+/// Extended-context slots for SRQs.
+pub(crate) fn install_vctx_ops(v: &mut verbs_context) {
+    v.create_srq_ex = Some(vctx_create_srq_ex);
+}
+
+fn create(pd: *mut ibv_pd, srq_context: *mut c_void, attr: &mut ibv_srq_attr) -> *mut ibv_srq {
+    // SAFETY: registry-checked.
+    let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
+        return ret::null(libc::EINVAL);
+    };
+    let ph = p.h;
+    let (h, max_wr, max_sge) = match p
+        .engine
+        .with(|ep, _| ep.create_srq(ph, attr.max_wr, attr.max_sge, attr.srq_limit))
+    {
+        Ok(v) => v,
+        Err(e) => return ret::null(e.errno()),
+    };
+    attr.max_wr = max_wr;
+    attr.max_sge = max_sge;
+    let mut srq = ibv_srq::zeroed();
+    srq.context = p.pd.context;
+    srq.srq_context = srq_context;
+    srq.pd = pd;
+    srq.handle = h.0;
+    let obj = o::publish(
+        Srq {
+            srq,
+            h,
+            engine: p.engine.clone(),
+        },
+        Kind::Srq,
+    );
+    o::map_srq(h, Some(obj as usize));
+    obj.cast()
+}
+
+/// `struct ibv_srq *ibv_create_srq(struct ibv_pd *, struct ibv_srq_init_attr *)`;
+/// writes the actual sizes back.
+///
+/// # Safety
+///
+/// `srq_init_attr` must be valid for reads and writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    srq_init_attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    ffi_guard(
+        || ret::null(libc::EIO),
+        || {
+            if srq_init_attr.is_null() {
+                return ret::null(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, valid per the contract.
+            let a = unsafe { &mut *srq_init_attr };
+            create(pd, a.srq_context, &mut a.attr)
+        },
+    )
+}
+
+/// `verbs_context::create_srq_ex`: basic SRQs only (no XRC or tag matching).
+unsafe extern "C" fn vctx_create_srq_ex(
+    _context: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    ffi_guard(
+        || ret::null(libc::EIO),
+        || {
+            if attr.is_null() {
+                return ret::null(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, valid per the caller's contract.
+            let a = unsafe { &mut *attr };
+            if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0
+                || (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC)
+            {
+                return ret::null(libc::EOPNOTSUPP);
+            }
+            create(a.pd, a.srq_context, &mut a.attr)
+        },
+    )
+}
+
+/// `int ibv_modify_srq(struct ibv_srq *, struct ibv_srq_attr *, int mask)`.
+///
+/// # Safety
+///
+/// `srq_attr` must be valid for reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut ibv_srq,
+    srq_attr: *mut ibv_srq_attr,
+    srq_attr_mask: c_int,
+) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(s) = (unsafe { o::obj::<Srq>(srq.cast(), Kind::Srq) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if srq_attr.is_null() {
+                return ret::pos(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, readable per the contract.
+            let a = unsafe { *srq_attr };
+            let m = srq_attr_mask as u32;
+            if m & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
+                return ret::pos(libc::EINVAL);
+            }
+            let max_wr = (m & IBV_SRQ_MAX_WR != 0).then_some(a.max_wr);
+            let limit = (m & IBV_SRQ_LIMIT != 0).then_some(a.srq_limit);
+            let h = s.h;
+            match s.engine.with(|ep, _| ep.modify_srq(h, max_wr, limit)) {
+                Ok(()) => 0,
+                Err(e) => ret::pos(e.errno()),
+            }
+        },
+    )
+}
+
+/// `int ibv_query_srq(struct ibv_srq *, struct ibv_srq_attr *)`.
+///
+/// # Safety
+///
+/// `srq_attr` must be valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(s) = (unsafe { o::obj::<Srq>(srq.cast(), Kind::Srq) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            if srq_attr.is_null() {
+                return ret::pos(libc::EINVAL);
+            }
+            let h = s.h;
+            match s.engine.with(|ep, _| ep.query_srq(h)) {
+                Ok((max_wr, max_sge, srq_limit)) => {
+                    // SAFETY: non-NULL, writable per the contract.
+                    unsafe {
+                        srq_attr.write(ibv_srq_attr {
+                            max_wr,
+                            max_sge,
+                            srq_limit,
+                        })
+                    };
+                    0
+                }
+                Err(e) => ret::pos(e.errno()),
+            }
+        },
+    )
+}
+
+/// `int ibv_destroy_srq(struct ibv_srq *)`: EBUSY while QPs use it.
+///
+/// # Safety
+///
+/// `srq` must not be used after a successful call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(s) = (unsafe { o::obj::<Srq>(srq.cast(), Kind::Srq) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            let h = s.h;
+            if let Err(e) = s.engine.with(|ep, _| ep.destroy_srq(h)) {
+                return ret::pos(e.errno());
+            }
+            o::map_srq(h, None);
+            // SAFETY: live Srq from `publish`, destroyed in the engine above.
+            unsafe { o::retire(srq.cast::<Srq>()) };
+            0
+        },
+    )
+}
