@@ -443,9 +443,9 @@ impl Shared {
 
 /// How recently an application must have busy-polled for the progress thread
 /// to leave the socket to it.
-const SPIN_WINDOW_NS: u64 = 200_000;
+const SPIN_WINDOW_NS: u64 = 100_000;
 /// How often the progress thread checks whether the spinning stopped.
-const STANDBY_NS: u64 = 1_000_000;
+const STANDBY_NS: u64 = 100_000;
 
 fn progress_loop(s: &Shared, poller: &Poller) {
     // While an application spins on its CQ it reads the socket itself; the
