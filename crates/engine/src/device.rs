@@ -27,10 +27,12 @@ pub struct DeviceInfo {
 impl DeviceInfo {
     /// The description of the device at `addr`.
     pub fn new(addr: IpAddr) -> DeviceInfo {
+        let mut limits = DeviceLimits::default();
+        limits.port_mtu = path_mtu_for(addr);
         DeviceInfo {
             name: DEVICE_NAME,
             node_guid: guid_for(addr),
-            limits: DeviceLimits::default(),
+            limits,
         }
     }
 }
@@ -257,4 +259,70 @@ impl DeviceInfo {
             port_cap_flags2: 0,
         }
     }
+}
+
+/// The IB MTU for the interface that owns `ip`: the interface MTU minus
+/// RoCEv2 headers (rxe: `netdev_mtu - 80`), rounded down to an IB MTU.
+/// Loopback (65536) gives 4096; a 1500-byte Ethernet link gives 1024.
+pub fn path_mtu_for(ip: IpAddr) -> softrdma_transport::Mtu {
+    use softrdma_transport::Mtu;
+    let mtu = iface_mtu(ip).unwrap_or(if ip.is_loopback() { 65536 } else { 1500 });
+    match mtu.saturating_sub(80) {
+        m if m >= 4096 => Mtu::M4096,
+        m if m >= 2048 => Mtu::M2048,
+        m if m >= 1024 => Mtu::M1024,
+        m if m >= 512 => Mtu::M512,
+        _ => Mtu::M256,
+    }
+}
+
+/// The MTU of the interface holding `ip` (from getifaddrs and sysfs).
+fn iface_mtu(ip: IpAddr) -> Option<usize> {
+    let name = iface_of(ip)?;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn iface_of(ip: IpAddr) -> Option<String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` walks the list getifaddrs returned; nodes stay valid until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: `ifa_addr` points to a sockaddr whose family says its real type.
+            let fam = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            let addr = match fam {
+                libc::AF_INET => {
+                    // SAFETY: AF_INET addresses are sockaddr_in.
+                    let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                    Some(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()))
+                }
+                libc::AF_INET6 => {
+                    // SAFETY: AF_INET6 addresses are sockaddr_in6.
+                    let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                    Some(IpAddr::from(a.sin6_addr.s6_addr))
+                }
+                _ => None,
+            };
+            if addr == Some(ip) {
+                // SAFETY: ifa_name is a NUL-terminated string valid until freeifaddrs.
+                let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+                found = Some(n.to_string_lossy().into_owned());
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    found
 }

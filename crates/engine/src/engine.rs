@@ -1,8 +1,10 @@
 //! The engine: one endpoint, one UDP socket, one progress thread.
 
 use crate::channel::{AsyncChannel, AsyncEvent, CompChannel};
+use crate::cm::{CmChannel, EpQps};
 use crate::config::EngineConfig;
 use crate::memory::HostMemory;
+use softrdma_cm::{Cm, CmConfig, CmError, IdHandle, PortSpace};
 use softrdma_transport::{
     Config, CqHandle, Datagram, Endpoint, Event, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
 };
@@ -24,6 +26,11 @@ const KEY_SOCKET: u8 = 1;
 pub(crate) struct Core {
     pub(crate) ep: Endpoint,
     channels: HashMap<CqHandle, Arc<CompChannel>>,
+    cm: Cm,
+    cm_channels: HashMap<IdHandle, Arc<CmChannel>>,
+    /// CM MADs framed for QP1, waiting for the transmit path.
+    gsi_out: std::collections::VecDeque<(SocketAddr, Vec<u8>)>,
+    gsi_psn: u32,
 }
 
 #[derive(Debug)]
@@ -89,10 +96,18 @@ impl Engine {
             .map_err(|e| io::Error::new(e_kind(&e), e.to_string()))?;
         let local = socket.local_addr();
         let seed = cfg.seed.unwrap_or_else(os_seed);
+        let info = crate::DeviceInfo::new(local.ip());
         let mut tcfg = Config::new(local.ip(), seed);
         tcfg.local_port = local.port();
         tcfg.dest_port = local.port();
         tcfg.verify_icrc = cfg.verify_icrc;
+        tcfg.limits = info.limits;
+        let cm = Cm::new(CmConfig {
+            addrs: vec![local.ip()],
+            node_guid: info.node_guid,
+            mtu: info.limits.port_mtu,
+            seed: seed.rotate_left(17),
+        });
         let poller = Poller::new()?;
         poller.add_socket(&socket, KEY_SOCKET)?;
         let waker = poller.waker();
@@ -105,6 +120,10 @@ impl Engine {
             core: Mutex::new(Core {
                 ep: Endpoint::new(tcfg),
                 channels: HashMap::new(),
+                cm,
+                cm_channels: HashMap::new(),
+                gsi_out: std::collections::VecDeque::new(),
+                gsi_psn: (seed as u32) & 0xFF_FFFF,
             }),
             tx: Mutex::new(Tx {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),
@@ -241,6 +260,92 @@ impl Engine {
         }
     }
 
+    /// Creates a CM event channel.
+    pub fn cm_channel(&self) -> io::Result<Arc<CmChannel>> {
+        Ok(Arc::new(CmChannel::new()?))
+    }
+
+    /// Creates a CM id whose events go to `ch`.
+    pub fn cm_create_id(
+        &self,
+        ch: Option<Arc<CmChannel>>,
+        ps: PortSpace,
+        qp_type: softrdma_transport::QpType,
+    ) -> IdHandle {
+        let mut core = self.lock();
+        let h = core.cm.create_id(ps, qp_type);
+        if let Some(c) = ch {
+            core.cm_channels.insert(h, c);
+        }
+        h
+    }
+
+    /// Moves an id's events to another channel (`rdma_migrate_id`).
+    pub fn cm_set_channel(&self, id: IdHandle, ch: Arc<CmChannel>) {
+        let mut core = self.lock();
+        if let Some(old) = core.cm_channels.insert(id, ch) {
+            old.forget(id);
+        }
+    }
+
+    /// Runs `f` on the CM (with access to the QPs) under the engine lock, then
+    /// delivers its events and sends its MADs.
+    pub fn with_cm<R>(
+        &self,
+        f: impl FnOnce(&mut Cm, &mut dyn softrdma_cm::QpOps, Instant) -> R,
+    ) -> R {
+        let r = {
+            let mut core = self.lock();
+            let now = self.now();
+            let r = {
+                let Core { ep, cm, .. } = &mut *core;
+                f(cm, &mut EpQps { ep, now }, now)
+            };
+            self.shared.after(&mut core);
+            r
+        };
+        self.shared.flush_tx();
+        r
+    }
+
+    /// Destroys a CM id and forgets its queued events.
+    pub fn cm_destroy_id(&self, id: IdHandle) {
+        self.with_cm(|cm, qps, now| cm.destroy_id(now, id, qps));
+        let mut core = self.lock();
+        if let Some(c) = core.cm_channels.remove(&id) {
+            c.forget(id);
+        }
+    }
+
+    /// Resolves `dst` for an id (`rdma_resolve_addr`): binds `src` if given,
+    /// then checks the route in the background (like ARP) and queues
+    /// ADDR_RESOLVED or ADDR_ERROR.
+    pub fn cm_resolve_addr(
+        self: &Arc<Self>,
+        id: IdHandle,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+    ) -> Result<(), CmError> {
+        let local = self.local_addr().ip();
+        if let Some(s) = src {
+            self.with_cm(|cm, _, _| cm.bind(id, s))?;
+        }
+        let me = Arc::clone(self);
+        let port = self.local_addr().port();
+        std::thread::Builder::new()
+            .name("softrdma-resolve".into())
+            .spawn(move || {
+                let r = crate::cm::probe_route(local, dst.ip(), port);
+                me.with_cm(|cm, _, _| match r {
+                    Ok(()) => cm.resolve_addr(id, local, dst).map(|_| ()),
+                    Err(e) => cm.addr_error(id, e),
+                })
+                .ok();
+            })
+            .map_err(|e| CmError::Invalid(format!("cannot start address resolution: {e}")))?;
+        Ok(())
+    }
+
     /// Creates a completion channel.
     pub fn create_comp_channel(&self) -> io::Result<Arc<CompChannel>> {
         Ok(Arc::new(CompChannel::new()?))
@@ -297,7 +402,16 @@ impl Shared {
     /// After any endpoint call: deliver events, and wake the progress thread if
     /// the earliest timer moved before the deadline it sleeps on.
     fn after(&self, core: &mut Core) {
+        let now = self.now();
         while let Some(e) = core.ep.poll_event() {
+            if let Event::QpAsync(q, t) = e {
+                use softrdma_transport::AsyncEventType as A;
+                let fatal = matches!(t, A::QpFatal | A::QpReqErr | A::QpAccessErr);
+                if matches!(t, A::CommEst) || fatal {
+                    let Core { ep, cm, .. } = core;
+                    cm.qp_event(now, q, fatal, &mut EpQps { ep, now });
+                }
+            }
             match e {
                 Event::CompletionNotify(cq) => {
                     if let Some(c) = core.channels.get(&cq) {
@@ -309,7 +423,8 @@ impl Shared {
                 Event::SrqAsync(s, t) => self.async_events.push(AsyncEvent::Srq(s, t)),
             }
         }
-        if let Some(t) = core.ep.poll_timeout()
+        self.dispatch_cm(core);
+        if let Some(t) = earliest(core)
             && t.as_nanos() < self.sleeping_until.load(Ordering::SeqCst)
         {
             let _ = self.waker.wake();
@@ -326,6 +441,15 @@ impl Shared {
                 let mut core = self.lock();
                 let now = self.now();
                 let mut mem = HostMemory;
+                while tx.dst.len() < BATCH {
+                    let Some((dst, pkt)) = core.gsi_out.pop_front() else {
+                        break;
+                    };
+                    let i = tx.dst.len();
+                    tx.bufs[i].clear();
+                    tx.bufs[i].extend_from_slice(&pkt);
+                    tx.dst.push(dst);
+                }
                 while tx.dst.len() < BATCH {
                     let i = tx.dst.len();
                     match core.ep.poll_transmit(now, &mut mem, &mut tx.bufs[i]) {
@@ -415,7 +539,11 @@ impl Shared {
                         dst_ip: d.dst_ip.unwrap_or(local_ip),
                         payload: d.data,
                     };
-                    core.ep.handle_datagram(now, &dg, &mut mem);
+                    if crate::cm::is_gsi(d.data) {
+                        self.handle_gsi(&mut core, now, &dg);
+                    } else {
+                        core.ep.handle_datagram(now, &dg, &mut mem);
+                    }
                     total += 1;
                 }
                 self.after(&mut core);
@@ -428,12 +556,53 @@ impl Shared {
         total
     }
 
+    /// Feeds a packet for QP1 to the CM (after the same ICRC check as any packet).
+    fn handle_gsi(&self, core: &mut Core, now: Instant, d: &Datagram<'_>) {
+        if !core.ep.icrc_ok(d) {
+            return;
+        }
+        if let Some(mad) = crate::cm::gsi_mad(d.payload) {
+            let Core { ep, cm, .. } = core;
+            cm.handle_mad(now, d.src.ip(), d.dst_ip, mad, &mut EpQps { ep, now });
+        }
+    }
+
+    /// Routes CM events to their channels and frames outgoing MADs.
+    fn dispatch_cm(&self, core: &mut Core) {
+        while let Some(e) = core.cm.poll_event() {
+            let ch = core.cm_channels.get(&e.id).cloned().or_else(|| {
+                // A connection request arrives on its listener's channel, and
+                // the new id inherits it.
+                let l = e.listen_id?;
+                let c = core.cm_channels.get(&l).cloned()?;
+                core.cm_channels.insert(e.id, c.clone());
+                Some(c)
+            });
+            if let Some(c) = ch {
+                c.push(e);
+            }
+        }
+        let port = core.ep.config().dest_port;
+        while let Some(o) = core.cm.poll_transmit() {
+            let mut pkt = Vec::with_capacity(300);
+            crate::cm::gsi_packet(core.gsi_psn, &o.mad, &mut pkt);
+            core.gsi_psn = (core.gsi_psn + 1) & 0xFF_FFFF;
+            let dst = SocketAddr::new(o.dst, port);
+            core.ep.fill_icrc(o.src, dst, &mut pkt);
+            core.gsi_out.push_back((dst, pkt));
+        }
+    }
+
     fn handle_timers(&self) {
         {
             let mut core = self.lock();
             let now = self.now();
             if core.ep.poll_timeout().is_some_and(|t| t <= now) {
                 core.ep.handle_timeout(now);
+            }
+            if core.cm.poll_timeout().is_some_and(|t| t <= now) {
+                let Core { ep, cm, .. } = &mut *core;
+                cm.handle_timeout(now, &mut EpQps { ep, now });
             }
             self.after(&mut core);
         }
@@ -478,6 +647,14 @@ fn progress_loop(s: &Shared, poller: &Poller) {
             s.rx_burst(true);
         }
         s.handle_timers();
+    }
+}
+
+/// The earliest deadline of the transport and the CM.
+fn earliest(core: &Core) -> Option<Instant> {
+    match (core.ep.poll_timeout(), core.cm.poll_timeout()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -16,6 +16,7 @@
 
 mod capture;
 mod channel;
+mod cm;
 mod config;
 pub mod device;
 mod engine;
@@ -23,8 +24,10 @@ mod memory;
 
 // The public interface is:
 pub use channel::{AsyncChannel, AsyncEvent, CompChannel};
+pub use cm::CmChannel;
 pub use config::EngineConfig;
 pub use device::{DeviceAttr, DeviceInfo, PortAttr};
 pub use engine::Engine;
+pub use softrdma_cm as cm_proto;
 pub use softrdma_transport as transport;
 pub use softrdma_udp::SocketStats;

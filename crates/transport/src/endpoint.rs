@@ -671,6 +671,7 @@ impl Endpoint {
             last_psn: Psn::default(),
             npkts: 0,
             next_pkt: 0,
+            error: None,
         });
         if qp.state == QpState::Err {
             qp.flush(&mut ctx);
@@ -727,7 +728,7 @@ impl Endpoint {
     pub fn handle_datagram(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += d.payload.len() as u64;
-        if self.config.verify_icrc && !self.icrc_ok(d) {
+        if !self.icrc_ok(d) {
             self.stats.drop_bad_icrc += 1;
             return;
         }
@@ -777,7 +778,22 @@ impl Endpoint {
         self.schedule(qpn);
     }
 
-    fn icrc_ok(&self, d: &Datagram<'_>) -> bool {
+    /// Writes the ICRC into the last four bytes of `pkt` (BTH..ICRC), as sent
+    /// from `src_ip` to `dst` (for packets the driver frames itself, e.g. CM MADs).
+    pub fn fill_icrc(&self, src_ip: IpAddr, dst: SocketAddr, pkt: &mut [u8]) {
+        crate::qp::fill_icrc(&self.config, src_ip, dst, pkt);
+    }
+
+    /// Whether a received datagram's ICRC is right (always true when the
+    /// configuration says not to verify).
+    pub fn icrc_ok(&self, d: &Datagram<'_>) -> bool {
+        if !self.config.verify_icrc {
+            return true;
+        }
+        self.icrc_matches(d)
+    }
+
+    fn icrc_matches(&self, d: &Datagram<'_>) -> bool {
         let p = d.payload;
         if p.len() < 16 {
             return false;

@@ -1,0 +1,202 @@
+//! The connection manager inside the engine: CM MADs framed as UD packets
+//! on QP1, CM event channels, the CM's access to QPs, and address resolution.
+
+use softrdma_cm::{ConnectQp, Event as CmEvent, IdHandle, QpInfo, QpOps};
+use softrdma_transport::{
+    Access, Endpoint, GSI_QKEY, GSI_QPN, Instant, QpAttr, QpAttrMask as M, QpState, Qpn, VerbsError,
+};
+use softrdma_udp::{EventFd, EventFdOptions};
+use softrdma_wire::{Bth, Deth, Headers, Opcode, Packet, Psn};
+use std::collections::VecDeque;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// A CM event channel (`struct rdma_event_channel`): an eventfd plus a queue.
+#[derive(Debug)]
+pub struct CmChannel {
+    efd: EventFd,
+    pending: Mutex<VecDeque<CmEvent>>,
+}
+
+impl CmChannel {
+    pub(crate) fn new() -> io::Result<CmChannel> {
+        Ok(CmChannel {
+            efd: EventFd::with_options(EventFdOptions::default().semaphore(true).blocking(true))?,
+            pending: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    pub(crate) fn push(&self, e: CmEvent) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(e);
+        let _ = self.efd.notify();
+    }
+
+    /// Blocks in `read(2)` until an event arrives (unless non-blocking).
+    pub fn get_event(&self) -> io::Result<CmEvent> {
+        loop {
+            self.efd.read()?;
+            if let Some(e) = self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front()
+            {
+                return Ok(e);
+            }
+        }
+    }
+
+    /// Makes `get_event` non-blocking (or back).
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.efd.set_nonblocking(on)
+    }
+
+    /// Drops queued events of `id` (it is being destroyed).
+    pub(crate) fn forget(&self, id: IdHandle) {
+        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let before = p.len();
+        p.retain(|e| e.id != id);
+        for _ in p.len()..before {
+            let _ = self.efd.try_read();
+        }
+    }
+}
+
+impl AsRawFd for CmChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.efd.as_raw_fd()
+    }
+}
+
+/// The CM's view of the endpoint's QPs.
+pub(crate) struct EpQps<'a> {
+    pub(crate) ep: &'a mut Endpoint,
+    pub(crate) now: Instant,
+}
+
+impl QpOps for EpQps<'_> {
+    fn qp_info(&mut self, qpn: Qpn) -> Option<QpInfo> {
+        let (_, init) = self.ep.query_qp(qpn).ok()?;
+        Some(QpInfo {
+            qp_type: init.qp_type,
+            srq: init.srq.is_some(),
+        })
+    }
+
+    fn connect(&mut self, qpn: Qpn, p: &ConnectQp) -> Result<(), VerbsError> {
+        let (cur, _) = self.ep.query_qp(qpn)?;
+        // The kernel CM grants REMOTE_WRITE always and READ/ATOMIC when the
+        // side accepts READ/atomic requests (cm_init_qp_init_attr).
+        let mut access = Access::REMOTE_WRITE;
+        if p.max_dest_rd_atomic > 0 {
+            access = access | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        }
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qp_access_flags: access,
+            ..QpAttr::default()
+        };
+        if cur.qp_state == QpState::Reset {
+            self.ep.modify_qp(
+                self.now,
+                qpn,
+                &a,
+                M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+            )?;
+        }
+        let rc = self.ep.qp_type(qpn) == Some(softrdma_transport::QpType::Rc);
+        a.qp_state = QpState::Rtr;
+        a.ah_attr = p.av;
+        a.path_mtu = p.mtu;
+        a.dest_qp_num = p.remote_qpn;
+        a.rq_psn = p.rq_psn;
+        a.max_dest_rd_atomic = p.max_dest_rd_atomic;
+        a.min_rnr_timer = p.min_rnr_timer;
+        let mut mask = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::ACCESS_FLAGS;
+        if rc {
+            mask = mask | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+        }
+        self.ep.modify_qp(self.now, qpn, &a, mask)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = p.sq_psn;
+        a.timeout = p.timeout;
+        a.retry_cnt = p.retry_cnt;
+        a.rnr_retry = p.rnr_retry;
+        a.max_rd_atomic = p.max_rd_atomic;
+        let mut mask = M::STATE | M::SQ_PSN;
+        if rc {
+            mask = mask | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+        }
+        self.ep.modify_qp(self.now, qpn, &a, mask)
+    }
+
+    fn set_error(&mut self, qpn: Qpn) {
+        let a = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        let _ = self.ep.modify_qp(self.now, qpn, &a, M::STATE);
+    }
+}
+
+/// Frames a MAD as a UD SEND_ONLY from QP1 to QP1 (rocev2.md §4.1).
+pub(crate) fn gsi_packet(psn: u32, mad: &[u8; 256], out: &mut Vec<u8>) {
+    let mut h = Headers::new(Bth::new(Opcode::UD_SEND_ONLY, GSI_QPN, Psn::new(psn)));
+    h.deth = Some(Deth {
+        qkey: GSI_QKEY,
+        resv8: 0,
+        src_qp: GSI_QPN,
+    });
+    out.clear();
+    softrdma_wire::emit(&h, mad, out).expect("UD_SEND_ONLY is a known opcode");
+}
+
+/// The MAD inside a packet for QP1, if it is one (ICRC already checked).
+pub(crate) fn gsi_mad(payload: &[u8]) -> Option<&[u8]> {
+    let p = Packet::parse(payload).ok()?;
+    if p.hdr.bth.opcode != Opcode::UD_SEND_ONLY || p.hdr.deth.map(|d| d.qkey) != Some(GSI_QKEY) {
+        return None;
+    }
+    (p.payload.len() == 256).then_some(p.payload)
+}
+
+/// True if the datagram is addressed to QP1 (BTH DestQP, bytes 5..8).
+pub(crate) fn is_gsi(payload: &[u8]) -> bool {
+    payload.len() >= 12 && payload[5..8] == [0, 0, 1]
+}
+
+/// Route and reachability check for `rdma_resolve_addr`, like ARP for a NIC:
+/// the kernel must route from our address to `dst`, and a unicast `dst` must
+/// not answer "port unreachable" on the RoCE port (no device owns it).
+pub(crate) fn probe_route(local: IpAddr, dst: IpAddr, roce_port: u16) -> Result<(), i32> {
+    if dst.is_multicast() || dst == local {
+        return Ok(());
+    }
+    let dst = SocketAddr::new(dst, roce_port);
+    let s = UdpSocket::bind(SocketAddr::new(local, 0))
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENODEV))?;
+    s.connect(dst)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENETUNREACH))?;
+    if local.is_loopback() != dst.ip().is_loopback() {
+        // A loopback device cannot reach other hosts and vice versa.
+        return Err(libc::ENETUNREACH);
+    }
+    // One byte to the RoCE port: a softrdma or rxe peer drops it as malformed;
+    // an address nobody listens on answers with ICMP port unreachable.
+    if s.send(&[0]).is_err() {
+        return Err(libc::ENETUNREACH);
+    }
+    let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut b = [0u8; 1];
+    match s.recv(&mut b) {
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Err(libc::EHOSTUNREACH),
+        _ => Ok(()),
+    }
+}
