@@ -23,5 +23,6 @@
 
 pub mod ffi;
 pub mod guard;
+pub mod rdmacm;
 pub mod stubs;
 pub mod verbs;

@@ -666,6 +666,41 @@ impl Cm {
         }
     }
 
+    /// The parameters the peer sent (its REQ or REP), once known.
+    pub fn peer_param(&self, h: IdHandle) -> Option<ConnParam> {
+        self.ids.get(&h)?.conn.as_ref().map(|c| c.peer.clone())
+    }
+
+    /// What `rdma_init_qp_attr` reports: the QP parameters of the connection
+    /// an id is part of (once the peer's REQ or REP is known).
+    pub fn qp_params(&self, h: IdHandle) -> Option<ConnectQp> {
+        let id = self.ids.get(&h)?;
+        let c = id.conn.as_ref()?;
+        let local = id.local.map_or(c.peer_ip, |a| a.ip());
+        let passive = id.listener.is_some();
+        Some(ConnectQp {
+            av: self.path_av(local, c.peer_ip),
+            mtu: Mtu::from_u32(u32::from(c.mtu)).unwrap_or(Mtu::M1024),
+            remote_qpn: c.remote_qpn,
+            rq_psn: c.remote_psn,
+            sq_psn: c.local_psn,
+            max_dest_rd_atomic: if passive {
+                c.peer.initiator_depth
+            } else {
+                id.mine.responder_resources
+            },
+            max_rd_atomic: if passive {
+                c.peer.responder_resources
+            } else {
+                id.mine.initiator_depth.min(c.peer.responder_resources)
+            },
+            timeout: LOCAL_ACK_TIMEOUT,
+            retry_cnt: c.peer.retry_count.min(7),
+            rnr_retry: c.peer.rnr_retry_count.min(7),
+            min_rnr_timer: MIN_RNR_TIMER,
+        })
+    }
+
     fn conn_param_of(&self, h: IdHandle) -> ConnParam {
         self.ids
             .get(&h)

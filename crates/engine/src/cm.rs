@@ -22,7 +22,8 @@ pub struct CmChannel {
 }
 
 impl CmChannel {
-    pub(crate) fn new() -> io::Result<CmChannel> {
+    /// A new channel (it needs no device).
+    pub fn new() -> io::Result<CmChannel> {
         Ok(CmChannel {
             efd: EventFd::with_options(EventFdOptions::default().semaphore(true).blocking(true))?,
             pending: Mutex::new(VecDeque::new()),

@@ -74,10 +74,24 @@ static GLOBAL: OnceLock<Result<Arc<Engine>, String>> = OnceLock::new();
 impl Engine {
     /// The process-wide engine, created from the environment on first use.
     pub fn global() -> io::Result<Arc<Engine>> {
+        Self::global_at(None)
+    }
+
+    /// The process-wide engine; if it does not exist yet and `SOFTRDMA_ADDR`
+    /// is not set, it takes the address `hint` (what an rdma_cm application
+    /// binds to or resolves from names the device: `rping -s -a 127.0.0.2`).
+    pub fn global_at(hint: Option<IpAddr>) -> io::Result<Arc<Engine>> {
         GLOBAL
             .get_or_init(|| {
                 EngineConfig::from_env()
-                    .and_then(Engine::start)
+                    .and_then(|mut c| {
+                        if let Some(ip) = hint.filter(|ip| !ip.is_unspecified()) {
+                            if c.addr.addr.is_none() {
+                                c.addr = softrdma_udp::AddrConfig::exact(SocketAddr::new(ip, c.addr.port));
+                            }
+                        }
+                        Engine::start(c)
+                    })
                     .map(Arc::new)
                     .map_err(|e| e.to_string())
             })

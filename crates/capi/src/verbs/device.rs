@@ -36,6 +36,11 @@ fn device() -> *mut ibv_device {
     DEVICE.0
 }
 
+/// The one device (for librdmacm's context).
+pub(crate) fn the_device() -> *mut ibv_device {
+    device()
+}
+
 fn is_device(d: *const ibv_device) -> bool {
     !d.is_null() && d == device().cast_const()
 }

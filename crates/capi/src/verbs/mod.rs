@@ -6,6 +6,7 @@
 
 pub mod ah;
 mod conv;
+pub(crate) use conv::av_to_c as conv_av_to_c;
 pub mod cq;
 pub mod device;
 pub(crate) mod objects;

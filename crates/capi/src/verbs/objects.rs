@@ -25,6 +25,9 @@ pub(crate) enum Kind {
     Qp,
     Srq,
     Ah,
+    CmChannel,
+    CmId,
+    CmEvent,
 }
 
 #[derive(Default)]

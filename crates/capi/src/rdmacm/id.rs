@@ -1,0 +1,792 @@
+//! CM ids: create/destroy, addresses, listen, connect/accept/reject,
+//! disconnect, establish, options.
+
+use super::event::{attach_device, complete, id_obj, set_route};
+use super::objects::{self as co, Chan, Id, IdState};
+use super::sock;
+use crate::ffi::*;
+use crate::guard::{ffi_guard, ret};
+use crate::verbs::objects::{self as o, Kind};
+use core::ffi::{c_int, c_void};
+use softrdma_engine::Engine;
+use softrdma_engine::cm_proto::{CmError, ConnParam, IdHandle, PortSpace};
+use softrdma_engine::transport::QpType;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+/// READ/atomic depth the device offers (what RDMA_MAX_RESP_RES and
+/// RDMA_MAX_INIT_DEPTH resolve to).
+const MAX_RD_ATOMIC: u8 = 16;
+
+pub(crate) fn cm_errno(e: &CmError) -> c_int {
+    e.errno()
+}
+
+/// The engine and engine-side id of a C id, created on first need with `hint`
+/// naming the device address if the device does not exist yet.
+pub(crate) fn ensure(
+    id: *mut rdma_cm_id,
+    obj: &Id,
+    hint: Option<IpAddr>,
+) -> Result<(Arc<Engine>, IdHandle), c_int> {
+    let mut st = obj.state();
+    if let (Some(e), Some(h)) = (&st.engine, st.h) {
+        return Ok((e.clone(), h));
+    }
+    let engine = Engine::global_at(hint).map_err(|e| {
+        eprintln!("{e}");
+        libc::ENODEV
+    })?;
+    let ps = PortSpace::from_value(obj.id.ps as u16).ok_or(libc::EINVAL)?;
+    let qt = match obj.id.qp_type {
+        IBV_QPT_UD => QpType::Ud,
+        IBV_QPT_UC => QpType::Uc,
+        _ => QpType::Rc,
+    };
+    let h = engine.cm_create_id(Some(st.chan.clone()), ps, qt);
+    co::map_id(h, Some(id as usize));
+    st.engine = Some(engine.clone());
+    st.h = Some(h);
+    Ok((engine, h))
+}
+
+/// `int rdma_create_id(channel, struct rdma_cm_id **id, void *context, enum rdma_port_space ps)`.
+/// A NULL channel makes a synchronous id (its calls block until their event).
+///
+/// # Safety
+///
+/// `id` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: rdma_port_space,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            let qp_type = match ps {
+                RDMA_PS_TCP | RDMA_PS_IB => IBV_QPT_RC,
+                RDMA_PS_UDP | RDMA_PS_IPOIB => IBV_QPT_UD,
+                _ => return ret::neg(libc::EINVAL),
+            };
+            // SAFETY: forwarded contract.
+            unsafe { create_id(channel, id, context, ps, qp_type) }
+        },
+    )
+}
+
+/// Shared by `rdma_create_id` and `rdma_create_ep`.
+///
+/// # Safety
+///
+/// `id` must be writable.
+pub(crate) unsafe fn create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: rdma_port_space,
+    qp_type: ibv_qp_type,
+) -> c_int {
+    if id.is_null() {
+        return ret::neg(libc::EINVAL);
+    }
+    let (chan_ptr, sync) = if channel.is_null() {
+        let c = super::event::__softrdma_rdma_create_event_channel();
+        if c.is_null() {
+            return -1;
+        }
+        (c, true)
+    } else {
+        (channel, false)
+    };
+    // SAFETY: registry-checked.
+    let Some(chan) = (unsafe { o::obj::<Chan>(chan_ptr.cast(), Kind::CmChannel) }) else {
+        return ret::neg(libc::EINVAL);
+    };
+    let mut c = rdma_cm_id::zeroed();
+    c.channel = chan_ptr;
+    c.context = context;
+    c.ps = ps;
+    c.qp_type = qp_type;
+    c.port_num = 1;
+    let obj = Id {
+        id: c,
+        st: Mutex::new(IdState {
+            engine: None,
+            h: None,
+            chan: chan.inner.clone(),
+            sync,
+            own_send_cq: false,
+            own_recv_cq: false,
+            ep_pd: core::ptr::null_mut(),
+            ep_attr: None,
+            own_srq: false,
+            mcast: Vec::new(),
+        }),
+    };
+    let p = o::publish(obj, Kind::CmId);
+    // SAFETY: non-NULL, writable per the contract.
+    unsafe { id.write(p.cast()) };
+    0
+}
+
+/// `int rdma_destroy_id(struct rdma_cm_id *)`.
+///
+/// # Safety
+///
+/// `id` must not be used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            let (engine, h, sync) = {
+                let st = obj.state();
+                (st.engine.clone(), st.h, st.sync)
+            };
+            if let (Some(e), Some(h)) = (engine, h) {
+                super::mcast::leave_all(obj, &e);
+                e.cm_destroy_id(h);
+                co::map_id(h, None);
+            }
+            // SAFETY: live id.
+            let ev = unsafe { (*id).event };
+            if !ev.is_null() {
+                // SAFETY: the id's own event.
+                unsafe { super::event::free_event(ev) };
+            }
+            // SAFETY: live id.
+            let chan = unsafe { (*id).channel };
+            // SAFETY: the registry confirmed a live Id from `publish`.
+            unsafe { o::retire(id.cast::<Id>()) };
+            if sync {
+                // SAFETY: the private channel this id created.
+                unsafe { super::event::__softrdma_rdma_destroy_event_channel(chan) };
+            }
+            0
+        },
+    )
+}
+
+/// `int rdma_bind_addr(struct rdma_cm_id *, struct sockaddr *)`.
+///
+/// # Safety
+///
+/// `addr` must be a valid socket address.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_bind_addr(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            // SAFETY: forwarded contract.
+            let Some(a) = (unsafe { sock::from_c(addr) }) else {
+                return ret::neg(libc::EAFNOSUPPORT);
+            };
+            let (engine, h) = match ensure(id, obj, Some(a.ip())) {
+                Ok(v) => v,
+                Err(e) => return ret::neg(e),
+            };
+            match engine.with_cm(|cm, _, _| cm.bind(h, a).map(|()| cm.addrs_of(h).0)) {
+                Ok(local) => {
+                    set_route(id, local, None);
+                    if !a.ip().is_unspecified() {
+                        attach_device(id, &engine);
+                    }
+                    0
+                }
+                Err(e) => ret::neg(cm_errno(&e)),
+            }
+        },
+    )
+}
+
+/// `int rdma_resolve_addr(id, src, dst, timeout_ms)`: ADDR_RESOLVED (or
+/// ADDR_ERROR) follows on the id's channel.
+///
+/// # Safety
+///
+/// `src` (may be NULL) and `dst` must be valid socket addresses.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src_addr: *mut libc::sockaddr,
+    dst_addr: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            // SAFETY: forwarded contract.
+            let (src, dst) = unsafe { (sock::from_c(src_addr), sock::from_c(dst_addr)) };
+            let Some(dst) = dst else {
+                return ret::neg(libc::EINVAL);
+            };
+            let (engine, h) = match ensure(id, obj, src.map(|s| s.ip())) {
+                Ok(v) => v,
+                Err(e) => return ret::neg(e),
+            };
+            let bound = engine.with_cm(|cm, _, _| cm.addrs_of(h).0.is_some());
+            let src = if bound { None } else { src };
+            if let Err(e) = engine.cm_resolve_addr(h, src, dst) {
+                return ret::neg(cm_errno(&e));
+            }
+            set_route(id, None, Some(dst));
+            complete(id, obj)
+        },
+    )
+}
+
+/// `int rdma_resolve_route(id, timeout_ms)`: ROUTE_RESOLVED follows.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_resolve_route(
+    id: *mut rdma_cm_id,
+    _timeout_ms: c_int,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            let (engine, h) = match ensure(id, obj, None) {
+                Ok(v) => v,
+                Err(e) => return ret::neg(e),
+            };
+            if let Err(e) = engine.with_cm(|cm, _, _| cm.resolve_route(h)) {
+                return ret::neg(cm_errno(&e));
+            }
+            complete(id, obj)
+        },
+    )
+}
+
+/// `int rdma_listen(struct rdma_cm_id *, int backlog)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            let (engine, h) = match ensure(id, obj, None) {
+                Ok(v) => v,
+                Err(e) => return ret::neg(e),
+            };
+            match engine.with_cm(|cm, _, _| cm.listen(h).map(|()| cm.addrs_of(h).0)) {
+                Ok(local) => {
+                    set_route(id, local, None);
+                    0
+                }
+                Err(e) => ret::neg(cm_errno(&e)),
+            }
+        },
+    )
+}
+
+fn clamp_rd(v: u8) -> u8 {
+    v.min(MAX_RD_ATOMIC)
+}
+
+/// Reads a `struct rdma_conn_param` (NULL: librdmacm's defaults).
+///
+/// # Safety
+///
+/// `p` must be NULL or readable, with readable private data.
+unsafe fn read_conn_param(
+    p: *const rdma_conn_param,
+    qp_num: u32,
+    defaults: Option<&ConnParam>,
+) -> ConnParam {
+    if p.is_null() {
+        let (resp, init) = match defaults {
+            // Passive: what the request offers, within the device's limits.
+            Some(peer) => (
+                clamp_rd(peer.initiator_depth),
+                clamp_rd(peer.responder_resources),
+            ),
+            None => (MAX_RD_ATOMIC, MAX_RD_ATOMIC),
+        };
+        return ConnParam {
+            private_data: Vec::new(),
+            responder_resources: resp,
+            initiator_depth: init,
+            flow_control: true,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+            qp_num,
+        };
+    }
+    // SAFETY: non-NULL, readable per the contract.
+    let c = unsafe { &*p };
+    let pd = if c.private_data.is_null() || c.private_data_len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the application passes `private_data_len` readable bytes.
+        unsafe {
+            core::slice::from_raw_parts(
+                c.private_data.cast::<u8>(),
+                usize::from(c.private_data_len),
+            )
+        }
+        .to_vec()
+    };
+    let resp = if c.responder_resources == RDMA_MAX_RESP_RES {
+        defaults.map_or(MAX_RD_ATOMIC, |d| clamp_rd(d.initiator_depth))
+    } else {
+        clamp_rd(c.responder_resources)
+    };
+    let init = if c.initiator_depth == RDMA_MAX_INIT_DEPTH {
+        defaults.map_or(MAX_RD_ATOMIC, |d| clamp_rd(d.responder_resources))
+    } else {
+        clamp_rd(c.initiator_depth)
+    };
+    ConnParam {
+        private_data: pd,
+        responder_resources: resp,
+        initiator_depth: init,
+        flow_control: c.flow_control != 0,
+        retry_count: c.retry_count.min(7),
+        rnr_retry_count: c.rnr_retry_count.min(7),
+        srq: c.srq != 0,
+        qp_num: if qp_num != 0 { qp_num } else { c.qp_num },
+    }
+}
+
+fn qp_num_of(id: *mut rdma_cm_id) -> u32 {
+    // SAFETY: `id` is live (callers checked); its QP, if any, is one of ours.
+    let qp = unsafe { (*id).qp };
+    if qp.is_null() {
+        0
+    } else {
+        // SAFETY: a QP this library created.
+        unsafe { (*qp).qp_num }
+    }
+}
+
+/// `int rdma_connect(struct rdma_cm_id *, struct rdma_conn_param *)`.
+///
+/// # Safety
+///
+/// `conn_param` must be NULL or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_connect(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            let (engine, h) = match ensure(id, obj, None) {
+                Ok(v) => v,
+                Err(e) => return ret::neg(e),
+            };
+            // SAFETY: forwarded contract.
+            let p = unsafe { read_conn_param(conn_param, qp_num_of(id), None) };
+            if let Err(e) = engine.with_cm(|cm, qps, now| cm.connect(now, h, &p, qps)) {
+                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                    eprintln!("softrdma: rdma_connect: {e}");
+                }
+                return ret::neg(cm_errno(&e));
+            }
+            complete(id, obj)
+        },
+    )
+}
+
+/// `int rdma_accept(struct rdma_cm_id *, struct rdma_conn_param *)`.
+///
+/// # Safety
+///
+/// `conn_param` must be NULL or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_accept(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            let (engine, h) = match ensure(id, obj, None) {
+                Ok(v) => v,
+                Err(e) => return ret::neg(e),
+            };
+            let peer = engine.with_cm(|cm, _, _| cm.peer_param(h));
+            // SAFETY: forwarded contract.
+            let p = unsafe { read_conn_param(conn_param, qp_num_of(id), peer.as_ref()) };
+            if let Err(e) = engine.with_cm(|cm, qps, now| cm.accept(now, h, &p, qps)) {
+                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                    eprintln!("softrdma: rdma_accept: {e}");
+                }
+                return ret::neg(cm_errno(&e));
+            }
+            // SAFETY: live id.
+            if unsafe { (*id).qp_type } == IBV_QPT_UD {
+                // UD accepts have no ESTABLISHED event: drop the request event.
+                // SAFETY: live id; its event is ours.
+                let ev = unsafe { (*id).event };
+                if obj.state().sync && !ev.is_null() {
+                    // SAFETY: as above.
+                    unsafe {
+                        super::event::free_event(ev);
+                        (*id).event = core::ptr::null_mut();
+                    }
+                }
+                return 0;
+            }
+            complete(id, obj)
+        },
+    )
+}
+
+fn reject(id: *mut rdma_cm_id, private_data: *const c_void, len: u8) -> c_int {
+    // SAFETY: registry-checked.
+    let Some(obj) = (unsafe { id_obj(id) }) else {
+        return ret::neg(libc::EINVAL);
+    };
+    let (engine, h) = match ensure(id, obj, None) {
+        Ok(v) => v,
+        Err(e) => return ret::neg(e),
+    };
+    let pd = if private_data.is_null() || len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the application passes `len` readable bytes.
+        unsafe { core::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(len)) }.to_vec()
+    };
+    match engine.with_cm(|cm, _, _| cm.reject(h, &pd)) {
+        Ok(()) => 0,
+        Err(e) => ret::neg(cm_errno(&e)),
+    }
+}
+
+/// `int rdma_reject(struct rdma_cm_id *, const void *private_data, uint8_t len)`.
+///
+/// # Safety
+///
+/// `private_data` must be NULL or `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_reject(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    len: u8,
+) -> c_int {
+    ffi_guard(|| ret::neg(libc::EIO), || reject(id, private_data, len))
+}
+
+/// `int rdma_reject_ece(...)`: as `rdma_reject` (no ECE).
+///
+/// # Safety
+///
+/// As `rdma_reject`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_reject_ece(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    len: u8,
+) -> c_int {
+    ffi_guard(|| ret::neg(libc::EIO), || reject(id, private_data, len))
+}
+
+/// `int rdma_disconnect(struct rdma_cm_id *)`: the QP goes to ERR (its
+/// receives flush), a DREQ goes out; DISCONNECTED follows.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            let (engine, h) = match ensure(id, obj, None) {
+                Ok(v) => v,
+                Err(e) => return ret::neg(e),
+            };
+            if let Err(e) = engine.with_cm(|cm, qps, now| cm.disconnect(now, h, qps)) {
+                return ret::neg(cm_errno(&e));
+            }
+            complete(id, obj)
+        },
+    )
+}
+
+/// `int rdma_establish(struct rdma_cm_id *)`: after CONNECT_RESPONSE on an id
+/// without a QP, sends the RTU.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            // SAFETY: live id.
+            if !unsafe { (*id).qp }.is_null() {
+                return ret::neg(libc::EINVAL);
+            }
+            let (engine, h) = match ensure(id, obj, None) {
+                Ok(v) => v,
+                Err(e) => return ret::neg(e),
+            };
+            match engine.with_cm(|cm, _, now| cm.establish(now, h)) {
+                Ok(()) => 0,
+                Err(e) => ret::neg(cm_errno(&e)),
+            }
+        },
+    )
+}
+
+/// `int rdma_migrate_id(struct rdma_cm_id *, struct rdma_event_channel *)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let (Some(obj), Some(ch)) = (unsafe { id_obj(id) }, unsafe {
+                o::obj::<Chan>(channel.cast(), Kind::CmChannel)
+            }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            let mut st = obj.state();
+            st.chan = ch.inner.clone();
+            st.sync = false;
+            if let (Some(e), Some(h)) = (&st.engine, st.h) {
+                e.cm_set_channel(h, ch.inner.clone());
+            }
+            drop(st);
+            // SAFETY: live id; applications read `channel`.
+            unsafe { (*id).channel = channel };
+            0
+        },
+    )
+}
+
+/// `int rdma_set_option(id, level, optname, optval, optlen)`: TOS, REUSEADDR,
+/// AFONLY and ACK_TIMEOUT are accepted (softrdma's CM picks its own timeout).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    _optval: *mut c_void,
+    _optlen: usize,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            if unsafe { id_obj(id) }.is_none() {
+                return ret::neg(libc::EINVAL);
+            }
+            match (level, optname) {
+                (
+                    RDMA_OPTION_ID,
+                    RDMA_OPTION_ID_TOS
+                    | RDMA_OPTION_ID_REUSEADDR
+                    | RDMA_OPTION_ID_AFONLY
+                    | RDMA_OPTION_ID_ACK_TIMEOUT,
+                ) => 0,
+                (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => 0,
+                _ => ret::neg(libc::ENOSYS),
+            }
+        },
+    )
+}
+
+/// `int rdma_notify(struct rdma_cm_id *, enum ibv_event_type)`: nothing to do.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_notify(
+    id: *mut rdma_cm_id,
+    _event: ibv_event_type,
+) -> c_int {
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            if unsafe { id_obj(id) }.is_none() {
+                ret::neg(libc::EINVAL)
+            } else {
+                0
+            }
+        },
+    )
+}
+
+/// `int rdma_init_qp_attr(id, struct ibv_qp_attr *, int *mask)`: the attributes
+/// for the state in `qp_attr->qp_state` (INIT, RTR, RTS), as librdmacm fills them.
+///
+/// # Safety
+///
+/// `qp_attr` and `qp_attr_mask` must be readable and writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    use softrdma_engine::transport::QpAttrMask as M;
+    ffi_guard(
+        || ret::neg(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(obj) = (unsafe { id_obj(id) }) else {
+                return ret::neg(libc::EINVAL);
+            };
+            if qp_attr.is_null() || qp_attr_mask.is_null() {
+                return ret::neg(libc::EINVAL);
+            }
+            let (engine, h) = match ensure(id, obj, None) {
+                Ok(v) => v,
+                Err(e) => return ret::neg(e),
+            };
+            // SAFETY: non-NULL, readable and writable per the contract.
+            let a = unsafe { &mut *qp_attr };
+            // SAFETY: live id.
+            let ud = unsafe { (*id).qp_type } == IBV_QPT_UD;
+            let mut mask = M::STATE;
+            match a.qp_state {
+                IBV_QPS_INIT => {
+                    a.pkey_index = 0;
+                    a.port_num = 1;
+                    mask = mask | M::PKEY_INDEX | M::PORT;
+                    if ud {
+                        a.qkey = RDMA_UDP_QKEY;
+                        mask = mask | M::QKEY;
+                    } else {
+                        a.qp_access_flags = 0;
+                        mask = mask | M::ACCESS_FLAGS;
+                    }
+                }
+                IBV_QPS_RTR | IBV_QPS_RTS if ud => {
+                    if a.qp_state == IBV_QPS_RTS {
+                        a.sq_psn = 0;
+                        mask = mask | M::SQ_PSN;
+                    }
+                }
+                IBV_QPS_RTR | IBV_QPS_RTS => {
+                    let Some(p) = engine.with_cm(|cm, _, _| cm.qp_params(h)) else {
+                        return ret::neg(libc::EINVAL);
+                    };
+                    if a.qp_state == IBV_QPS_RTR {
+                        a.ah_attr = crate::verbs::conv_av_to_c(&p.av);
+                        a.path_mtu = p.mtu.as_u32();
+                        a.dest_qp_num = p.remote_qpn;
+                        a.rq_psn = p.rq_psn;
+                        a.max_dest_rd_atomic = p.max_dest_rd_atomic;
+                        a.min_rnr_timer = p.min_rnr_timer;
+                        a.qp_access_flags = 0x2
+                            | if p.max_dest_rd_atomic > 0 {
+                                0x4 | 0x8
+                            } else {
+                                0
+                            };
+                        mask = mask
+                            | M::AV
+                            | M::PATH_MTU
+                            | M::DEST_QPN
+                            | M::RQ_PSN
+                            | M::MAX_DEST_RD_ATOMIC
+                            | M::MIN_RNR_TIMER
+                            | M::ACCESS_FLAGS;
+                    } else {
+                        a.sq_psn = p.sq_psn;
+                        a.timeout = p.timeout;
+                        a.retry_cnt = p.retry_cnt;
+                        a.rnr_retry = p.rnr_retry;
+                        a.max_rd_atomic = p.max_rd_atomic;
+                        mask = mask
+                            | M::SQ_PSN
+                            | M::TIMEOUT
+                            | M::RETRY_CNT
+                            | M::RNR_RETRY
+                            | M::MAX_QP_RD_ATOMIC;
+                    }
+                }
+                _ => return ret::neg(libc::EINVAL),
+            }
+            // SAFETY: non-NULL, writable per the contract.
+            unsafe { qp_attr_mask.write(mask.0 as c_int) };
+            0
+        },
+    )
+}
+
+fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
+    // SAFETY: registry-checked.
+    if unsafe { id_obj(id) }.is_none() {
+        return 0;
+    }
+    // SAFETY: live id; the route holds socket addresses this library wrote.
+    let a = unsafe {
+        if src {
+            sock::from_c(&raw const (*id).route.addr.src.src_addr)
+        } else {
+            sock::from_c(&raw const (*id).route.addr.dst.dst_addr)
+        }
+    };
+    a.map_or(0, |a| a.port().to_be())
+}
+
+/// `__be16 rdma_get_src_port(struct rdma_cm_id *)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    ffi_guard(|| 0, || port_of(id, true))
+}
+
+/// `__be16 rdma_get_dst_port(struct rdma_cm_id *)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    ffi_guard(|| 0, || port_of(id, false))
+}
+
+/// `rdma_set_local_ece` / `rdma_get_remote_ece`: ECE is not offered.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_set_local_ece(
+    _id: *mut rdma_cm_id,
+    _ece: *mut ibv_ece,
+) -> c_int {
+    ret::neg(libc::EOPNOTSUPP)
+}
+
+/// See [`__softrdma_rdma_set_local_ece`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __softrdma_rdma_get_remote_ece(
+    _id: *mut rdma_cm_id,
+    _ece: *mut ibv_ece,
+) -> c_int {
+    ret::neg(libc::EOPNOTSUPP)
+}

@@ -1,0 +1,79 @@
+//! librdmacm's C objects: event channels, CM ids and events.
+
+use crate::ffi::*;
+use softrdma_engine::cm_proto::IdHandle;
+use softrdma_engine::{CmChannel, Engine};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+/// `struct rdma_event_channel` plus its queue.
+#[repr(C)]
+pub(crate) struct Chan {
+    pub(crate) ch: rdma_event_channel,
+    pub(crate) inner: Arc<CmChannel>,
+}
+
+/// What softrdma keeps about an id besides the C struct.
+pub(crate) struct IdState {
+    /// The device, once an operation chose it (bind, resolve, listen).
+    pub(crate) engine: Option<Arc<Engine>>,
+    /// The engine-side id, created together with `engine`.
+    pub(crate) h: Option<IdHandle>,
+    /// Where the id's events go: the application's channel or, for
+    /// synchronous ids (NULL channel), a private one.
+    pub(crate) chan: Arc<CmChannel>,
+    pub(crate) sync: bool,
+    /// CQs and channels `rdma_create_qp` made (destroyed with the QP).
+    pub(crate) own_send_cq: bool,
+    pub(crate) own_recv_cq: bool,
+    /// `rdma_create_ep` on a passive id: what `rdma_get_request` gives each request.
+    pub(crate) ep_pd: *mut ibv_pd,
+    pub(crate) ep_attr: Option<ibv_qp_init_attr>,
+    /// The SRQ `rdma_create_srq` made.
+    pub(crate) own_srq: bool,
+    /// Multicast groups joined (addresses).
+    pub(crate) mcast: Vec<std::net::IpAddr>,
+}
+
+/// `struct rdma_cm_id` plus [`IdState`].
+#[repr(C)]
+pub(crate) struct Id {
+    pub(crate) id: rdma_cm_id,
+    pub(crate) st: Mutex<IdState>,
+}
+
+impl Id {
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, IdState> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// `struct rdma_cm_event` plus the private data it points to.
+#[repr(C)]
+pub(crate) struct Ev {
+    pub(crate) ev: rdma_cm_event,
+    pub(crate) private_data: Vec<u8>,
+}
+
+// SAFETY: the raw pointers inside are C-side handles; softrdma only reaches the
+// objects they name through the registry.
+unsafe impl Send for IdState {}
+
+static IDS: LazyLock<Mutex<HashMap<u32, usize>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Records which C object an engine-side id belongs to.
+pub(crate) fn map_id(h: IdHandle, ptr: Option<usize>) {
+    let mut m = IDS.lock().unwrap_or_else(|p| p.into_inner());
+    match ptr {
+        Some(p) => m.insert(h.0, p),
+        None => m.remove(&h.0),
+    };
+}
+
+/// The C object of an engine-side id.
+pub(crate) fn id_ptr(h: IdHandle) -> Option<*mut Id> {
+    IDS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&h.0)
+        .map(|p| *p as *mut Id)
+}
