@@ -2,10 +2,28 @@
 //! and perftest binaries against our `target/compat/libibverbs.so.1` and
 //! `librdmacm.so.1` (built by `cargo xtask compat`).
 //!
-//! The tests never skip: if `target/compat` or the Debian packages are missing
-//! they fail and say what to run ([`require_compat_dir`],
-//! [`require_packages`]). Later tests (ping-pong pairs, network namespaces)
-//! reuse [`compat_command`] and [`run_with_timeout`].
+//! The tests never skip (except the network-namespace ones when not root):
+//! if `target/compat` or the Debian packages are missing they fail and say
+//! what to run ([`require_compat_dir`], [`require_packages`]).
+//!
+//! - [`run_with_timeout`] / [`spawn`]: one process in its own process group,
+//!   output captured, the group killed at the timeout or on drop.
+//! - [`pair`]: a server and a client ([`run_pair`], [`Endpoint`]): the
+//!   client starts once the server listens on its TCP port, both are killed
+//!   at the timeout, and the report holds both outputs; unique loopback
+//!   addresses for `SOFTRDMA_ADDR` and unique TCP ports.
+//! - [`pingpong`]: the ping-pong acceptance cases and their output checks.
+//! - [`netns`]: two network namespaces joined by a veth pair (RAII).
+
+pub mod netns;
+pub mod pair;
+pub mod pingpong;
+
+pub use netns::{NetnsPair, is_root, netns_allowed};
+pub use pair::{
+    Endpoint, PairOutput, is_listening, run_pair, unique_loopback_addr, unique_tcp_port,
+};
+pub use pingpong::{CASES, PingpongCase, case, check_pingpong, parse_pingpong, run_pingpong_case};
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -250,17 +268,30 @@ fn reader(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<String
     })
 }
 
-/// Kills the whole process group of `child` (it was started as a group leader).
-fn kill_group(child: &Child) {
-    let pgid = child.id() as libc::pid_t;
+/// Kills the whole process group `pgid` (a child started as a group leader).
+fn kill_group(pgid: u32) {
     // SAFETY: kill(2) on our own child's process group; no memory involved.
-    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    unsafe { libc::kill(-(pgid as libc::pid_t), libc::SIGKILL) };
 }
 
-/// Runs `cmd` with stdin from `/dev/null`, capturing stdout and stderr; if it
-/// has not finished after `timeout` its whole process group is killed with
-/// SIGKILL and the result reports the timeout (`status == None`).
-pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> RunOutput {
+/// A running child process started by [`spawn`]: its own process group,
+/// stdin from `/dev/null`, stdout and stderr captured by reader threads.
+///
+/// Dropping it without [`Spawned::finish`] kills the process group, so a
+/// panicking test leaves no process behind.
+#[derive(Debug)]
+pub struct Spawned {
+    command: String,
+    child: Child,
+    out: Option<thread::JoinHandle<String>>,
+    err: Option<thread::JoinHandle<String>>,
+    start: Instant,
+    status: Option<ExitStatus>,
+    done: bool,
+}
+
+/// Starts `cmd` as described at [`Spawned`]; panics if it cannot be started.
+pub fn spawn(cmd: &mut Command) -> Spawned {
     let command = describe(cmd);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -270,39 +301,103 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> RunOutput {
     let mut child = cmd
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
-    let out = reader(child.stdout.take());
-    let err = reader(child.stderr.take());
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if start.elapsed() >= timeout => {
-                kill_group(&child);
-                let _ = child.wait();
+    let out = Some(reader(child.stdout.take()));
+    let err = Some(reader(child.stderr.take()));
+    Spawned {
+        command,
+        child,
+        out,
+        err,
+        start,
+        status: None,
+        done: false,
+    }
+}
+
+impl Spawned {
+    /// The process id (= its process group id).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The command as started (for messages).
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    /// The exit status if the process has exited (non-blocking).
+    pub fn poll(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            match self.child.try_wait() {
+                Ok(s) => self.status = s,
+                Err(e) => panic!("waiting for `{}`: {e}", self.command),
+            }
+        }
+        self.status
+    }
+
+    /// Kills the process group now (SIGKILL); [`Spawned::finish`] then
+    /// reports a timeout unless the process had already exited.
+    pub fn kill(&mut self) {
+        if self.poll().is_none() {
+            kill_group(self.child.id());
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Waits until the process exits or `deadline` passes (then kills its
+    /// process group) and collects its output.
+    pub fn finish(mut self, deadline: Instant) -> RunOutput {
+        let status = loop {
+            if let Some(s) = self.poll() {
+                break Some(s);
+            }
+            if Instant::now() >= deadline {
+                kill_group(self.child.id());
+                let _ = self.child.wait();
                 break None;
             }
-            Ok(None) => thread::sleep(Duration::from_millis(10)),
-            Err(e) => panic!("waiting for `{command}`: {e}"),
+            thread::sleep(Duration::from_millis(10));
+        };
+        let elapsed = self.start.elapsed();
+        let (out, err) = (self.out.take().unwrap(), self.err.take().unwrap());
+        // Processes the child left behind may still hold the pipes open. They
+        // keep the process group alive (so its id cannot have been reused):
+        // give them a moment, then kill the group so the readers finish.
+        let grace = Instant::now();
+        while !(out.is_finished() && err.is_finished()) {
+            if grace.elapsed() > Duration::from_secs(2) {
+                kill_group(self.child.id());
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
         }
-    };
-    let elapsed = start.elapsed();
-    // Processes the child left behind may still hold the pipes open. They keep
-    // the process group alive (so its id cannot have been reused): give them a
-    // moment, then kill the group so the readers finish.
-    let grace = Instant::now();
-    while !(out.is_finished() && err.is_finished()) {
-        if grace.elapsed() > Duration::from_secs(2) {
-            kill_group(&child);
-            break;
+        self.done = true;
+        RunOutput {
+            command: std::mem::take(&mut self.command),
+            status,
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+            elapsed,
         }
-        thread::sleep(Duration::from_millis(10));
     }
-    RunOutput {
-        command,
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-        elapsed,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if !self.done {
+            // Also reaps leftovers of a process that already exited.
+            kill_group(self.child.id());
+            let _ = self.child.wait();
+        }
     }
+}
+
+/// Runs `cmd` with stdin from `/dev/null`, capturing stdout and stderr; if it
+/// has not finished after `timeout` its whole process group is killed with
+/// SIGKILL and the result reports the timeout (`status == None`).
+pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> RunOutput {
+    spawn(cmd).finish(Instant::now() + timeout)
 }
 
 /// A version script: `symbol -> node`, and the nodes in order with their parent.

@@ -2,6 +2,9 @@
 //! symbol of our version scripts (= rdma-core 44's full default-version export
 //! set) is exported at the right node, nothing else is, the node chaining is
 //! rdma-core's, and the set equals what Debian's real libraries export.
+//! The one addition, libibverbs' standalone `SOFTRDMA_PRIVATE_1` node (the
+//! `__softrdma_rdma_*` functions our librdmacm.so.1 forwards to), is left out
+//! of the comparisons with rdma-core and checked on its own.
 //!
 //! Needs `cargo xtask compat`, binutils and the Debian packages (for the real
 //! libraries); fails (never skips) without them.
@@ -10,6 +13,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use softrdma_compat_tests::*;
+
+/// The version node of softrdma's private exports of libibverbs.so.1 (the
+/// `rdma_*` implementations that our librdmacm.so.1 forwards to). It is not
+/// rdma-core's, so the comparisons with the real libraries leave it out.
+const SOFTRDMA_PRIVATE: &str = "SOFTRDMA_PRIVATE_1";
+/// Every symbol at [`SOFTRDMA_PRIVATE`] has this prefix (no clash with any
+/// rdma-core or application name).
+const SOFTRDMA_PRIVATE_PREFIX: &str = "__softrdma_";
 
 struct Lib {
     file: &'static str,
@@ -35,6 +46,8 @@ const LIBS: [Lib; 2] = [
             "IBVERBS_1.13",
             "IBVERBS_1.14",
             "IBVERBS_PRIVATE_34",
+            // softrdma's own entry points for its librdmacm.so.1; not rdma-core's.
+            SOFTRDMA_PRIVATE,
         ],
     },
     Lib {
@@ -126,7 +139,8 @@ fn export_set_equals_debians_real_libraries() {
     require_packages();
     for lib in &LIBS {
         let real = default_exports(&system_library(lib.file));
-        let ours = default_exports(&compat.join(lib.file));
+        let mut ours = default_exports(&compat.join(lib.file));
+        ours.retain(|_, (node, _)| node != SOFTRDMA_PRIVATE);
         let mut problems = Vec::new();
         for (name, (node, kind)) in &real {
             match ours.get(name) {
@@ -143,9 +157,11 @@ fn export_set_equals_debians_real_libraries() {
             lib.file,
             problems.join("\n")
         );
-        // The real library's version definitions too.
+        // The real library's version definitions too (besides ours).
+        let mut defs = version_definitions(&compat.join(lib.file));
+        defs.retain(|(node, _)| node != SOFTRDMA_PRIVATE);
         assert_eq!(
-            version_definitions(&compat.join(lib.file)),
+            defs,
             version_definitions(&system_library(lib.file)),
             "{} version nodes",
             lib.file
@@ -207,4 +223,28 @@ fn provider_hooks_are_exported_with_the_right_kinds() {
         get("ibv_create_comp_channel"),
         ("IBVERBS_1.0".into(), "FUNC".into())
     );
+}
+
+#[test]
+fn softrdma_private_exports_are_prefixed_functions_librdmacm_uses() {
+    let compat = require_compat_dir();
+    let private: Vec<DynSym> = defined_dynamic_symbols(&compat.join("libibverbs.so.1"))
+        .into_iter()
+        .filter(|s| s.version.as_deref() == Some(SOFTRDMA_PRIVATE))
+        .collect();
+    assert!(!private.is_empty(), "no {SOFTRDMA_PRIVATE} exports");
+    for s in &private {
+        assert!(
+            s.name.starts_with(SOFTRDMA_PRIVATE_PREFIX) && s.default_version && s.kind == "FUNC",
+            "{s:?}: {SOFTRDMA_PRIVATE} must hold only default-version {SOFTRDMA_PRIVATE_PREFIX}* functions"
+        );
+    }
+    // librdmacm.so.1 defines none of them itself (no second engine).
+    let cm = defined_dynamic_symbols(&compat.join("librdmacm.so.1"));
+    for s in &cm {
+        assert!(
+            !s.name.starts_with(SOFTRDMA_PRIVATE_PREFIX),
+            "librdmacm.so.1 defines {s:?}"
+        );
+    }
 }

@@ -194,7 +194,7 @@ pub(crate) fn probe_route(local: IpAddr, dst: IpAddr, roce_port: u16) -> Result<
     if s.send(&[0]).is_err() {
         return Err(libc::ENETUNREACH);
     }
-    let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
+    let _ = s.set_read_timeout(Some(Duration::from_millis(10)));
     let mut b = [0u8; 1];
     match s.recv(&mut b) {
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Err(libc::EHOSTUNREACH),
