@@ -163,8 +163,10 @@ impl Cm {
             }
             _ => return,
         }
-        self.stop_retransmit(h);
         let mut c = id.conn.clone().expect("ReqSent has a conn");
+        // The REQ is answered: this copy replaces the stored one, so settle it here.
+        c.last_mad = None;
+        c.deadline = None;
         c.remote_comm_id = r.local_comm_id;
         c.remote_qpn = r.local_qpn;
         c.remote_psn = r.starting_psn.get();

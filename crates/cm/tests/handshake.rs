@@ -338,3 +338,17 @@ fn ports_are_exclusive_and_released() {
         Err(CmError::AddrNotAvail(_))
     ));
 }
+
+#[test]
+fn established_connection_retransmits_nothing() {
+    let (mut a, mut b, _c, child) = rc_pair();
+    b.qps.qps.insert(0x200, (QpType::Rc, None, false));
+    b.cm.set_qp(child, Some(0x200)).unwrap();
+    let t = Instant::from_millis(2);
+    b.cm.accept(t, child, &ConnParam::default(), &mut b.qps).unwrap();
+    pump(&mut a, &mut b, t, |_| false);
+    assert_eq!(events(&mut a).len(), 1);
+    // Nothing is armed any more on either side: the REQ and REP were answered.
+    assert_eq!(a.cm.poll_timeout(), None, "active side still retransmitting");
+    assert_eq!(b.cm.poll_timeout(), None, "passive side still retransmitting");
+}
