@@ -163,6 +163,10 @@ impl Cm {
                 State::Established | State::RepSent | State::RepRcvd
             ) {
                 let _ = self.disconnect(now, h, qp);
+            } else if matches!(id.state, State::ReqRcvd | State::SidrReqRcvd) {
+                // As the kernel's cm_destroy_id: a request nobody accepted is
+                // rejected (else the peer retransmits it into a new request).
+                let _ = self.reject(h, &[]);
             }
         }
         let Some(id) = self.ids.remove(&h) else {
@@ -438,7 +442,9 @@ impl Cm {
         };
         let id = self.id_mut(h)?;
         id.mine = p.clone();
-        id.qpn = Some(qpn);
+        // A QP named only by `p.qp_num` (none attached with `set_qp`) stays
+        // the application's: the REP is reported as CONNECT_RESPONSE and the
+        // application connects it (`rdma_init_qp_attr`, `rdma_establish`).
         id.conn = Some(c);
         id.state = State::ReqSent;
         self.send(now, h, remote.ip(), CmMad::new(tid, req), true);
@@ -506,7 +512,8 @@ impl Cm {
                     .qp_info(qpn)
                     .ok_or_else(|| CmError::Invalid(format!("no QP {qpn:#x} for accept")))?;
                 let local_ip = local.unwrap_or(c.peer_ip);
-                c.local_psn = self.psn();
+                // `c.local_psn` was chosen when the request arrived, so what
+                // `qp_params` reported before this accept holds.
                 let cq = ConnectQp {
                     av: self.path_av(local_ip, c.peer_ip),
                     mtu: Mtu::from_u32(u32::from(c.mtu)).unwrap_or(Mtu::M1024),
@@ -522,7 +529,12 @@ impl Cm {
                     rnr_retry: c.peer.rnr_retry_count.min(7),
                     min_rnr_timer: MIN_RNR_TIMER,
                 };
-                qp.connect(qpn, &cq)?;
+                // Only a QP attached to the id is the CM's to connect; one named
+                // by `p.qp_num` alone the application connected itself (rping -q).
+                if id.qpn.is_some() {
+                    qp.connect(qpn, &cq)?;
+                }
+                let attached = id.qpn.is_some();
                 let comm = self.new_comm_id(h);
                 c.local_comm_id = comm;
                 let rep = softrdma_wire::cm::Rep {
@@ -547,7 +559,9 @@ impl Cm {
                 let tid = c.tid;
                 let peer = c.peer_ip;
                 let id = self.id_mut(h)?;
-                id.qpn = Some(qpn);
+                if attached {
+                    id.qpn = Some(qpn);
+                }
                 id.mine = p.clone();
                 id.conn = Some(c);
                 id.state = State::RepSent;
@@ -699,6 +713,46 @@ impl Cm {
             rnr_retry: c.peer.rnr_retry_count.min(7),
             min_rnr_timer: MIN_RNR_TIMER,
         })
+    }
+
+    /// The network reported that nothing listens at `ip` any more (ICMP port
+    /// unreachable to its RoCE port: the peer process is gone). Every
+    /// connection to it ends now instead of after MAD or transport retries:
+    /// pending requests are UNREACHABLE, a pending disconnect completes, and
+    /// live connections are DISCONNECTED with their QPs flushed.
+    pub fn peer_unreachable(&mut self, now: Instant, ip: IpAddr, qp: &mut dyn QpOps) {
+        let hs: Vec<IdHandle> = self
+            .ids
+            .iter()
+            .filter(|(_, i)| i.conn.as_ref().is_some_and(|c| c.peer_ip == ip))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in hs {
+            let Some(st) = self.ids.get(&h).map(|i| i.state) else {
+                continue;
+            };
+            match st {
+                State::ReqSent | State::SidrReqSent => {
+                    self.settle(h);
+                    if let Some(i) = self.ids.get_mut(&h) {
+                        i.state = State::Closed;
+                    }
+                    self.push_event(h, EventKind::Unreachable, -111, EventParam::None);
+                }
+                State::DreqSent => {
+                    self.enter_timewait(now, h);
+                    self.report_disconnected(h);
+                }
+                State::Established | State::RepSent | State::RepRcvd => {
+                    if let Some(q) = self.ids.get(&h).and_then(|i| i.qpn) {
+                        qp.set_error(q);
+                    }
+                    self.enter_timewait(now, h);
+                    self.report_disconnected(h);
+                }
+                _ => {}
+            }
+        }
     }
 
     fn conn_param_of(&self, h: IdHandle) -> ConnParam {
@@ -867,7 +921,12 @@ impl Cm {
     pub(crate) fn path(&self, local: IpAddr, peer: IpAddr) -> AddressVector {
         self.path_av(local, peer)
     }
-    pub(crate) fn new_id(&mut self, id: Id) -> IdHandle {
+    pub(crate) fn new_id(&mut self, mut id: Id) -> IdHandle {
+        if let Some(c) = id.conn.as_mut() {
+            // A request's id: our starting PSN is fixed now, so that
+            // `qp_params` (rdma_init_qp_attr) before `accept` reports it.
+            c.local_psn = self.psn();
+        }
         let h = IdHandle(self.next_id);
         self.next_id = self.next_id.wrapping_add(1).max(1);
         self.ids.insert(h, id);

@@ -345,10 +345,57 @@ fn established_connection_retransmits_nothing() {
     b.qps.qps.insert(0x200, (QpType::Rc, None, false));
     b.cm.set_qp(child, Some(0x200)).unwrap();
     let t = Instant::from_millis(2);
-    b.cm.accept(t, child, &ConnParam::default(), &mut b.qps).unwrap();
+    b.cm.accept(t, child, &ConnParam::default(), &mut b.qps)
+        .unwrap();
     pump(&mut a, &mut b, t, |_| false);
     assert_eq!(events(&mut a).len(), 1);
     // Nothing is armed any more on either side: the REQ and REP were answered.
-    assert_eq!(a.cm.poll_timeout(), None, "active side still retransmitting");
-    assert_eq!(b.cm.poll_timeout(), None, "passive side still retransmitting");
+    assert_eq!(
+        a.cm.poll_timeout(),
+        None,
+        "active side still retransmitting"
+    );
+    assert_eq!(
+        b.cm.poll_timeout(),
+        None,
+        "passive side still retransmitting"
+    );
+}
+
+#[test]
+fn unreachable_peer_ends_its_connections_at_once() {
+    let (mut a, mut b, c, child) = rc_pair();
+    b.qps.qps.insert(0x200, (QpType::Rc, None, false));
+    b.cm.set_qp(child, Some(0x200)).unwrap();
+    let t = Instant::from_millis(2);
+    b.cm.accept(t, child, &ConnParam::default(), &mut b.qps)
+        .unwrap();
+    pump(&mut a, &mut b, t, |_| false);
+    events(&mut a);
+    events(&mut b);
+    // B's process dies: ICMP tells A that nothing listens at B any more.
+    let b_ip = b.ip;
+    a.cm.peer_unreachable(Instant::from_millis(3), b_ip, &mut a.qps);
+    let e = events(&mut a);
+    assert_eq!(
+        e.iter().map(|e| (e.id, e.kind)).collect::<Vec<_>>(),
+        vec![(c, EventKind::Disconnected)]
+    );
+    assert!(a.qps.qps[&0x100].2, "the dead peer's QP is flushed");
+    // A pending request to a dead address is unreachable at once.
+    let mut x = side(3);
+    let r = x.cm.create_id(PortSpace::Tcp, QpType::Rc);
+    x.qps.qps.insert(5, (QpType::Rc, None, false));
+    x.cm.set_qp(r, Some(5)).unwrap();
+    x.cm.resolve_addr(r, x.ip, SocketAddr::new(b_ip, 1))
+        .unwrap();
+    events(&mut x);
+    x.cm.connect(Instant::ZERO, r, &ConnParam::default(), &mut x.qps)
+        .unwrap();
+    x.cm.peer_unreachable(Instant::from_millis(1), b_ip, &mut x.qps);
+    assert_eq!(
+        events(&mut x).iter().map(|e| e.kind).collect::<Vec<_>>(),
+        vec![EventKind::Unreachable]
+    );
+    assert_eq!(x.cm.poll_timeout(), None, "no REQ retransmission left");
 }

@@ -87,7 +87,10 @@ impl Engine {
                     .and_then(|mut c| {
                         if let Some(ip) = hint.filter(|ip| !ip.is_unspecified()) {
                             if c.addr.addr.is_none() {
-                                c.addr = softrdma_udp::AddrConfig::exact(SocketAddr::new(ip, c.addr.port));
+                                c.addr = softrdma_udp::AddrConfig::exact(SocketAddr::new(
+                                    ip,
+                                    c.addr.port,
+                                ));
                             }
                         }
                         Engine::start(c)
@@ -567,6 +570,7 @@ impl Shared {
                 break;
             }
         }
+        self.handle_unreachable();
         total
     }
 
@@ -579,6 +583,25 @@ impl Shared {
             let Core { ep, cm, .. } = core;
             cm.handle_mad(now, d.src.ip(), d.dst_ip, mad, &mut EpQps { ep, now });
         }
+    }
+
+    /// ICMP said nothing listens at some peers any more: their processes are
+    /// gone. Connections to them end now (the CM's liveness rule).
+    fn handle_unreachable(&self) {
+        let gone = self.socket.take_unreachable();
+        if gone.is_empty() {
+            return;
+        }
+        {
+            let mut core = self.lock();
+            let now = self.now();
+            for a in gone {
+                let Core { ep, cm, .. } = &mut *core;
+                cm.peer_unreachable(now, a.ip(), &mut EpQps { ep, now });
+            }
+            self.after(&mut core);
+        }
+        self.flush_tx();
     }
 
     /// Routes CM events to their channels and frames outgoing MADs.
@@ -644,11 +667,8 @@ fn progress_loop(s: &Shared, poller: &Poller) {
         } else if !spinning && !watching {
             watching = poller.add_socket(&s.socket, KEY_SOCKET).is_ok();
         }
-        let mut deadline = s
-            .lock()
-            .ep
-            .poll_timeout()
-            .map_or(u64::MAX, |t| t.as_nanos());
+        // The CM's deadlines (MAD retransmission, time-wait) count too.
+        let mut deadline = earliest(&s.lock()).map_or(u64::MAX, |t| t.as_nanos());
         if !watching {
             deadline = deadline.min(now + STANDBY_NS);
         }

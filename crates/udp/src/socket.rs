@@ -204,10 +204,13 @@ pub struct SocketStats {
     pub recv_truncated: u64,
     /// `recvmmsg` errors other than "nothing to read".
     pub recv_errors: u64,
+    /// ICMP "unreachable" reports read from the error queue (a peer's port is closed).
+    pub unreachable: u64,
 }
 
 #[derive(Debug, Default)]
 struct Counters {
+    unreachable: AtomicU64,
     datagrams_sent: AtomicU64,
     bytes_sent: AtomicU64,
     send_syscalls: AtomicU64,
@@ -246,6 +249,8 @@ pub struct RoceSocket {
     /// after a kernel refusal).
     gso_segments: AtomicUsize,
     c: Counters,
+    /// A socket error was reported: the error queue may hold ICMP reports.
+    err_pending: std::sync::atomic::AtomicBool,
 }
 
 impl AsFd for RoceSocket {
@@ -289,12 +294,51 @@ impl RoceSocket {
             gso_policy: cfg.gso,
             gso_segments: AtomicUsize::new(if gso_on { GSO_MAX_SEGMENTS } else { 0 }),
             c: Counters::default(),
+            err_pending: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
     /// Opens a socket bound to exactly `addr` (port 0 lets the kernel choose).
     pub fn bind(addr: SocketAddr, cfg: &SocketConfig) -> Result<RoceSocket, BindError> {
         Self::open(&AddrConfig::exact(addr), cfg)
+    }
+
+    /// Destinations the kernel reported unreachable (ICMP port, host or network
+    /// unreachable: nothing listens there) since the last call. Cheap when nothing
+    /// happened: the error queue is read only after a receive reported a socket error.
+    pub fn take_unreachable(&self) -> Vec<SocketAddr> {
+        let mut out = Vec::new();
+        if !self.err_pending.swap(false, Relaxed) {
+            return out;
+        }
+        let mut ctrl = [0u8; 256];
+        loop {
+            let mut name = RawAddr::EMPTY;
+            let Ok(Some(clen)) = sys::recv_errqueue(self.fd.as_fd(), &mut name, &mut ctrl) else {
+                break;
+            };
+            for c in cmsg::Iter::new(&ctrl[..clen.min(ctrl.len())]) {
+                // struct sock_extended_err { u32 errno; u8 origin, type, code, pad; u32 info, data; }
+                let is_err = matches!(
+                    (c.level, c.ty),
+                    (libc::IPPROTO_IP, libc::IP_RECVERR) | (libc::IPPROTO_IPV6, libc::IPV6_RECVERR)
+                );
+                if !is_err || c.data.len() < 8 {
+                    continue;
+                }
+                let errno = i32::from_ne_bytes([c.data[0], c.data[1], c.data[2], c.data[3]]);
+                if matches!(
+                    errno,
+                    libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH
+                ) {
+                    if let Some(a) = name.decode() {
+                        self.c.unreachable.fetch_add(1, Relaxed);
+                        out.push(a);
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The bound local address (the device's address and port).
@@ -333,6 +377,7 @@ impl RoceSocket {
             gro_segments: g(&c.gro_segments),
             recv_truncated: g(&c.recv_truncated),
             recv_errors: g(&c.recv_errors),
+            unreachable: g(&c.unreachable),
         }
     }
 
@@ -464,6 +509,10 @@ impl RoceSocket {
                         return Ok(pos);
                     }
                     libc::EBADF | libc::ENOTSOCK | libc::EFAULT => return Err(e),
+                    // An ICMP report about an earlier datagram (IP_RECVERR parks it in
+                    // sk_err, which the next call returns once): note it and resend this one.
+                    libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH
+                        if !self.err_pending.swap(true, Relaxed) => {}
                     errno => {
                         // The first message of this call failed (sendmmsg reports an error
                         // only when nothing was sent).
@@ -532,6 +581,7 @@ impl RoceSocket {
                 // (Linux parks it in `sk_err`, where any next call on the socket finds it).
                 Err(_) => {
                     self.c.recv_errors.fetch_add(1, Relaxed);
+                    self.err_pending.store(true, Relaxed);
                     attempts += 1;
                     if attempts >= 4 {
                         return Ok(0);
@@ -621,6 +671,7 @@ fn configure(fd: BorrowedFd<'_>, ipv6: bool, cfg: &SocketConfig) -> io::Result<C
             libc::IPV6_PMTUDISC_DO,
         )?;
         pmtudisc_do = true;
+        let _ = sys::setsockopt_int(fd, IPPROTO_IPV6, libc::IPV6_RECVERR, 1);
         pktinfo = on(IPPROTO_IPV6, libc::IPV6_RECVPKTINFO);
         zero_checksum_rx = on(SOL_UDP, libc::UDP_NO_CHECK6_RX);
         zero_checksum_tx = cfg.ipv6_zero_checksum_tx && on(SOL_UDP, libc::UDP_NO_CHECK6_TX);
@@ -628,6 +679,8 @@ fn configure(fd: BorrowedFd<'_>, ipv6: bool, cfg: &SocketConfig) -> io::Result<C
         // DF on every datagram, never fragment. On an unconnected socket Linux then sends
         // IP ID 0 (ip_select_ident), which is what our ICRC is computed with.
         sys::setsockopt_int(fd, IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+        // ICMP reports (a peer's port closed) go to the error queue: take_unreachable.
+        let _ = sys::setsockopt_int(fd, IPPROTO_IP, libc::IP_RECVERR, 1);
         pmtudisc_do = true;
         pktinfo = on(IPPROTO_IP, libc::IP_PKTINFO);
         (zero_checksum_rx, zero_checksum_tx) = (false, false);

@@ -543,3 +543,50 @@ pub(crate) fn epoll_wait(
         Err(e) => Err(e),
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Error queue (IP_RECVERR)
+// ---------------------------------------------------------------------------------------------
+
+/// One `recvmsg(fd, MSG_ERRQUEUE | MSG_DONTWAIT)`: the original destination goes to `name`,
+/// the control messages to `ctrl`. `Ok(None)` when the queue is empty.
+pub(crate) fn recv_errqueue(
+    fd: BorrowedFd<'_>,
+    name: &mut RawAddr,
+    ctrl: &mut [u8],
+) -> io::Result<Option<usize>> {
+    let mut buf = [0u8; 64];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; the fields set below point at live buffers.
+    let mut h: libc::msghdr = unsafe { mem::zeroed() };
+    h.msg_name = ptr::from_mut(&mut name.bytes).cast();
+    h.msg_namelen = name.bytes.len() as libc::socklen_t;
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = ctrl.as_mut_ptr().cast();
+    h.msg_controllen = ctrl.len() as _;
+    loop {
+        // SAFETY: `h` points at `buf`, `name.bytes` and `ctrl`, all valid for their stated
+        // lengths and exclusively borrowed for the call.
+        let r = unsafe {
+            libc::recvmsg(
+                fd.as_raw_fd(),
+                &mut h,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        match cvt(r as libc::c_int) {
+            Ok(_) => {
+                name.len = h.msg_namelen;
+                #[allow(clippy::unnecessary_cast)]
+                return Ok(Some(h.msg_controllen as usize));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+}

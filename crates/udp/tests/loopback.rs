@@ -501,3 +501,48 @@ fn ipv4_mapped_destination_is_accepted_by_an_ipv4_socket() {
     assert_eq!(b.datagrams().next().unwrap().data, b"gid");
     assert_eq!(tx.stats().send_errors, 0);
 }
+
+#[test]
+fn closed_port_is_reported_unreachable_and_next_sends_still_go_out() {
+    let rx = RoceSocket::bind(v4("127.0.0.1:0"), &SocketConfig::plain()).unwrap();
+    let tx = RoceSocket::bind(v4("127.0.0.1:0"), &SocketConfig::plain()).unwrap();
+    let closed = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    assert!(
+        tx.take_unreachable().is_empty(),
+        "nothing reported before anything was sent"
+    );
+    tx.send_batch(&[Transmit {
+        dst: closed,
+        payload: b"x",
+    }])
+    .unwrap();
+    // The ICMP report arrives at once on loopback; a receive notices the socket error.
+    let mut batch = RecvBatch::for_socket(&tx, 4);
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    while got.is_empty() && t0.elapsed() < LONG {
+        let _ = tx.recv_batch(&mut batch);
+        got = tx.take_unreachable();
+    }
+    assert_eq!(got, vec![closed]);
+    assert_eq!(tx.stats().unreachable, 1);
+    // The parked error must not swallow the next datagram to a live peer.
+    tx.send_batch(&[Transmit {
+        dst: closed,
+        payload: b"y",
+    }])
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    tx.send_batch(&[Transmit {
+        dst: rx.local_addr(),
+        payload: b"z",
+    }])
+    .unwrap();
+    let mut rb = RecvBatch::for_socket(&rx, 4);
+    let t0 = Instant::now();
+    let mut n = 0;
+    while n == 0 && t0.elapsed() < LONG {
+        n = rx.recv_batch(&mut rb).unwrap();
+    }
+    assert_eq!(rb.datagrams().next().unwrap().data, b"z");
+}
