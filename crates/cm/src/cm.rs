@@ -755,6 +755,44 @@ impl Cm {
         }
     }
 
+    /// Sends a keepalive to every peer with a live connection: a CM
+    /// ClassPortInfo Get, which CMs ignore or answer harmlessly. Its only job is
+    /// to reach the peer's port, so that a peer whose process died (killed, so
+    /// it never sent its DREQ) answers with ICMP port unreachable, which the
+    /// driver reports through [`Cm::peer_unreachable`]. Returns the peers probed.
+    pub fn send_keepalives(&mut self) -> usize {
+        let mut peers: Vec<(IpAddr, IpAddr)> = self
+            .ids
+            .values()
+            .filter(|i| matches!(i.state, State::Established | State::RepSent | State::RepRcvd))
+            .filter_map(|i| {
+                let c = i.conn.as_ref()?;
+                let src = i.local.map(|a| a.ip()).filter(|a| !a.is_unspecified())?;
+                Some((src, c.peer_ip))
+            })
+            .collect();
+        peers.sort();
+        peers.dedup();
+        for (src, dst) in &peers {
+            let tid = (u64::from(self.tid_hi) << 32) | u64::from(self.rng.next_u32());
+            let mut hdr = softrdma_wire::mad::MadHdr::cm(softrdma_wire::cm::attr::CLASS_PORT_INFO, tid);
+            hdr.method = softrdma_wire::mad::method::GET;
+            let mad = CmMad {
+                hdr,
+                msg: softrdma_wire::cm::CmMessage::Other {
+                    attr_id: softrdma_wire::cm::attr::CLASS_PORT_INFO,
+                    body: softrdma_wire::cm::PrivateData::zeroed(),
+                },
+            };
+            self.out.push_back(Outgoing {
+                src: *src,
+                dst: *dst,
+                mad: mad.to_bytes(),
+            });
+        }
+        peers.len()
+    }
+
     fn conn_param_of(&self, h: IdHandle) -> ConnParam {
         self.ids
             .get(&h)

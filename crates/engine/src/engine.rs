@@ -31,6 +31,8 @@ pub(crate) struct Core {
     /// CM MADs framed for QP1, waiting for the transmit path.
     gsi_out: std::collections::VecDeque<(SocketAddr, Vec<u8>)>,
     gsi_psn: u32,
+    /// When to probe the peers of live CM connections next (see `KEEPALIVE`).
+    keepalive_at: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -141,6 +143,7 @@ impl Engine {
                 cm_channels: HashMap::new(),
                 gsi_out: std::collections::VecDeque::new(),
                 gsi_psn: (seed as u32) & 0xFF_FFFF,
+                keepalive_at: None,
             }),
             tx: Mutex::new(Tx {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),
@@ -607,6 +610,9 @@ impl Shared {
     /// Routes CM events to their channels and frames outgoing MADs.
     fn dispatch_cm(&self, core: &mut Core) {
         while let Some(e) = core.cm.poll_event() {
+            if e.kind == softrdma_cm::EventKind::Established && core.keepalive_at.is_none() {
+                core.keepalive_at = Some(self.now() + KEEPALIVE);
+            }
             let ch = core.cm_channels.get(&e.id).cloned().or_else(|| {
                 // A connection request arrives on its listener's channel, and
                 // the new id inherits it.
@@ -640,6 +646,10 @@ impl Shared {
             if core.cm.poll_timeout().is_some_and(|t| t <= now) {
                 let Core { ep, cm, .. } = &mut *core;
                 cm.handle_timeout(now, &mut EpQps { ep, now });
+            }
+            if core.keepalive_at.is_some_and(|t| t <= now) {
+                let probed = core.cm.send_keepalives();
+                core.keepalive_at = (probed > 0).then(|| now + KEEPALIVE);
             }
             self.after(&mut core);
         }
@@ -684,12 +694,18 @@ fn progress_loop(s: &Shared, poller: &Poller) {
     }
 }
 
-/// The earliest deadline of the transport and the CM.
+/// How often the peers of live CM connections are probed. With no kernel to
+/// send a DREQ for a killed process, a probe to its closed port draws an ICMP
+/// "port unreachable", which ends the connection (DISCONNECTED, QP flushed):
+/// a waiting peer learns of the death within about this long.
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The earliest deadline of the transport, the CM and the keepalive.
 fn earliest(core: &Core) -> Option<Instant> {
-    match (core.ep.poll_timeout(), core.cm.poll_timeout()) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    [core.ep.poll_timeout(), core.cm.poll_timeout(), core.keepalive_at]
+        .into_iter()
+        .flatten()
+        .min()
 }
 
 fn wait_writable(sock: &RoceSocket, ms: i32) {
