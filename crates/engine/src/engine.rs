@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 /// Datagrams built or received per batch.
 const BATCH: usize = 64;
 const KEY_SOCKET: u8 = 1;
+const KEY_MCAST: u8 = 2;
 
 /// State behind the engine lock.
 #[derive(Debug)]
@@ -57,6 +58,10 @@ struct Shared {
     last_spin: AtomicU64,
     async_events: AsyncChannel,
     capture: Option<crate::capture::Capture>,
+    poller: Arc<Poller>,
+    /// Multicast groups joined on this host: a socket bound to each group (every
+    /// member process has one), and how many local QPs use it.
+    mcast: Mutex<HashMap<IpAddr, (Arc<RoceSocket>, usize)>>,
 }
 
 /// A running software RDMA device.
@@ -127,8 +132,11 @@ impl Engine {
             mtu: info.limits.port_mtu,
             seed: seed.rotate_left(17),
         });
-        let poller = Poller::new()?;
+        let poller = Arc::new(Poller::new()?);
         poller.add_socket(&socket, KEY_SOCKET)?;
+        // Multicast sends leave through the device's interface and loop back to
+        // local members (other processes' group sockets).
+        let _ = socket.set_multicast_source(local.ip());
         let waker = poller.waker();
         let rx = RecvBatch::for_socket(&socket, BATCH);
         let capture = match &cfg.pcap {
@@ -159,6 +167,8 @@ impl Engine {
             last_spin: AtomicU64::new(0),
             async_events: AsyncChannel::new()?,
             capture,
+            poller: Arc::clone(&poller),
+            mcast: Mutex::new(HashMap::new()),
         });
         let s2 = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -278,6 +288,50 @@ impl Engine {
         if self.shared.last_spin.swap(0, Ordering::Relaxed) != 0 {
             let _ = self.shared.waker.wake();
         }
+    }
+
+    /// Attaches a UD QP to a multicast group (`ibv_attach_mcast`). Delivery on
+    /// one host uses real IP multicast on the device's interface: every process
+    /// with a member QP binds a socket to the group, and the kernel gives each
+    /// a copy of every datagram sent to it (loopback included).
+    pub fn attach_mcast(
+        &self,
+        qpn: u32,
+        group: IpAddr,
+        block_self: bool,
+    ) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.attach_mcast(qpn, group, block_self))?;
+        let mut m = self.shared.mcast.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = m.get_mut(&group) {
+            e.1 += 1;
+            return Ok(());
+        }
+        let sock = RoceSocket::bind_multicast(
+            group,
+            self.local_addr().port(),
+            self.local_addr().ip(),
+            &SocketConfig::default(),
+        )
+        .map_err(|e| VerbsError::InvalidArgument(format!("cannot join {group}: {e}")))?;
+        // Every group socket shares one key: any of them readable means "read them all".
+        let _ = self.shared.poller.add_socket(&sock, KEY_MCAST);
+        m.insert(group, (Arc::new(sock), 1));
+        Ok(())
+    }
+
+    /// Detaches a QP from a multicast group (`ibv_detach_mcast`).
+    pub fn detach_mcast(&self, qpn: u32, group: IpAddr) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.detach_mcast(qpn, group))?;
+        let mut m = self.shared.mcast.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = m.get_mut(&group) {
+            e.1 -= 1;
+            if e.1 == 0 {
+                if let Some((s, _)) = m.remove(&group) {
+                    let _ = self.shared.poller.remove_fd(s.as_fd(), KEY_MCAST);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Creates a CM event channel.
@@ -574,6 +628,40 @@ impl Shared {
             }
         }
         self.handle_unreachable();
+        total + self.rx_mcast(&mut rx)
+    }
+
+    /// Receives what arrived on multicast group sockets.
+    fn rx_mcast(&self, rx: &mut RecvBatch) -> usize {
+        let socks: Vec<Arc<RoceSocket>> = {
+            let m = self.mcast.lock().unwrap_or_else(|p| p.into_inner());
+            if m.is_empty() {
+                return 0;
+            }
+            m.values().map(|(s, _)| Arc::clone(s)).collect()
+        };
+        let mut total = 0;
+        for sock in socks {
+            while let Ok(n) = sock.recv_batch(rx) {
+                if n == 0 {
+                    break;
+                }
+                let mut core = self.lock();
+                let now = self.now();
+                let mut mem = HostMemory;
+                for d in rx.datagrams() {
+                    let Some(group) = d.dst_ip else { continue };
+                    let dg = Datagram {
+                        src: d.src,
+                        dst_ip: group,
+                        payload: d.data,
+                    };
+                    core.ep.handle_datagram(now, &dg, &mut mem);
+                    total += 1;
+                }
+                self.after(&mut core);
+            }
+        }
         total
     }
 
@@ -689,6 +777,9 @@ fn progress_loop(s: &Shared, poller: &Poller) {
         s.sleeping_until.store(0, Ordering::SeqCst);
         if watching {
             s.rx_burst(true);
+        } else {
+            let mut rx = s.rx.lock().unwrap_or_else(|p| p.into_inner());
+            s.rx_mcast(&mut rx);
         }
         s.handle_timers();
     }
@@ -702,10 +793,14 @@ const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The earliest deadline of the transport, the CM and the keepalive.
 fn earliest(core: &Core) -> Option<Instant> {
-    [core.ep.poll_timeout(), core.cm.poll_timeout(), core.keepalive_at]
-        .into_iter()
-        .flatten()
-        .min()
+    [
+        core.ep.poll_timeout(),
+        core.cm.poll_timeout(),
+        core.keepalive_at,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 fn wait_writable(sock: &RoceSocket, ms: i32) {

@@ -77,6 +77,8 @@ pub struct Endpoint {
     ready: VecDeque<Qpn>,
     events: VecDeque<Event>,
     stats: Stats,
+    /// Multicast group (its IP address) → attached UD QPs, with "block self loopback".
+    mcast: HashMap<IpAddr, Vec<(Qpn, bool)>>,
 }
 
 macro_rules! split {
@@ -114,6 +116,7 @@ impl Endpoint {
             ready: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
+            mcast: HashMap::new(),
         }
     }
 
@@ -579,6 +582,53 @@ impl Endpoint {
         Ok((a, init))
     }
 
+    /// Attaches a UD QP to a multicast group (`ibv_attach_mcast`); packets to
+    /// QPN 0xFFFFFF addressed to `group` reach every attached QP. With
+    /// `block_self`, the QP does not receive what it sent itself
+    /// (`IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`).
+    pub fn attach_mcast(
+        &mut self,
+        qpn: Qpn,
+        group: IpAddr,
+        block_self: bool,
+    ) -> Result<(), VerbsError> {
+        match self.qps.get(&qpn).map(|q| q.qp_type) {
+            Some(QpType::Ud) => {}
+            Some(_) => return inval("only UD QPs join multicast groups"),
+            None => return Err(VerbsError::NotFound(format!("QP {qpn:#x}"))),
+        }
+        if !group.is_multicast() {
+            return inval(format!("{group} is not a multicast address"));
+        }
+        let v = self.mcast.entry(group).or_default();
+        if !v.iter().any(|(q, _)| *q == qpn) {
+            v.push((qpn, block_self));
+        }
+        Ok(())
+    }
+
+    /// Detaches a QP from a group (`ibv_detach_mcast`).
+    pub fn detach_mcast(&mut self, qpn: Qpn, group: IpAddr) -> Result<(), VerbsError> {
+        let v = self
+            .mcast
+            .get_mut(&group)
+            .ok_or_else(|| VerbsError::InvalidArgument(format!("QP {qpn:#x} is not in {group}")))?;
+        let before = v.len();
+        v.retain(|(q, _)| *q != qpn);
+        if v.len() == before {
+            return inval(format!("QP {qpn:#x} is not in {group}"));
+        }
+        if v.is_empty() {
+            self.mcast.remove(&group);
+        }
+        Ok(())
+    }
+
+    /// Groups with at least one attached QP.
+    pub fn mcast_groups(&self) -> Vec<IpAddr> {
+        self.mcast.keys().copied().collect()
+    }
+
     /// Destroys a QP. Outstanding WRs vanish without completions (as in rdma-core).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), VerbsError> {
         let qp = self
@@ -595,6 +645,10 @@ impl Endpoint {
         }
         self.pd_release(qp.pd);
         self.ready.retain(|q| *q != qpn);
+        self.mcast.retain(|_, v| {
+            v.retain(|(q, _)| *q != qpn);
+            !v.is_empty()
+        });
         Ok(())
     }
 
@@ -744,6 +798,10 @@ impl Endpoint {
             return;
         }
         let qpn = pkt.hdr.bth.dest_qp;
+        if qpn == crate::types::MULTICAST_QPN {
+            self.deliver_mcast(now, d, &pkt, mem);
+            return;
+        }
         let (qps, mut ctx) = split!(self, now);
         let Some(qp) = qps.get_mut(&qpn) else {
             ctx.stats.drop_unknown_qpn += 1;
@@ -776,6 +834,32 @@ impl Endpoint {
             return;
         }
         self.schedule(qpn);
+    }
+
+    /// A UD packet to a multicast group: every attached QP gets a copy.
+    fn deliver_mcast(
+        &mut self,
+        now: Instant,
+        d: &Datagram<'_>,
+        pkt: &Packet<'_>,
+        mem: &mut dyn Memory,
+    ) {
+        let members = self.mcast.get(&d.dst_ip).cloned().unwrap_or_default();
+        if members.is_empty() || pkt.info.transport != Transport::Ud {
+            self.stats.drop_unknown_qpn += 1;
+            return;
+        }
+        let from_self = self.config.gids.contains(&d.src.ip());
+        let src_qp = pkt.hdr.deth.map_or(0, |h| h.src_qp);
+        for (qpn, block_self) in members {
+            if block_self && from_self && src_qp == qpn {
+                continue;
+            }
+            let (qps, mut ctx) = split!(self, now);
+            if let Some(qp) = qps.get_mut(&qpn) {
+                qp.handle_request(&mut ctx, mem, pkt, d.src.ip(), d.dst_ip, d.payload.len());
+            }
+        }
     }
 
     /// Writes the ICRC into the last four bytes of `pkt` (BTH..ICRC), as sent

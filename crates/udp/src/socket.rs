@@ -298,6 +298,86 @@ impl RoceSocket {
         })
     }
 
+    /// Opens a socket that receives datagrams sent to multicast `group` on
+    /// `port`, joined on the interface holding `iface` (several processes may
+    /// do this for one group: every member gets a copy). It is configured like
+    /// the device socket (pktinfo, buffers, error queue) so the same receive
+    /// path reads it.
+    pub fn bind_multicast(
+        group: IpAddr,
+        port: u16,
+        iface: IpAddr,
+        cfg: &SocketConfig,
+    ) -> io::Result<RoceSocket> {
+        if !group.is_multicast() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{group} is not a multicast address"),
+            ));
+        }
+        let ipv6 = group.is_ipv6();
+        let fd = sys::udp_socket(ipv6)?;
+        let caps = configure(fd.as_fd(), ipv6, cfg)?;
+        sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        sys::bind(fd.as_fd(), &SocketAddr::new(group, port))?;
+        match (group, iface) {
+            (IpAddr::V4(g), IpAddr::V4(i)) => {
+                // struct ip_mreq { in_addr multiaddr; in_addr interface; }
+                let mut m = [0u8; 8];
+                m[..4].copy_from_slice(&g.octets());
+                m[4..].copy_from_slice(&i.octets());
+                sys::setsockopt_bytes(fd.as_fd(), libc::IPPROTO_IP, libc::IP_ADD_MEMBERSHIP, &m)?;
+            }
+            (IpAddr::V6(g), _) => {
+                // struct ipv6_mreq { in6_addr multiaddr; unsigned int ifindex; } (0: any)
+                let mut m = [0u8; 20];
+                m[..16].copy_from_slice(&g.octets());
+                sys::setsockopt_bytes(
+                    fd.as_fd(),
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_ADD_MEMBERSHIP,
+                    &m,
+                )?;
+            }
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "IPv4 group on an IPv6 device",
+                ));
+            }
+        }
+        let local = sys::local_addr(fd.as_fd())?;
+        Ok(RoceSocket {
+            fd,
+            local,
+            caps,
+            gso_policy: GsoPolicy::Off,
+            gso_segments: AtomicUsize::new(0),
+            c: Counters::default(),
+            err_pending: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Sends multicast datagrams out of the interface holding `iface` (and
+    /// back to local members), as the device's own socket must.
+    pub fn set_multicast_source(&self, iface: IpAddr) -> io::Result<()> {
+        if let IpAddr::V4(i) = iface {
+            sys::setsockopt_bytes(
+                self.fd.as_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_MULTICAST_IF,
+                &i.octets(),
+            )?;
+            sys::setsockopt_int(
+                self.fd.as_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_MULTICAST_LOOP,
+                1,
+            )?;
+        }
+        Ok(())
+    }
+
     /// Opens a socket bound to exactly `addr` (port 0 lets the kernel choose).
     pub fn bind(addr: SocketAddr, cfg: &SocketConfig) -> Result<RoceSocket, BindError> {
         Self::open(&AddrConfig::exact(addr), cfg)

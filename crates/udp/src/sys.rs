@@ -160,6 +160,26 @@ pub(crate) fn setsockopt_int(
     .map(drop)
 }
 
+/// `setsockopt` with a value given as raw bytes (struct-valued options).
+pub(crate) fn setsockopt_bytes(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &[u8],
+) -> io::Result<()> {
+    // SAFETY: `value` is a live slice and we pass its exact length; the kernel only reads it.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
 pub(crate) fn getsockopt_int(
     fd: BorrowedFd<'_>,
     level: libc::c_int,

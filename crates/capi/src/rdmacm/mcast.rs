@@ -8,14 +8,48 @@ use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
 use core::ffi::{c_int, c_void};
 use softrdma_engine::Engine;
+use std::net::IpAddr;
 use std::sync::Arc;
 
-/// Called when MULTICAST_JOIN is delivered: nothing more to attach yet.
-pub(crate) fn joined(_obj: &Id, _engine: &Arc<Engine>) {}
+/// The group GID of an address (IPv4-mapped for IPv4).
+fn gid_of(ip: IpAddr) -> ibv_gid {
+    ibv_gid {
+        raw: softrdma_wire::ip::to_v6(ip).octets(),
+    }
+}
+
+/// Attaches or detaches the id's QP (librdmacm does this when the join
+/// completes and when the id leaves).
+fn attach(obj: &Id, group: IpAddr, on: bool) {
+    let qp = obj.id.qp;
+    if qp.is_null() {
+        return;
+    }
+    let gid = gid_of(group);
+    // SAFETY: the id's QP is one of ours (the registry re-checks it).
+    unsafe {
+        if on {
+            crate::verbs::qp::ibv_attach_mcast(qp, &gid, 0);
+        } else {
+            crate::verbs::qp::ibv_detach_mcast(qp, &gid, 0);
+        }
+    }
+}
+
+/// Called when MULTICAST_JOIN is delivered: the id's QP joins the group.
+pub(crate) fn joined(obj: &Id, _engine: &Arc<Engine>) {
+    let groups = obj.state().mcast.clone();
+    if let Some(g) = groups.last() {
+        attach(obj, *g, true);
+    }
+}
 
 /// Leaves every group an id joined (it is being destroyed).
 pub(crate) fn leave_all(obj: &Id, _engine: &Arc<Engine>) {
-    obj.state().mcast.clear();
+    let groups: Vec<IpAddr> = obj.state().mcast.drain(..).collect();
+    for g in groups {
+        attach(obj, g, false);
+    }
 }
 
 fn join(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {

@@ -4,7 +4,7 @@
 
 use core::ffi::c_int;
 
-use super::{NOT_IMPLEMENTED, stubs};
+use super::stubs;
 use crate::ffi::*;
 use crate::guard::ret;
 
@@ -16,10 +16,4 @@ stubs! {
     fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int => ret::pos(libc::EOPNOTSUPP);
     /// `int ibv_query_ece(struct ibv_qp *, struct ibv_ece *)` (IBVERBS_1.10).
     fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int => ret::pos(libc::EOPNOTSUPP);
-    /// `int ibv_attach_mcast(struct ibv_qp *, const union ibv_gid *, uint16_t lid)` (IBVERBS_1.1).
-    fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int
-        => ret::pos(NOT_IMPLEMENTED);
-    /// `int ibv_detach_mcast(struct ibv_qp *, const union ibv_gid *, uint16_t lid)` (IBVERBS_1.1).
-    fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int
-        => ret::pos(NOT_IMPLEMENTED);
 }

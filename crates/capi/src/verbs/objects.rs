@@ -146,6 +146,8 @@ pub(crate) struct Qp {
     pub(crate) qp_type: QpType,
     pub(crate) sq_sig_all: bool,
     pub(crate) ex: bool,
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.
+    pub(crate) block_self_mcast: bool,
 }
 
 #[repr(C)]

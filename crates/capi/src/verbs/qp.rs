@@ -27,7 +27,7 @@ fn qp_type(t: ibv_qp_type) -> Result<QpType, c_int> {
 
 /// Creates a QP in `pd` from the fields common to `ibv_qp_init_attr` and
 /// `_ex`, writing the actual capacities back into `a.cap`.
-fn create(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
+fn create(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, block_self_mcast: bool) -> *mut ibv_qp {
     let (qp_context, send_cq, recv_cq, srq, t, sq_sig_all) = (
         a.qp_context,
         a.send_cq,
@@ -95,6 +95,7 @@ fn create(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
             qp_type: qt,
             sq_sig_all: sq_sig_all != 0,
             ex: false,
+            block_self_mcast,
         },
         Kind::Qp,
     );
@@ -120,7 +121,7 @@ pub unsafe extern "C" fn ibv_create_qp(
                 return ret::null(libc::EINVAL);
             }
             // SAFETY: non-NULL, valid per the contract.
-            create(pd, unsafe { &mut *qp_init_attr })
+            create(pd, unsafe { &mut *qp_init_attr }, false)
         },
     )
 }
@@ -157,7 +158,9 @@ unsafe extern "C" fn vctx_create_qp_ex(
                 qp_type: a.qp_type,
                 sq_sig_all: a.sq_sig_all,
             };
-            let qp = create(a.pd, &mut basic);
+            let block = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
+                && a.create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0;
+            let qp = create(a.pd, &mut basic, block);
             a.cap = basic.cap;
             qp
         },
@@ -304,4 +307,55 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
             }
         },
     )
+}
+
+fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
+    // SAFETY: registry-checked.
+    let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
+        return ret::pos(libc::EINVAL);
+    };
+    if gid.is_null() {
+        return ret::pos(libc::EINVAL);
+    }
+    // SAFETY: non-NULL, readable per the contract.
+    let group = softrdma_wire::ip::from_gid(super::conv::gid_bytes(unsafe { &*gid }));
+    let r = if attach {
+        q.engine.attach_mcast(q.qpn, group, q.block_self_mcast)
+    } else {
+        q.engine.detach_mcast(q.qpn, group)
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => ret::pos(e.errno()),
+    }
+}
+
+/// `int ibv_attach_mcast(struct ibv_qp *, const union ibv_gid *, uint16_t lid)`:
+/// the UD QP receives what is sent to the group (an IPv4-mapped or IPv6
+/// multicast GID) by any process on the host or the link.
+///
+/// # Safety
+///
+/// `gid` must be readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_attach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    ffi_guard(|| ret::pos(libc::EIO), || mcast(qp, gid, true))
+}
+
+/// `int ibv_detach_mcast(struct ibv_qp *, const union ibv_gid *, uint16_t lid)`.
+///
+/// # Safety
+///
+/// `gid` must be readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_detach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    ffi_guard(|| ret::pos(libc::EIO), || mcast(qp, gid, false))
 }
