@@ -36,6 +36,16 @@ impl SimMemory {
         &self.regions[i].1[o..o + len]
     }
 
+    /// Every region as (host address, bytes), in allocation order.
+    pub fn regions(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        self.regions.iter().map(|(b, v)| (*b, v.as_slice()))
+    }
+
+    /// A copy of every region, to compare against later ([`SimMemory::regions`]).
+    pub fn snapshot(&self) -> Vec<(u64, Vec<u8>)> {
+        self.regions.clone()
+    }
+
     /// Overwrites bytes at `addr` (the application writing its own buffer).
     pub fn fill(&mut self, addr: u64, data: &[u8]) {
         let (i, o) = self.find(addr, data.len());

@@ -1,7 +1,15 @@
 //! A seeded network between endpoints with a virtual clock.
+//!
+//! Packets leave a node when the net drains its `poll_transmit` ([`Net::flush`]),
+//! travel for `latency` (plus a random extra delay when reordered) and are
+//! handed to the destination's `handle_datagram` by [`Net::advance`]. Faults
+//! come from a seeded generator, so a run is a pure function of the seed;
+//! [`DropRule`]s remove chosen packets for trace tests.
 
 use crate::memory::SimMemory;
+use crate::trace::{Fate, TraceEntry};
 use softrdma_transport::{Config, Datagram, Endpoint, Event, Instant, Rng};
+use softrdma_wire::{Headers, Opcode, Packet, ip};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -37,6 +45,80 @@ impl Default for Faults {
     }
 }
 
+impl Faults {
+    /// Loss `loss` plus the usual mix of the other faults scaled to it:
+    /// duplication and reordering at half the loss rate, bit flips at a fifth.
+    pub fn mixed(loss: f64) -> Faults {
+        Faults {
+            loss,
+            duplicate: loss / 2.0,
+            reorder: loss / 2.0,
+            reorder_delay: Duration::from_micros(200),
+            bitflip: loss / 5.0,
+            latency: Duration::from_micros(5),
+        }
+    }
+}
+
+/// Drops packets that match, `count` times (then the rule is spent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DropRule {
+    /// Sending node, or any.
+    pub from: Option<usize>,
+    /// Opcode, or any.
+    pub opcode: Option<Opcode>,
+    /// PSN, or any.
+    pub psn: Option<u32>,
+    /// How many matching packets to drop (`u32::MAX`: all of them).
+    pub count: u32,
+}
+
+impl DropRule {
+    /// Drops the next packet from `from` with this PSN.
+    pub fn psn(from: usize, psn: u32) -> DropRule {
+        DropRule {
+            from: Some(from),
+            opcode: None,
+            psn: Some(psn),
+            count: 1,
+        }
+    }
+    /// Drops the next packet from `from` with this opcode.
+    pub fn opcode(from: usize, opcode: Opcode) -> DropRule {
+        DropRule {
+            from: Some(from),
+            opcode: Some(opcode),
+            psn: None,
+            count: 1,
+        }
+    }
+    /// Drops everything `from` sends (a dead link).
+    pub fn all_from(from: usize) -> DropRule {
+        DropRule {
+            from: Some(from),
+            opcode: None,
+            psn: None,
+            count: u32::MAX,
+        }
+    }
+    /// The same rule applied `count` times.
+    pub fn times(self, count: u32) -> DropRule {
+        DropRule { count, ..self }
+    }
+
+    fn matches(&self, from: usize, pkt: Option<&Packet<'_>>) -> bool {
+        if self.count == 0 || self.from.is_some_and(|f| f != from) {
+            return false;
+        }
+        if self.opcode.is_none() && self.psn.is_none() {
+            return true;
+        }
+        let Some(p) = pkt else { return false };
+        self.opcode.is_none_or(|o| o == p.hdr.bth.opcode)
+            && self.psn.is_none_or(|n| n == p.hdr.bth.psn.get())
+    }
+}
+
 /// A simulated host: an endpoint, its memory and its address.
 #[derive(Debug)]
 pub struct Node {
@@ -66,6 +148,8 @@ pub struct NetStats {
     pub sent: u64,
     /// Packets dropped by `loss`.
     pub lost: u64,
+    /// Packets dropped by a [`DropRule`].
+    pub dropped: u64,
     /// Extra copies made by `duplicate`.
     pub duplicated: u64,
     /// Packets delayed by `reorder`.
@@ -85,10 +169,14 @@ pub struct Net {
     pub now: Instant,
     /// Fault model (may be changed between steps).
     pub faults: Faults,
+    /// Packets to remove deterministically (trace tests).
+    pub drops: Vec<DropRule>,
     /// What happened.
     pub stats: NetStats,
-    /// Every delivered packet: (time, from, to, bytes), if recording.
-    pub trace: Option<Vec<(Instant, usize, usize, Vec<u8>)>>,
+    /// Every packet put on the wire, if recording (see [`crate::trace`]).
+    pub trace: Option<Vec<TraceEntry>>,
+    /// Names printed instead of raw R_Keys in traces.
+    pub key_names: Vec<(u32, String)>,
     rng: Rng,
     heap: BinaryHeap<InFlight>,
     seq: u64,
@@ -96,7 +184,7 @@ pub struct Net {
 }
 
 impl Net {
-    /// `n` hosts at 10.0.0.1.. with seeds derived from `seed`.
+    /// `n` hosts at 10.0.0.1.. with seeds derived from `seed`; time starts at 0.
     pub fn new(n: usize, seed: u64) -> Net {
         let nodes = (0..n)
             .map(|i| {
@@ -112,15 +200,36 @@ impl Net {
             .collect();
         Net {
             nodes,
-            now: Instant::from_micros(1),
+            now: Instant::ZERO,
             faults: Faults::default(),
+            drops: Vec::new(),
             stats: NetStats::default(),
             trace: None,
+            key_names: Vec::new(),
             rng: Rng::new(seed ^ 0x5151_5151),
             heap: BinaryHeap::new(),
             seq: 0,
             buf: Vec::new(),
         }
+    }
+
+    /// Starts recording a trace (dropping what was recorded so far).
+    pub fn record(&mut self) {
+        self.trace = Some(Vec::new());
+    }
+
+    /// Takes the recorded trace, leaving an empty one recording.
+    pub fn take_trace(&mut self) -> Vec<TraceEntry> {
+        self.trace.replace(Vec::new()).unwrap_or_default()
+    }
+
+    /// The recorded trace since the last take, one line per packet
+    /// (see [`crate::trace::line`]), leaving an empty one recording.
+    pub fn lines(&mut self) -> Vec<String> {
+        let t = self.take_trace();
+        t.iter()
+            .map(|e| crate::trace::line(e, &self.key_names))
+            .collect()
     }
 
     fn chance(&mut self, p: f64) -> bool {
@@ -131,60 +240,131 @@ impl Net {
         self.nodes.iter().position(|n| n.addr == ip)
     }
 
-    /// Collects everything the nodes want to send and puts it on the wire.
-    pub fn flush(&mut self) {
-        for i in 0..self.nodes.len() {
-            loop {
-                let now = self.now;
-                let node = &mut self.nodes[i];
-                let Some(t) = node.ep.poll_transmit(now, &mut node.mem, &mut self.buf) else {
-                    break;
-                };
-                let data = self.buf[..t.len].to_vec();
-                let src = SocketAddr::new(t.src_ip, node.ep.config().local_port);
-                self.send(t.dst.ip(), src, data);
-            }
-            let node = &mut self.nodes[i];
-            while let Some(e) = node.ep.poll_event() {
-                node.events.push(e);
-            }
+    /// Puts at most one packet from node `i` on the wire; false if it had none.
+    pub fn transmit_one(&mut self, i: usize) -> bool {
+        let now = self.now;
+        let node = &mut self.nodes[i];
+        let Some(t) = node.ep.poll_transmit(now, &mut node.mem, &mut self.buf) else {
+            return false;
+        };
+        let data = self.buf[..t.len].to_vec();
+        let src = SocketAddr::new(t.src_ip, node.ep.config().local_port);
+        self.send(i, t.dst.ip(), src, data);
+        true
+    }
+
+    /// Puts a hand-made packet from node `from` to node `to` on the wire, with
+    /// a correct ICRC (for requests no conforming requester would send).
+    pub fn inject(&mut self, from: usize, to: usize, hdr: &Headers, payload: &[u8]) {
+        let (src, dst) = (self.nodes[from].addr, self.nodes[to].addr);
+        let mut data = Vec::new();
+        softrdma_wire::emit(hdr, payload, &mut data).expect("a known opcode");
+        let (IpAddr::V4(s4), IpAddr::V4(d4)) = (src, dst) else {
+            unreachable!("the simulated nodes have IPv4 addresses")
+        };
+        let f = ip::Ipv4Fields {
+            src: s4,
+            dst: d4,
+            id: 0,
+            tos: 0,
+            ttl: 0,
+            df: true,
+        };
+        let iph = ip::ipv4_header(&f, ip::UDP_HDR_LEN + data.len());
+        let port = self.nodes[from].ep.config().local_port;
+        let udp = ip::udp_header(port, self.nodes[to].ep.config().dest_port, data.len());
+        softrdma_wire::icrc::fill(&iph, &udp, &mut data).expect("long enough");
+        self.send(from, dst, SocketAddr::new(src, port), data);
+    }
+
+    /// Collects node `i`'s events into [`Node::events`].
+    pub fn collect_events(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        while let Some(e) = node.ep.poll_event() {
+            node.events.push(e);
         }
     }
 
-    fn send(&mut self, dst: IpAddr, src: SocketAddr, mut data: Vec<u8>) {
+    /// Collects everything the nodes want to send and puts it on the wire.
+    pub fn flush(&mut self) {
+        for i in 0..self.nodes.len() {
+            while self.transmit_one(i) {}
+            self.collect_events(i);
+        }
+    }
+
+    fn send(&mut self, from: usize, dst: IpAddr, src: SocketAddr, mut data: Vec<u8>) {
         self.stats.sent += 1;
-        let Some(to) = self.node_of(dst) else { return };
-        if self.chance(self.faults.loss) {
-            self.stats.lost += 1;
-            return;
+        let to = self.node_of(dst);
+        let mut fate = Fate::Sent;
+        let parsed = Packet::parse(&data).ok();
+        if let Some(r) = self
+            .drops
+            .iter_mut()
+            .find(|r| r.matches(from, parsed.as_ref()))
+        {
+            r.count = r.count.saturating_sub(1);
+            fate = Fate::Dropped;
         }
-        if self.chance(self.faults.bitflip) {
-            self.stats.corrupted += 1;
-            let bit = self.rng.below(data.len() as u64 * 8);
-            data[(bit / 8) as usize] ^= 1 << (bit % 8);
+        self.drops.retain(|r| r.count > 0);
+        if fate == Fate::Sent && self.chance(self.faults.loss) {
+            fate = Fate::Lost;
         }
-        let copies = if self.chance(self.faults.duplicate) {
-            self.stats.duplicated += 1;
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let mut at = self.now + self.faults.latency;
-            if self.chance(self.faults.reorder) {
-                self.stats.reordered += 1;
-                let max = self.faults.reorder_delay.as_nanos() as u64;
-                at = at + Duration::from_nanos(self.rng.below(max.max(1)));
+        let original = self.trace.is_some().then(|| data.clone());
+        let mut delays = Vec::new();
+        match fate {
+            Fate::Dropped => self.stats.dropped += 1,
+            Fate::Lost => self.stats.lost += 1,
+            _ => {
+                if self.chance(self.faults.bitflip) {
+                    self.stats.corrupted += 1;
+                    fate = Fate::Corrupted;
+                    let bit = self.rng.below(data.len() as u64 * 8);
+                    data[(bit / 8) as usize] ^= 1 << (bit % 8);
+                }
+                let copies = if self.chance(self.faults.duplicate) {
+                    self.stats.duplicated += 1;
+                    2
+                } else {
+                    1
+                };
+                for _ in 0..copies {
+                    let mut extra = Duration::ZERO;
+                    if self.chance(self.faults.reorder) {
+                        self.stats.reordered += 1;
+                        let max = self.faults.reorder_delay.as_nanos() as u64;
+                        extra = Duration::from_nanos(self.rng.below(max.max(1)));
+                    }
+                    delays.push(extra);
+                }
             }
+        }
+        if let Some(tr) = &mut self.trace {
+            tr.push(TraceEntry {
+                at: self.now,
+                from,
+                to: to.unwrap_or(usize::MAX),
+                data: original.expect("recording"),
+                fate,
+                delays: delays.clone(),
+            });
+        }
+        let Some(to) = to else { return };
+        for extra in delays {
             self.seq += 1;
             self.heap.push(InFlight {
-                at: Reverse(at),
+                at: Reverse(self.now + self.faults.latency + extra),
                 seq: Reverse(self.seq),
                 to,
                 src,
                 data: data.clone(),
             });
         }
+    }
+
+    /// Packets on the wire not yet delivered.
+    pub fn in_flight(&self) -> usize {
+        self.heap.len()
     }
 
     /// The next moment something happens: a delivery or a timer.
@@ -197,9 +377,9 @@ impl Net {
         }
     }
 
-    /// Advances to the next moment and processes it. False when nothing is pending.
-    pub fn step(&mut self) -> bool {
-        self.flush();
+    /// Moves the clock to the next event, delivers every packet due and fires
+    /// every timer due, without transmitting anything. False when nothing is pending.
+    pub fn advance(&mut self) -> bool {
         let Some(t) = self.next_time() else {
             return false;
         };
@@ -209,10 +389,6 @@ impl Net {
         while self.heap.peek().is_some_and(|p| p.at.0 <= self.now) {
             let p = self.heap.pop().expect("peeked");
             self.stats.delivered += 1;
-            let from = self.node_of(p.src.ip()).unwrap_or(usize::MAX);
-            if let Some(tr) = &mut self.trace {
-                tr.push((self.now, from, p.to, p.data.clone()));
-            }
             let node = &mut self.nodes[p.to];
             let d = Datagram {
                 src: p.src,
@@ -226,8 +402,16 @@ impl Net {
                 n.ep.handle_timeout(self.now);
             }
         }
-        self.flush();
         true
+    }
+
+    /// Transmits, advances to the next moment and processes it, transmits
+    /// again. False when nothing is pending.
+    pub fn step(&mut self) -> bool {
+        self.flush();
+        let more = self.advance();
+        self.flush();
+        more
     }
 
     /// Steps until `done` holds or virtual time passes `limit`. Returns whether `done` held.
@@ -245,5 +429,17 @@ impl Net {
     /// Steps until nothing is in flight and no timer is armed, or `limit`.
     pub fn run_idle(&mut self, limit: Instant) {
         while self.now <= limit && self.step() {}
+    }
+
+    /// Steps while the next event is no later than `t`, then sets the clock to `t`.
+    pub fn run_to(&mut self, t: Instant) {
+        self.flush();
+        while self.next_time().is_some_and(|n| n <= t) {
+            self.advance();
+            self.flush();
+        }
+        if t > self.now {
+            self.now = t;
+        }
     }
 }

@@ -40,6 +40,8 @@ pub struct PairOpts {
     pub max_wr: u32,
     /// SGEs per WR.
     pub max_sge: u32,
+    /// Signal every send WR.
+    pub sq_sig_all: bool,
 }
 
 impl Default for PairOpts {
@@ -64,6 +66,7 @@ impl Default for PairOpts {
             cqe: 65536,
             max_wr: 4096,
             max_sge: 8,
+            sq_sig_all: false,
         }
     }
 }
@@ -105,13 +108,15 @@ pub fn side(net: &mut Net, node: usize, o: &PairOpts) -> Side {
                 max_recv_sge: o.max_sge,
                 max_inline_data: 256,
             },
-            sq_sig_all: false,
+            sq_sig_all: o.sq_sig_all,
         })
         .unwrap();
     let host = n.mem.alloc(o.buf_len);
     let mr =
         n.ep.reg_mr(pd, host, o.buf_len as u64, host, o.mr_access)
             .unwrap();
+    // Traces print this MR's key as `mr<node>`.
+    net.key_names.push((mr.rkey, format!("mr{node}")));
     Side {
         node,
         pd,
@@ -180,4 +185,38 @@ pub fn connect(net: &mut Net, a: usize, b: usize, o: &PairOpts) -> (Side, Side) 
     bring_up(net, &sa, &sb, o, o.psn_a, o.psn_b);
     bring_up(net, &sb, &sa, o, o.psn_b, o.psn_a);
     (sa, sb)
+}
+
+/// A UD QP on `node` with its own PD, CQs and MR, brought to RTS with `qkey`.
+pub fn ud_side(net: &mut Net, node: usize, qkey: u32, o: &PairOpts) -> Side {
+    let o = PairOpts {
+        qp_type: QpType::Ud,
+        ..*o
+    };
+    let s = side(net, node, &o);
+    let now = net.now;
+    let ep = &mut net.nodes[node].ep;
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        qkey,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    ep.modify_qp(now, s.qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY)
+        .unwrap();
+    a.qp_state = QpState::Rtr;
+    ep.modify_qp(now, s.qpn, &a, M::STATE).unwrap();
+    a.qp_state = QpState::Rts;
+    a.sq_psn = 0;
+    ep.modify_qp(now, s.qpn, &a, M::STATE | M::SQ_PSN).unwrap();
+    s
+}
+
+/// The UD destination of `peer` as seen from anywhere in `net`.
+pub fn ud_dest(net: &Net, peer: &Side, qkey: u32) -> softrdma_transport::UdDest {
+    softrdma_transport::UdDest {
+        av: AddressVector::to_ip(net.nodes[peer.node].addr),
+        remote_qpn: peer.qpn,
+        remote_qkey: qkey,
+    }
 }

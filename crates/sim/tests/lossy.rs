@@ -4,7 +4,6 @@ use softrdma_sim::setup::{PairOpts, connect};
 use softrdma_sim::{Faults, Net};
 use softrdma_transport::{Instant, RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode};
 use std::time::Duration;
-mod debug_trace;
 
 #[test]
 fn rc_mixed_under_faults() {
@@ -88,7 +87,7 @@ fn rc_mixed_under_faults() {
             expect.push(i);
             net.nodes[0].ep.post_send(now, a.qpn, wr).unwrap();
         }
-        net.trace = Some(Vec::new());
+        net.record();
         let done = net.run_until(Instant::from_millis(60_000), |net| {
             net.nodes[0].ep.cq_len(a.scq) == n as usize
         });
@@ -112,7 +111,9 @@ fn rc_mixed_under_faults() {
                 net.nodes[0].ep.stats(),
                 net.nodes[1].ep.stats()
             );
-            debug_trace::show(net.trace.as_ref().unwrap(), 150);
+            for l in net.lines().iter().rev().take(150).rev() {
+                println!("{l}");
+            }
             panic!("seed {seed}");
         }
         assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), expect);

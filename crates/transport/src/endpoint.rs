@@ -420,10 +420,10 @@ impl Endpoint {
                 return inval(format!("no CQ {}", cq.0));
             }
         }
-        if let Some(s) = init.srq {
-            if self.srqs.get(s.0).is_none() {
-                return inval(format!("no SRQ {}", s.0));
-            }
+        if let Some(s) = init.srq
+            && self.srqs.get(s.0).is_none()
+        {
+            return inval(format!("no SRQ {}", s.0));
         }
         // Report at least one SGE and the device's inline size, as rxe does.
         let cap = QpCap {
@@ -703,7 +703,7 @@ impl Endpoint {
         if len > u64::from(limits.max_msg_sz) {
             return inval(format!("message of {len} bytes > {}", limits.max_msg_sz));
         }
-        if wr.opcode.is_atomic() && (len != 8 || wr.remote_addr % 8 != 0) {
+        if wr.opcode.is_atomic() && (len != 8 || !wr.remote_addr.is_multiple_of(8)) {
             return inval("atomics need one 8-byte SGE and an 8-byte aligned remote address");
         }
         if qp.qp_type == QpType::Ud && wr.ud.is_none() {
@@ -767,11 +767,11 @@ impl Endpoint {
     }
 
     fn schedule(&mut self, qpn: Qpn) {
-        if let Some(qp) = self.qps.get_mut(&qpn) {
-            if !qp.scheduled {
-                qp.scheduled = true;
-                self.ready.push_back(qpn);
-            }
+        if let Some(qp) = self.qps.get_mut(&qpn)
+            && !qp.scheduled
+        {
+            qp.scheduled = true;
+            self.ready.push_back(qpn);
         }
     }
 

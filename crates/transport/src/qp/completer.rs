@@ -36,11 +36,11 @@ impl Qp {
             Operation::ReadResponse => self.on_read_response(ctx, mem, pkt),
             Operation::AtomicAcknowledge => {
                 let orig = pkt.hdr.atomic_ack.unwrap_or(0);
-                if let Some(aeth) = pkt.hdr.aeth {
-                    if !matches!(aeth.syndrome, Syndrome::Ack { .. }) {
-                        self.on_aeth(ctx, psn, aeth.syndrome);
-                        return;
-                    }
+                if let Some(aeth) = pkt.hdr.aeth
+                    && !matches!(aeth.syndrome, Syndrome::Ack { .. })
+                {
+                    self.on_aeth(ctx, psn, aeth.syndrome);
+                    return;
                 }
                 self.on_atomic_ack(ctx, mem, psn, orig);
             }
@@ -75,6 +75,13 @@ impl Qp {
                     return;
                 }
                 match code {
+                    // While an RNR back-off is pending, a sequence NAK at the
+                    // PSN it will resume from is the responder dropping the
+                    // packets pipelined behind the RNR-NAKed one (rxe sends
+                    // it): the RNR retry resends them anyway. Counting it as
+                    // a transport retry would exhaust retry_cnt (a count
+                    // here, infinite at 7 in rxe) on every RNR cycle.
+                    NakCode::PsnSequence if self.timers.rnr.is_some() && psn == self.req.una => {}
                     NakCode::PsnSequence => self.retry(ctx, false),
                     NakCode::InvalidRequest => self.fail_front(ctx, WcStatus::RemInvReqErr),
                     NakCode::RemoteAccess => self.fail_front(ctx, WcStatus::RemAccessErr),
@@ -95,7 +102,13 @@ impl Qp {
                 break;
             }
             if w.wr.opcode.is_read_or_atomic() {
-                if !psn.before(w.first_psn) {
+                // Only PSNs at or past `una` can be missing responses. A NAK
+                // for a PSN inside a READ whose earlier responses arrived
+                // (e.g. the MR vanished mid-stream) acknowledges through
+                // una - 1: that is not an implicit NAK but the NAK of this
+                // READ, which the caller reports (rxe check_psn: NAK PSN ==
+                // comp.psn -> check_ack).
+                if !psn.before(w.first_psn) && !psn.before(self.req.una) {
                     self.progress(ctx, w.first_psn);
                     self.retry(ctx, false);
                     return false;
@@ -147,15 +160,26 @@ impl Qp {
             }
             self.complete_front(ctx, WcStatus::Success);
         }
-        if let Some(w) = self.sq.front() {
-            if w.started && psn.after(w.first_psn.sub(1)) && !psn.after(w.last_psn) {
-                // Everything before this WQE is acknowledged.
-                self.progress(ctx, w.first_psn);
-            }
+        if let Some(w) = self.sq.front()
+            && w.started
+            && psn.after(w.first_psn.sub(1))
+            && !psn.after(w.last_psn)
+        {
+            // Everything before this WQE is acknowledged.
+            self.progress(ctx, w.first_psn);
         }
         let Some(w) = self.sq.front() else {
             return false;
         };
+        if w.started && w.wr.opcode.is_read_or_atomic() && psn.after(w.last_psn) {
+            // A response to a later request: this READ/atomic's response
+            // (or part of it) was lost. Retry now instead of waiting for the
+            // timeout (rxe check_psn: psn > wqe.last_psn on a READ/atomic ->
+            // COMPST_ERROR_RETRY).
+            ctx.stats.drop_out_of_seq += 1;
+            self.retry(ctx, false);
+            return false;
+        }
         let kind_ok = if atomic {
             w.wr.opcode.is_atomic()
         } else {

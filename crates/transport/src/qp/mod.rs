@@ -49,6 +49,10 @@ pub(crate) struct SendWqe {
     /// Index of the next packet to build; for a READ the first response
     /// packet the next READ request asks for.
     pub(crate) next_pkt: u32,
+    /// Building a packet failed with this status (e.g. a bad lkey): nothing
+    /// more is sent and the WQE completes with it once it reaches the head
+    /// of the queue, after the WQEs already on the wire (rxe wqe_state_error).
+    pub(crate) error: Option<WcStatus>,
 }
 
 /// Requester and completer state (IBTA 9.7.4-9.7.5).
@@ -179,6 +183,8 @@ pub(crate) struct Path {
 }
 
 impl Qp {
+    // One argument per creation attribute, as the endpoint hands them over.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         qpn: Qpn,
         qp_type: QpType,
@@ -294,6 +300,14 @@ impl Qp {
         }
         let mut wc = Wc::new(w.wr.wr_id, status, w.wr.opcode.wc_opcode(), self.qpn);
         wc.byte_len = w.len;
+        // rxe make_send_cqe flags the sender's completion of an operation
+        // with immediate data too (the value itself is not reported).
+        if matches!(
+            w.wr.opcode,
+            crate::WrOpcode::SendWithImm | crate::WrOpcode::RdmaWriteWithImm
+        ) {
+            wc.wc_flags = crate::WcFlags::WITH_IMM;
+        }
         if !Self::push_wc(ctx, self.send_cq, wc, false) && status != WcStatus::WrFlushErr {
             self.enter_error(ctx);
         }
@@ -313,6 +327,12 @@ impl Qp {
         }
         self.state = QpState::Err;
         self.flush(ctx);
+        // The SRQ "last WQE reached" event comes once, on entering ERR: flush()
+        // also runs for every WR posted to a QP already in ERR.
+        if self.srq.is_some() {
+            ctx.events
+                .push_back(Event::QpAsync(self.qpn, AsyncEventType::QpLastWqeReached));
+        }
         self.timers = Timers::default();
         self.resp.out.retain(|o| {
             matches!(
@@ -348,10 +368,6 @@ impl Qp {
                 self.qpn,
             );
             Self::push_wc(ctx, self.recv_cq, wc, false);
-        }
-        if self.srq.is_some() {
-            ctx.events
-                .push_back(Event::QpAsync(self.qpn, AsyncEventType::QpLastWqeReached));
         }
     }
 

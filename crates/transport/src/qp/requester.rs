@@ -46,6 +46,14 @@ impl Qp {
         loop {
             let idx = self.req.idx;
             let w = self.sq.get_mut(idx)?;
+            if let Some(status) = w.error {
+                // Stalled on a WQE that cannot be sent; report it once
+                // everything before it has completed.
+                if idx == 0 {
+                    self.fail_front(ctx, status);
+                }
+                return None;
+            }
             if !w.started {
                 if self.state == QpState::Sqd {
                     return None;
@@ -83,11 +91,15 @@ impl Qp {
                 Ok(Some(t)) => return Some(t),
                 Ok(None) => continue,
                 Err(status) => {
-                    // Earlier WQEs in flight are flushed; this one reports the error.
-                    for _ in 0..self.req.idx {
-                        self.complete_front(ctx, WcStatus::WrFlushErr);
+                    // WQEs before this one are on the wire and complete
+                    // normally (or fail on their own); this one reports the
+                    // error when it reaches the head, then the QP flushes.
+                    // (Flushing the earlier ones first would report
+                    // WR_FLUSH_ERR before the error that caused it.)
+                    self.sq[self.req.idx].error = Some(status);
+                    if self.req.idx == 0 {
+                        self.fail_front(ctx, status);
                     }
-                    self.fail_front(ctx, status);
                     return None;
                 }
             }
@@ -259,10 +271,11 @@ impl Qp {
                 self.req.una = self.req.psn;
             }
         }
-        if qp_type == QpType::Rc && self.timers.retrans.is_none() {
-            if let Some(ns) = self.ack_timeout_ns() {
-                self.timers.retrans = Some(ctx.now + core::time::Duration::from_nanos(ns));
-            }
+        if qp_type == QpType::Rc
+            && self.timers.retrans.is_none()
+            && let Some(ns) = self.ack_timeout_ns()
+        {
+            self.timers.retrans = Some(ctx.now + core::time::Duration::from_nanos(ns));
         }
         ctx.stats.tx_packets += 1;
         ctx.stats.tx_bytes += t.len as u64;
@@ -285,10 +298,10 @@ impl Qp {
                 0
             };
         }
-        if let Some(w) = self.sq.front() {
-            if w.started {
-                self.req.psn = w.first_psn.add(w.next_pkt);
-            }
+        if let Some(w) = self.sq.front()
+            && w.started
+        {
+            self.req.psn = w.first_psn.add(w.next_pkt);
         }
     }
 
@@ -297,7 +310,14 @@ impl Qp {
     /// rewinds. While a NAK-started rewind has made no progress, further NAKs
     /// are ignored; a timeout always retries.
     pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, timeout: bool) {
-        if self.sq.front().is_none_or(|w| !w.started) {
+        let Some(front) = self.sq.front() else {
+            return;
+        };
+        if let Some(status) = front.error {
+            self.fail_front(ctx, status);
+            return;
+        }
+        if !front.started {
             return;
         }
         if self.req.retry_started && !timeout {

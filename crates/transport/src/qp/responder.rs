@@ -75,6 +75,11 @@ impl Qp {
         }
         self.resp.sent_psn_nak = false;
         match self.execute(ctx, mem, pkt) {
+            // Executing it moved the QP to ERR (its receive completion did
+            // not fit in the CQ): do not acknowledge a message the receiver
+            // never saw complete; the requester will time out (rxe:
+            // RESPST_ERR_CQ_OVERFLOW -> RESPST_ERROR, no ACK).
+            Ok(()) if self.state == QpState::Err => {}
             Ok(()) => {
                 if pkt.hdr.bth.ack_req
                     && matches!(pkt.info.operation, Operation::Send | Operation::Write)
@@ -86,6 +91,11 @@ impl Qp {
                 ctx.stats.tx_rnr_nak += 1;
                 let t = self.attr.min_rnr_timer;
                 self.queue_ack(psn, Syndrome::RnrNak { timer: t });
+                // The RNR NAK already tells the requester to resume at this
+                // PSN (it resends everything from it when its RNR timer
+                // fires): drop what it pipelined behind it silently, as after
+                // a sequence NAK, instead of NAKing that too.
+                self.resp.sent_psn_nak = true;
             }
             Err(Fail::Nak(code, status)) => {
                 ctx.stats.tx_nak_other += 1;
@@ -543,12 +553,11 @@ impl Qp {
                 msn: m,
             }),
         ) = (syndrome, self.resp.out.back_mut())
+            && !psn.before(*p)
         {
-            if !psn.before(*p) {
-                *p = psn;
-                *m = msn;
-                return;
-            }
+            *p = psn;
+            *m = msn;
+            return;
         }
         self.resp.out.push_back(RespOut::Ack { psn, syndrome, msn });
     }
