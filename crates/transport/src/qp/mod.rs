@@ -133,6 +133,16 @@ pub(crate) enum RespOut {
     },
 }
 
+impl RespOut {
+    /// The last PSN this output answers.
+    pub(crate) fn last_psn(&self) -> Psn {
+        match *self {
+            Self::Ack { psn, .. } | Self::AtomicAck { psn, .. } => psn,
+            Self::Read { psn, npkts, .. } => psn.add(npkts.saturating_sub(1)),
+        }
+    }
+}
+
 /// Responder state (IBTA 9.7.5).
 #[derive(Debug, Default)]
 pub(crate) struct RespState {

@@ -514,6 +514,11 @@ impl Qp {
                     return;
                 }
                 let mtu = self.mtu(ctx.config);
+                // The requester re-asks from `psn` on, so it holds everything
+                // before it: responses queued for `psn` or later (older copies
+                // of this stream included) would only be dropped as stale.
+                // rxe likewise rewinds its one resource instead of queueing.
+                self.resp.out.retain(|o| o.last_psn().before(psn));
                 self.resp.out.push_back(RespOut::Read {
                     psn,
                     va: reth.va,

@@ -1,0 +1,251 @@
+//! Two real processes on one host, each with its own device on its own
+//! 127.0.0.x address (`SOFTRDMA_ADDR`) and a shared free UDP port
+//! (`SOFTRDMA_PORT`): the `rc_pingpong` and `ud_pingpong` examples with
+//! rdma-core's command lines, and `verbs_peer`, which exchanges every operation
+//! type with messages far larger than the MTU and PSNs that wrap.
+//!
+//! Every child has a timeout and is killed if the test fails; the tests check
+//! exit codes and parse the programs' output.
+
+mod common;
+
+use common::{Output, Proc, example, free_tcp_port, free_udp_port, is_listening};
+use std::process::Command;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+/// Hang protection for each child (never a performance assertion).
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+#[path = "../examples/common/pingpong.rs"]
+#[allow(unreachable_pub, unused_imports)]
+mod pingpong;
+
+/// Distinct addresses for each pair of processes in this test binary.
+fn addr_pair() -> (String, String) {
+    static NEXT: AtomicU8 = AtomicU8::new(0);
+    let k = NEXT.fetch_add(1, Ordering::SeqCst) % 100;
+    (
+        format!("127.0.0.{}", 20 + k),
+        format!("127.0.0.{}", 130 + k),
+    )
+}
+
+fn cmd(example_name: &str, addr: &str, udp_port: u16, args: &[&str]) -> Command {
+    let mut c = Command::new(example(example_name));
+    c.args(args)
+        .env("SOFTRDMA_ADDR", addr)
+        .env("SOFTRDMA_PORT", udp_port.to_string())
+        .env_remove("SOFTRDMA_PCAP");
+    c
+}
+
+/// Runs server and client of a pingpong example with `opts`; returns both outputs.
+fn pingpong(example_name: &str, opts: &[&str]) -> (Output, Output) {
+    let (sa, ca) = addr_pair();
+    let udp = free_udp_port();
+    let tcp = free_tcp_port();
+    let tcp_s = tcp.to_string();
+    let mut args = vec!["-p", &tcp_s];
+    args.extend_from_slice(opts);
+    let mut server = Proc::spawn(
+        &format!("{example_name} server"),
+        cmd(example_name, &sa, udp, &args),
+    );
+    // The C client does not retry its connect, so start it once the server listens.
+    server.wait_for("the TCP listener", TIMEOUT, |_| is_listening(tcp));
+    args.push("127.0.0.1");
+    let client = Proc::spawn(
+        &format!("{example_name} client"),
+        cmd(example_name, &ca, udp, &args),
+    );
+    let c = client.finish(TIMEOUT);
+    let s = server.finish(TIMEOUT);
+    (s, c)
+}
+
+/// The QPN and PSN of a "local address:" / "remote address:" line.
+fn qpn_psn(line: &str) -> (String, String) {
+    let field = |key: &str| {
+        let i = line
+            .find(key)
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            + key.len();
+        line[i..]
+            .split([',', ':'])
+            .next()
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    (field("QPN "), field("PSN "))
+}
+
+/// Checks what every successful pingpong run prints, on both sides.
+fn check_pingpong(s: &Output, c: &Output, size: u64, iters: u64, server_addr: bool) {
+    common::assert_all_succeeded(&[s, c]);
+    for o in [s, c] {
+        let bytes = o.line("bytes in");
+        assert!(
+            bytes.starts_with(&format!("{} bytes in ", size * iters * 2))
+                && bytes.ends_with(" Mbit/sec"),
+            "{}: {bytes:?}",
+            o.name
+        );
+        let it = o.line("iters in");
+        assert!(
+            it.starts_with(&format!("{iters} iters in ")) && it.ends_with(" usec/iter"),
+            "{}: {it:?}",
+            o.name
+        );
+        assert!(!o.stdout.contains("invalid data"), "{o}");
+        assert!(o.line("local address:").contains("LID 0x0000"), "{o}");
+    }
+    // Each side's "remote address" is the other's "local address".
+    assert_eq!(
+        qpn_psn(s.line("local address:")),
+        qpn_psn(c.line("remote address:"))
+    );
+    assert_eq!(
+        qpn_psn(c.line("local address:")),
+        qpn_psn(s.line("remote address:"))
+    );
+    if server_addr {
+        assert!(
+            s.line("local address:").contains("GID ::ffff:127.0.0."),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn rc_pingpong_default_size() {
+    let (s, c) = pingpong("rc_pingpong", &["-g", "0"]);
+    check_pingpong(&s, &c, 4096, 1000, true);
+}
+
+#[test]
+fn rc_pingpong_one_byte() {
+    let (s, c) = pingpong("rc_pingpong", &["-g", "0", "-s", "1", "-n", "500"]);
+    check_pingpong(&s, &c, 1, 500, true);
+}
+
+#[test]
+fn rc_pingpong_multi_packet_messages_checked() {
+    // 64 pages per message, 64 packets of 1 KiB: -c checks every page arrived.
+    let (s, c) = pingpong(
+        "rc_pingpong",
+        &["-g", "0", "-s", "65536", "-m", "1024", "-n", "300", "-c"],
+    );
+    check_pingpong(&s, &c, 65536, 300, true);
+}
+
+#[test]
+fn rc_pingpong_events() {
+    let (s, c) = pingpong("rc_pingpong", &["-g", "0", "-e", "-n", "500"]);
+    check_pingpong(&s, &c, 4096, 500, true);
+}
+
+#[test]
+fn ud_pingpong_1024() {
+    let (s, c) = pingpong("ud_pingpong", &["-g", "0", "-s", "1024", "-n", "500", "-c"]);
+    check_pingpong(&s, &c, 1024, 500, true);
+    // rdma-core's ud_pingpong prints a colon before GID on its local line.
+    assert!(
+        s.line("local address:").contains(": GID ::ffff:127.0.0."),
+        "{s}"
+    );
+}
+
+#[test]
+fn rc_pingpong_without_gid_fails_cleanly() {
+    // Without -g the C programs send a zero GID; on RoCE there is then no route,
+    // and the QP cannot reach RTR. Both sides must say so and exit 1, not hang.
+    let (s, c) = pingpong("rc_pingpong", &["-n", "10"]);
+    for o in [&s, &c] {
+        assert_eq!(o.status.and_then(|s| s.code()), Some(1), "{o}");
+        assert!(o.line("local address:").ends_with("GID ::"), "{o}");
+    }
+    assert!(s.stderr.contains("Failed to modify QP to RTR"), "{s}");
+}
+
+#[test]
+fn verbs_peer_every_operation_large_messages_psn_wrap() {
+    let (sa, ca) = addr_pair();
+    let udp = free_udp_port();
+    let tcp = free_tcp_port().to_string();
+    // Initial PSNs just below 2^24: both send queues wrap within the first message.
+    let server = Proc::spawn(
+        "verbs_peer server",
+        cmd(
+            "verbs_peer",
+            &sa,
+            udp,
+            &[
+                "server", "--port", &tcp, "--psn", "0xfffff0", "--mtu", "1024",
+            ],
+        ),
+    );
+    let client = Proc::spawn(
+        "verbs_peer client",
+        cmd(
+            "verbs_peer",
+            &ca,
+            udp,
+            &[
+                "client",
+                "127.0.0.1",
+                "--port",
+                &tcp,
+                "--psn",
+                "0xffff00",
+                "--mtu",
+                "1024",
+            ],
+        ),
+    );
+    let c = client.finish(TIMEOUT);
+    let s = server.finish(TIMEOUT);
+    common::assert_all_succeeded(&[&c, &s]);
+    for (o, first) in [(&s, "passive"), (&c, "active")] {
+        assert!(o.stdout.contains(&format!("phase 1 ({first}) OK")), "{o}");
+        assert_eq!(o.stdout.lines().last(), Some("PASS"), "{o}");
+        // Sanity: thousands of packets each way (messages of up to 2 MiB at 1 KiB MTU).
+        let stats = o.line("STATS");
+        let tx: u64 = stats
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("tx_packets="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!(tx > 4000, "{o}");
+    }
+}
+
+#[test]
+fn pingpong_exchange_message_format() {
+    // The 52-byte message of rdma-core's pingpong.c: "%04x:%06x:%06x:%s" and a NUL,
+    // the GID as 32 hex digits of its bytes in order.
+    let d = pingpong::Dest {
+        lid: 0,
+        qpn: 0x12_3456,
+        psn: 0xAB_CDEF,
+        gid: softrdma::verbs::Gid::from_ip("127.0.0.7".parse().unwrap()),
+    };
+    let w = d.to_wire();
+    assert_eq!(w.len(), 52);
+    assert_eq!(
+        &w[..51],
+        b"0000:123456:abcdef:00000000000000000000ffff7f000007"
+    );
+    assert_eq!(w[51], 0);
+    assert_eq!(pingpong::Dest::from_wire(&w), Some(d));
+    assert_eq!(d.gid_text(), "::ffff:127.0.0.7");
+    // What a C peer with LID 0x1a and an IPv6 GID sends parses the same way.
+    let c = b"001a:00abcd:000001:fe800000000000000000000000000001\0";
+    let p = pingpong::Dest::from_wire(c).unwrap();
+    assert_eq!((p.lid, p.qpn, p.psn), (0x1a, 0xabcd, 1));
+    assert_eq!(p.gid_text(), "fe80::1");
+    assert_eq!(pingpong::parse_c_ulong("0x10"), Ok(16));
+    assert_eq!(pingpong::parse_c_ulong("010"), Ok(8));
+    assert_eq!(pingpong::parse_c_ulong("4096"), Ok(4096));
+}
