@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cm;
 mod error;
 pub mod verbs;
 

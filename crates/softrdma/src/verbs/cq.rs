@@ -49,7 +49,11 @@ impl CompChannel {
         use tokio::io::unix::AsyncFd;
         self.ch.set_nonblocking(true)?;
         self._ctx.engine.before_block();
-        let fd = AsyncFd::with_interest(self.ch.as_raw_fd(), Interest::READABLE)?;
+        // SAFETY: `self` is borrowed for the whole wait, so the channel's fd
+        // stays open until the AsyncFd (which never closes a RawFd) is dropped.
+        let fd =
+            unsafe { AsyncFd::register_with_interest(self.ch.as_raw_fd(), Interest::READABLE) }
+                .map_err(std::io::Error::from)?;
         loop {
             let mut guard = fd.readable().await?;
             match self.ch.get_event() {
