@@ -175,11 +175,10 @@ impl Cm {
         if let Some(c) = &id.conn {
             self.by_comm.remove(&c.local_comm_id);
         }
-        if id.bound {
-            if let Some(l) = id.local {
+        if id.bound
+            && let Some(l) = id.local {
                 self.release_port(id.ps, l.port(), h);
             }
-        }
         self.events.retain(|e| e.id != h);
     }
 
@@ -215,11 +214,10 @@ impl Cm {
         if let Some(users) = self.ports.get(&(ps, port)) {
             for u in users {
                 let other = self.ids.get(u).and_then(|i| i.local).map(|a| a.ip());
-                if let Some(o) = other {
-                    if o == addr.ip() || o.is_unspecified() || addr.ip().is_unspecified() {
+                if let Some(o) = other
+                    && (o == addr.ip() || o.is_unspecified() || addr.ip().is_unspecified()) {
                         return Err(CmError::AddrInUse(SocketAddr::new(addr.ip(), port)));
                     }
-                }
             }
         }
         self.ports.entry((ps, port)).or_default().push(h);
@@ -250,11 +248,10 @@ impl Cm {
     ) -> Result<(), CmError> {
         if !self.id(h)?.bound {
             self.bind(h, SocketAddr::new(src, 0))?;
-        } else if let Some(l) = self.id(h)?.local {
-            if l.ip().is_unspecified() {
+        } else if let Some(l) = self.id(h)?.local
+            && l.ip().is_unspecified() {
                 self.id_mut(h)?.local = Some(SocketAddr::new(src, l.port()));
             }
-        }
         let id = self.id_mut(h)?;
         id.remote = Some(dst);
         id.state = State::Resolved;
@@ -327,14 +324,13 @@ impl Cm {
             dst,
             mad: bytes,
         });
-        if reliable {
-            if let Some(c) = self.ids.get_mut(&h).and_then(|i| i.conn.as_mut()) {
+        if reliable
+            && let Some(c) = self.ids.get_mut(&h).and_then(|i| i.conn.as_mut()) {
                 c.last_mad = Some(bytes);
                 c.retries_left = MAD_RETRIES;
                 c.backoff_ns = MAD_RTO_NS;
                 c.deadline = Some(now + Duration::from_nanos(MAD_RTO_NS));
             }
-        }
     }
 
     /// Stops retransmitting on an id.
@@ -876,8 +872,8 @@ impl Cm {
                 id.state = State::Closed;
                 continue;
             }
-            if c.retries_left > 0 {
-                if let Some(m) = c.last_mad {
+            if c.retries_left > 0
+                && let Some(m) = c.last_mad {
                     c.retries_left -= 1;
                     c.backoff_ns = (c.backoff_ns * 2).min(MAD_RTO_MAX_NS);
                     c.deadline = Some(now + Duration::from_nanos(c.backoff_ns));
@@ -892,7 +888,6 @@ impl Cm {
                     });
                     continue;
                 }
-            }
             c.deadline = None;
             c.last_mad = None;
             match state {

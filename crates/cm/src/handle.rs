@@ -38,15 +38,13 @@ impl Cm {
             CmMessage::Drep(r) => self.on_drep(now, &r),
             CmMessage::Mra(r) => {
                 // The peer needs time: push our retransmission back.
-                if let Some(h) = self.by_comm(r.remote_comm_id) {
-                    if let Some(c) = self.ids_mut().get_mut(&h).and_then(|i| i.conn.as_mut()) {
-                        if c.deadline.is_some() {
+                if let Some(h) = self.by_comm(r.remote_comm_id)
+                    && let Some(c) = self.ids_mut().get_mut(&h).and_then(|i| i.conn.as_mut())
+                        && c.deadline.is_some() {
                             let t =
                                 (4096u64 << u64::from(r.service_timeout.min(31))).max(c.backoff_ns);
                             c.deadline = Some(now + Duration::from_nanos(t));
                         }
-                    }
-                }
             }
             CmMessage::SidrReq(r) => self.on_sidr_req(src, dst, tid, &r),
             CmMessage::SidrRep(r) => self.on_sidr_rep(&r),

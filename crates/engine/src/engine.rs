@@ -92,14 +92,13 @@ impl Engine {
             .get_or_init(|| {
                 EngineConfig::from_env()
                     .and_then(|mut c| {
-                        if let Some(ip) = hint.filter(|ip| !ip.is_unspecified()) {
-                            if c.addr.addr.is_none() {
+                        if let Some(ip) = hint.filter(|ip| !ip.is_unspecified())
+                            && c.addr.addr.is_none() {
                                 c.addr = softrdma_udp::AddrConfig::exact(SocketAddr::new(
                                     ip,
                                     c.addr.port,
                                 ));
                             }
-                        }
                         Engine::start(c)
                     })
                     .map(Arc::new)
@@ -325,11 +324,10 @@ impl Engine {
         let mut m = self.shared.mcast.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = m.get_mut(&group) {
             e.1 -= 1;
-            if e.1 == 0 {
-                if let Some((s, _)) = m.remove(&group) {
+            if e.1 == 0
+                && let Some((s, _)) = m.remove(&group) {
                     let _ = self.shared.poller.remove_fd(s.as_fd(), KEY_MCAST);
                 }
-            }
         }
         Ok(())
     }

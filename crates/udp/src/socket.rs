@@ -410,11 +410,10 @@ impl RoceSocket {
                 if matches!(
                     errno,
                     libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH
-                ) {
-                    if let Some(a) = name.decode() {
-                        self.c.unreachable.fetch_add(1, Relaxed);
-                        out.push(a);
-                    }
+                ) && let Some(a) = name.decode()
+                {
+                    self.c.unreachable.fetch_add(1, Relaxed);
+                    out.push(a);
                 }
             }
         }

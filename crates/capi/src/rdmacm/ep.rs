@@ -67,10 +67,10 @@ pub unsafe extern "C" fn __softrdma_rdma_getaddrinfo(
             if res.is_null() || (node.is_null() && service.is_null()) {
                 return libc::EAI_NONAME;
             }
-            // SAFETY: NULL or readable per the contract.
             let h = if hints.is_null() {
                 rdma_addrinfo::zeroed()
             } else {
+                // SAFETY: non-NULL hints are readable per the contract.
                 unsafe { *hints }
             };
             let passive = h.ai_flags & RAI_PASSIVE != 0;
@@ -237,6 +237,7 @@ pub unsafe extern "C" fn __softrdma_rdma_create_ep(
                     // SAFETY: registry-checked; non-NULL attr readable per the contract.
                     if let Some(obj) = unsafe { id_obj(cm_id) } {
                         let mut st = obj.state();
+                        // SAFETY: checked non-NULL above; readable per the contract.
                         st.ep_attr = Some(unsafe { *qp_init_attr });
                         st.ep_pd = pd;
                     }
@@ -258,8 +259,8 @@ pub unsafe extern "C" fn __softrdma_rdma_create_ep(
                 if unsafe { super::id::__softrdma_rdma_resolve_route(cm_id, 2000) } != 0 {
                     return fail(crate::guard::errno());
                 }
-                // SAFETY: as above.
                 if !qp_init_attr.is_null()
+                    // SAFETY: a registered id and the caller's non-NULL attr.
                     && unsafe { super::qp::__softrdma_rdma_create_qp(cm_id, pd, qp_init_attr) } != 0
                 {
                     return fail(crate::guard::errno());
@@ -273,6 +274,11 @@ pub unsafe extern "C" fn __softrdma_rdma_create_ep(
 }
 
 /// `void rdma_destroy_ep(struct rdma_cm_id *)`: QP, SRQ, CQs and the id.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_destroy_ep(id: *mut rdma_cm_id) {
     ffi_guard(
@@ -367,8 +373,8 @@ pub unsafe extern "C" fn __softrdma_rdma_get_request(
                 unsafe { (*child).channel = priv_ch };
             }
             if let Some(mut a) = attr {
-                // SAFETY: live listener; `a` is a local copy.
                 let p = if pd.is_null() {
+                    // SAFETY: live listener; `a` is a local copy.
                     unsafe { (*listen).pd }
                 } else {
                     pd

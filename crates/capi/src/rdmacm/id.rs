@@ -254,6 +254,11 @@ pub unsafe extern "C" fn __softrdma_rdma_resolve_addr(
 }
 
 /// `int rdma_resolve_route(id, timeout_ms)`: ROUTE_RESOLVED follows.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_resolve_route(
     id: *mut rdma_cm_id,
@@ -279,6 +284,11 @@ pub unsafe extern "C" fn __softrdma_rdma_resolve_route(
 }
 
 /// `int rdma_listen(struct rdma_cm_id *, int backlog)`.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
     ffi_guard(
@@ -518,6 +528,11 @@ pub unsafe extern "C" fn __softrdma_rdma_reject_ece(
 
 /// `int rdma_disconnect(struct rdma_cm_id *)`: the QP goes to ERR (its
 /// receives flush), a DREQ goes out; DISCONNECTED follows.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     ffi_guard(
@@ -541,6 +556,11 @@ pub unsafe extern "C" fn __softrdma_rdma_disconnect(id: *mut rdma_cm_id) -> c_in
 
 /// `int rdma_establish(struct rdma_cm_id *)`: after CONNECT_RESPONSE on an id
 /// without a QP, sends the RTU.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_establish(id: *mut rdma_cm_id) -> c_int {
     ffi_guard(
@@ -567,6 +587,11 @@ pub unsafe extern "C" fn __softrdma_rdma_establish(id: *mut rdma_cm_id) -> c_int
 }
 
 /// `int rdma_migrate_id(struct rdma_cm_id *, struct rdma_event_channel *)`.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_migrate_id(
     id: *mut rdma_cm_id,
@@ -597,6 +622,11 @@ pub unsafe extern "C" fn __softrdma_rdma_migrate_id(
 
 /// `int rdma_set_option(id, level, optname, optval, optlen)`: TOS, REUSEADDR,
 /// AFONLY and ACK_TIMEOUT are accepted (softrdma's CM picks its own timeout).
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_set_option(
     id: *mut rdma_cm_id,
@@ -628,6 +658,11 @@ pub unsafe extern "C" fn __softrdma_rdma_set_option(
 }
 
 /// `int rdma_notify(struct rdma_cm_id *, enum ibv_event_type)`: nothing to do.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_notify(
     id: *mut rdma_cm_id,
@@ -762,18 +797,33 @@ fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
 }
 
 /// `__be16 rdma_get_src_port(struct rdma_cm_id *)`.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     ffi_guard(|| 0, || port_of(id, true))
 }
 
 /// `__be16 rdma_get_dst_port(struct rdma_cm_id *)`.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     ffi_guard(|| 0, || port_of(id, false))
 }
 
 /// `rdma_set_local_ece` / `rdma_get_remote_ece`: ECE is not offered.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_set_local_ece(
     _id: *mut rdma_cm_id,
@@ -783,6 +833,11 @@ pub unsafe extern "C" fn __softrdma_rdma_set_local_ece(
 }
 
 /// See [`__softrdma_rdma_set_local_ece`].
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_get_remote_ece(
     _id: *mut rdma_cm_id,

@@ -245,6 +245,11 @@ pub unsafe extern "C" fn __softrdma_rdma_create_qp(
 }
 
 /// `void rdma_destroy_qp(struct rdma_cm_id *)`.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_destroy_qp(id: *mut rdma_cm_id) {
     ffi_guard(
@@ -296,10 +301,10 @@ pub unsafe extern "C" fn __softrdma_rdma_create_srq_ex(
             if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC {
                 return ret::neg(libc::EOPNOTSUPP);
             }
-            // SAFETY: live id.
             let pd = if a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 && !a.pd.is_null() {
                 a.pd
             } else {
+                // SAFETY: live id.
                 unsafe { (*id).pd }
             };
             let mut basic = ibv_srq_init_attr {
@@ -354,6 +359,11 @@ pub unsafe extern "C" fn __softrdma_rdma_create_srq(
 }
 
 /// `void rdma_destroy_srq(struct rdma_cm_id *)`.
+///
+/// # Safety
+///
+/// Pointer arguments are NULL or what librdmacm's contract allows; ids are
+/// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_destroy_srq(id: *mut rdma_cm_id) {
     ffi_guard(
