@@ -19,11 +19,15 @@ cargo fmt --all -- --check
 
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "cargo xtask compat (target/compat/libibverbs.so.1, librdmacm.so.1)"
 cargo xtask compat
 
 step "cargo test"
 cargo test --workspace --no-fail-fast
+
+step "cargo test, async (tokio) features"
+cargo test -p softrdma --features tokio --no-fail-fast --lib --test cm_async
 
 step "all tests passed"
