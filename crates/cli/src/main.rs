@@ -12,7 +12,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// softrdma: a user-space RoCEv2 RDMA stack.
+/// softrdma: RDMA over RoCEv2 in user space, no RDMA NIC needed.
+///
+/// Every process gets its own software RDMA device (softrdma0) on a UDP
+/// socket: SOFTRDMA_ADDR sets its address (GID 0), SOFTRDMA_PORT its port
+/// (default 4791); without them successive processes take 127.0.0.1,
+/// 127.0.0.2, ... so two processes on one host just work.
+/// Start with `softrdma perf`.
 #[derive(Debug, Parser)]
 #[command(name = "softrdma", version, propagate_version = true)]
 struct Cli {
@@ -22,6 +28,53 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Benchmark RDMA WRITE, READ, SEND and atomics: bandwidth, message rate, latency.
+    #[command(long_about = cmd::perf::LONG_ABOUT, after_long_help = cmd::perf::EXAMPLES)]
+    Perf(cmd::perf::Args),
+
+    /// List RDMA devices (like ibv_devices).
+    ///
+    /// softrdma has one device per process, softrdma0; this is the one this
+    /// process gets (SOFTRDMA_ADDR, or the first free 127.0.0.N).
+    Devices(cmd::devices::Args),
+
+    /// Show the device, its port and GID table, and its UDP address (like ibv_devinfo).
+    ///
+    /// GID 0 is the device's address (IPv4 as ::ffff:a.b.c.d, RoCE v2); the
+    /// last line gives the UDP address and port the device sends from and
+    /// listens on.
+    Devinfo(cmd::devinfo::Args),
+
+    /// Check connectivity through the connection manager, rping style, with per-message RTT.
+    ///
+    /// `softrdma ping --server` accepts connections and echoes every message;
+    /// `softrdma ping HOST` connects (rdma_resolve_addr/route, rdma_connect),
+    /// sends --count messages one at a time, prints each round trip and a
+    /// summary, and disconnects.
+    Ping(cmd::ping::Args),
+
+    /// Run a command with its softrdma packets written to a pcap file.
+    ///
+    /// Sets SOFTRDMA_PCAP=FILE for CMD: its device writes every packet it
+    /// sends and receives (Ethernet link type; Wireshark's RRoCE dissector and
+    /// `softrdma decode` read it). Then prints how many packets were captured
+    /// and whether their ICRCs check (every packet with --decode). Every
+    /// softrdma process CMD starts writes the same FILE, so capture one
+    /// process per file (`softrdma perf` records both directions in its own
+    /// process and keeps its server out of the file). Exit status: CMD's
+    /// failure, else 1 if a packet is bad, else 0.
+    Capture(cmd::capture::Args),
+
+    /// Show packet, retransmit, NAK, RNR and drop counters of softrdma devices.
+    ///
+    /// There is no daemon: counters live in each process. `softrdma stats --
+    /// CMD` runs CMD with SOFTRDMA_STATS=FILE, to which each softrdma device
+    /// appends its counters when its process ends (softrdma's own commands do
+    /// today), and prints them. `--file` prints such a file; `--self-test`
+    /// runs a short exchange between two devices in this process, including
+    /// an RNR wait, a stray datagram and a bad rkey, and prints their counters.
+    Stats(cmd::stats::Args),
+
     /// Decode the RoCEv2 packets of pcap captures, one line each, and check every ICRC.
     ///
     /// Exit status: 0 if every packet parsed and had a correct ICRC, 1 if any did
@@ -31,12 +84,46 @@ enum Command {
 
 fn run(cli: &Cli) -> Result<ExitCode, cmd::CliError> {
     match &cli.command {
+        Command::Perf(args) => cmd::perf::run(args),
+        Command::Devices(args) => cmd::devices::run(args),
+        Command::Devinfo(args) => cmd::devinfo::run(args),
+        Command::Ping(args) => cmd::ping::run(args),
+        Command::Capture(args) => cmd::capture::run(args),
+        Command::Stats(args) => cmd::stats::run(args),
         Command::Decode(args) => cmd::decode::run(args),
     }
 }
 
+/// A usage error as one line: clap's message, its hints, and where help is.
+fn usage_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut parts: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .filter(|l| !l.starts_with("Usage:"))
+        .collect();
+    if let Some(first) = parts.first_mut() {
+        *first = first.strip_prefix("error: ").unwrap_or(first);
+    }
+    format!("{} (see --help)", parts.join(" "))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // `softrdma` alone: the overview, on stderr, status 2.
+            let _ = e.print();
+            return ExitCode::from(cmd::EXIT_ERROR);
+        }
+        Err(e) if e.use_stderr() => {
+            eprintln!("softrdma: error: {}", usage_line(&e));
+            return ExitCode::from(cmd::EXIT_ERROR);
+        }
+        // --help, --version: clap prints them.
+        Err(e) => e.exit(),
+    };
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {

@@ -37,15 +37,16 @@ pub(crate) struct Args {
 
 /// Packet counts over all files.
 #[derive(Debug, Default)]
-struct Tally {
-    ok: u64,
-    bad: u64,
+pub(crate) struct Tally {
+    pub(crate) ok: u64,
+    pub(crate) bad: u64,
     /// Frames that are not UDP to the port (ARP, other traffic).
-    skipped: u64,
+    pub(crate) skipped: u64,
 }
 
 impl Tally {
-    fn summary(&self) -> String {
+    /// `N packets, N ok, N bad` (and skipped frames if any).
+    pub(crate) fn summary(&self) -> String {
         let mut s = format!(
             "{} packets, {} ok, {} bad",
             self.ok + self.bad,
@@ -74,7 +75,9 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
     let mut tally = Tally::default();
     for (path, bytes) in &files {
         let header = (files.len() > 1).then(|| format!("# {}", path.display()));
-        if decode_file(args, bytes, header, &mut out, &mut tally)? == Output::Closed {
+        if decode_file(args.port, args.quiet, bytes, header, &mut out, &mut tally)?
+            == Output::Closed
+        {
             return Ok(ExitCode::SUCCESS);
         }
     }
@@ -89,10 +92,12 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
     })
 }
 
-/// Decodes one file. `header` is printed before its first line (so `--quiet`
-/// names only the files that have bad packets).
-fn decode_file(
-    args: &Args,
+/// Decodes one file: packets to UDP `port`, all lines or (`quiet`) only bad
+/// ones. `header` is printed before its first line (so `--quiet` names only
+/// the files that have bad packets).
+pub(crate) fn decode_file(
+    port: u16,
+    quiet: bool,
     bytes: &[u8],
     mut header: Option<String>,
     out: &mut impl Write,
@@ -122,7 +127,7 @@ fn decode_file(
             tally.skipped += 1;
             continue;
         };
-        if udp_dst_port(ip) != Some(args.port) {
+        if udp_dst_port(ip) != Some(port) {
             tally.skipped += 1;
             continue;
         }
@@ -135,7 +140,7 @@ fn decode_file(
         let line = match decode_ip_packet(ip) {
             Ok(d) if d.is_ok() => {
                 tally.ok += 1;
-                if args.quiet {
+                if quiet {
                     continue;
                 }
                 format!("{when} {d}")
