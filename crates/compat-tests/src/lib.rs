@@ -13,11 +13,18 @@
 //!   at the timeout, and the report holds both outputs; unique loopback
 //!   addresses for `SOFTRDMA_ADDR` and unique TCP ports.
 //! - [`pingpong`]: the ping-pong acceptance cases and their output checks.
+//! - [`cm`]: pairs of rdma_cm programs ([`cm::run_cm_pair`]: the server's
+//!   readiness is its device's UDP socket, not a TCP listener).
+//! - [`rdmacm`]: the rdmacm-utils acceptance cases and their output checks.
+//! - [`perftest`]: the perftest acceptance cases and their result parser.
 //! - [`netns`]: two network namespaces joined by a veth pair (RAII).
 
+pub mod cm;
 pub mod netns;
 pub mod pair;
+pub mod perftest;
 pub mod pingpong;
+pub mod rdmacm;
 
 pub use netns::{NetnsPair, is_root, netns_allowed};
 pub use pair::{
@@ -32,6 +39,7 @@ use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -258,14 +266,30 @@ fn describe(cmd: &Command) -> String {
     s
 }
 
-fn reader(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<String> {
-    thread::spawn(move || {
-        let mut buf = Vec::new();
+/// Output read so far from one pipe (shared with its reader thread).
+type SharedBuf = Arc<Mutex<Vec<u8>>>;
+
+/// Reads `pipe` to its end in a thread, appending to a buffer that can be
+/// looked at while the process runs ([`Spawned::stdout_so_far`]).
+fn reader(pipe: Option<impl Read + Send + 'static>) -> (SharedBuf, thread::JoinHandle<String>) {
+    let shared: SharedBuf = Arc::default();
+    let buf = Arc::clone(&shared);
+    let handle = thread::spawn(move || {
         if let Some(mut p) = pipe {
-            let _ = p.read_to_end(&mut buf);
+            let mut chunk = [0u8; 16384];
+            loop {
+                match p.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => buf.lock().unwrap().extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
         }
-        String::from_utf8_lossy(&buf).into_owned()
-    })
+        let all = buf.lock().unwrap();
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    (shared, handle)
 }
 
 /// Kills the whole process group `pgid` (a child started as a group leader).
@@ -285,6 +309,8 @@ pub struct Spawned {
     child: Child,
     out: Option<thread::JoinHandle<String>>,
     err: Option<thread::JoinHandle<String>>,
+    out_buf: SharedBuf,
+    err_buf: SharedBuf,
     start: Instant,
     status: Option<ExitStatus>,
     done: bool,
@@ -301,13 +327,15 @@ pub fn spawn(cmd: &mut Command) -> Spawned {
     let mut child = cmd
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
-    let out = Some(reader(child.stdout.take()));
-    let err = Some(reader(child.stderr.take()));
+    let (out_buf, out) = reader(child.stdout.take());
+    let (err_buf, err) = reader(child.stderr.take());
     Spawned {
         command,
         child,
-        out,
-        err,
+        out: Some(out),
+        err: Some(err),
+        out_buf,
+        err_buf,
         start,
         status: None,
         done: false,
@@ -334,6 +362,40 @@ impl Spawned {
             }
         }
         self.status
+    }
+
+    /// What the process has written to stdout so far (a C program writes
+    /// it when its stdio buffer is flushed: line-buffered programs, or ones
+    /// run under `stdbuf -oL`, show each line at once).
+    pub fn stdout_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.out_buf.lock().unwrap()).into_owned()
+    }
+
+    /// The same for stderr.
+    pub fn stderr_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.err_buf.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until `pred` holds for the stdout written so far; `false` if
+    /// the process exits first (and its output still does not satisfy
+    /// `pred`) or `deadline` passes.
+    pub fn wait_for_stdout(&mut self, deadline: Instant, pred: impl Fn(&str) -> bool) -> bool {
+        loop {
+            if pred(&self.stdout_so_far()) {
+                return true;
+            }
+            if self.poll().is_some() || Instant::now() >= deadline {
+                // The reader may still be draining the pipe.
+                thread::sleep(Duration::from_millis(50));
+                return pred(&self.stdout_so_far());
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Time since the process was started.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
     }
 
     /// Kills the process group now (SIGKILL); [`Spawned::finish`] then

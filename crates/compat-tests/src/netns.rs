@@ -80,6 +80,9 @@ pub struct NetnsPair {
     pub b: String,
     pub addr_a: Ipv4Addr,
     pub addr_b: Ipv4Addr,
+    /// The veth ends in `a` and `b`.
+    pub dev_a: String,
+    pub dev_b: String,
 }
 
 impl NetnsPair {
@@ -96,9 +99,11 @@ impl NetnsPair {
             b: format!("{base}-b"),
             addr_a: Ipv4Addr::new(10, x, y, 1),
             addr_b: Ipv4Addr::new(10, x, y, 2),
+            dev_a: format!("sc{pid:x}-{n}a"),
+            dev_b: format!("sc{pid:x}-{n}b"),
         };
         // From here on, Drop removes whatever was created.
-        let (va, vb) = (format!("sc{pid:x}-{n}a"), format!("sc{pid:x}-{n}b"));
+        let (va, vb) = (pair.dev_a.clone(), pair.dev_b.clone());
         let steps: Vec<Vec<String>> = vec![
             vec!["netns".into(), "add".into(), pair.a.clone()],
             vec!["netns".into(), "add".into(), pair.b.clone()],
@@ -146,6 +151,25 @@ impl NetnsPair {
             }
         }
         pair
+    }
+}
+
+impl NetnsPair {
+    /// Adds `10.<x>.<y>.<host>/24` to the veth end in `b` (`in_b`) or `a`,
+    /// for a second process "on that host"; returns the address.
+    pub fn add_addr(&self, in_b: bool, host: u8) -> Ipv4Addr {
+        let [_, x, y, _] = self.addr_a.octets();
+        let addr = Ipv4Addr::new(10, x, y, host);
+        let (ns, dev) = if in_b {
+            (&self.b, &self.dev_b)
+        } else {
+            (&self.a, &self.dev_a)
+        };
+        let cidr = format!("{addr}/24");
+        if let Err(e) = ip(&["-n", ns, "addr", "add", &cidr, "dev", dev]) {
+            panic!("adding {cidr} in {ns}: {e}");
+        }
+        addr
     }
 }
 
