@@ -18,8 +18,8 @@
 //!   `RDMA_CM_EVENT_DISCONNECTED` and a `IBV_WC_WR_FLUSH_ERR` completion of
 //!   its posted receive, both directions.
 //!
-//! Also (ignored until softrdma is fixed): `rdma_destroy_id` blocks until the
-//! events it reported for the id are acked, as librdmacm's does.
+//! Also: `rdma_destroy_id` blocks until the events it reported for the id
+//! are acked, as librdmacm's does.
 //!
 //! The only timing assertion is the issue's "within a second" for the
 //! rejection; the survivors of a kill get a generous hang bound
@@ -448,8 +448,6 @@ fn idle_client_notices_its_server_killed() {
 /// exits 255 ("rdma_get_cm_event: Invalid argument") — about one rping pair
 /// in fifty here.
 #[test]
-#[ignore = "softrdma bug (reported): rdma_destroy_id does not wait for unacked events; \
-            un-ignore when fixed"]
 fn destroy_id_waits_until_its_events_are_acked() {
     require_compat_dir();
     let me = unique_loopback_addr(NET);

@@ -21,7 +21,7 @@ pub extern "C" fn __softrdma_rdma_create_event_channel() -> *mut rdma_event_chan
         || match CmChannel::new() {
             Ok(c) => {
                 let inner = Arc::new(c);
-                o::publish(
+                let p = o::publish(
                     Chan {
                         ch: rdma_event_channel {
                             fd: inner.as_raw_fd(),
@@ -29,8 +29,9 @@ pub extern "C" fn __softrdma_rdma_create_event_channel() -> *mut rdma_event_chan
                         inner,
                     },
                     Kind::CmChannel,
-                )
-                .cast()
+                );
+                destroyed().remove(&(p as usize));
+                p.cast()
             }
             Err(e) => ret::null(e.raw_os_error().unwrap_or(libc::ENOMEM)),
         },
@@ -48,12 +49,20 @@ pub unsafe extern "C" fn __softrdma_rdma_destroy_event_channel(channel: *mut rdm
         || (),
         || {
             if o::is_live(channel as usize, Kind::CmChannel) {
+                destroyed().insert(channel as usize);
                 // SAFETY: a live channel from `publish`. A thread still blocked in
                 // rdma_get_cm_event keeps the eventfd alive through its Arc.
                 unsafe { o::retire(channel.cast::<Chan>()) };
             }
         },
     )
+}
+
+/// Addresses of event channels the application destroyed (until reused).
+fn destroyed() -> std::sync::MutexGuard<'static, std::collections::HashSet<usize>> {
+    static SET: std::sync::LazyLock<Mutex<std::collections::HashSet<usize>>> =
+        std::sync::LazyLock::new(Default::default);
+    SET.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Writes an address pair into a C id's route.
@@ -109,9 +118,11 @@ pub(crate) fn convert(e: Event) -> Option<*mut rdma_cm_event> {
     if e.kind == EventKind::AddrResolved || (e.kind == EventKind::ConnectRequest) {
         attach_device(id.cast(), &engine);
     }
+    let owner: *const Id = if listen.is_null() { id } else { listen };
     let mut ev = Box::new(Ev {
         ev: rdma_cm_event::zeroed(),
         private_data: Vec::new(),
+        owner,
     });
     ev.ev.id = id.cast();
     ev.ev.listen_id = listen.cast();
@@ -153,6 +164,8 @@ pub(crate) fn convert(e: Event) -> Option<*mut rdma_cm_event> {
         super::mcast::joined(obj, &engine);
     }
     let p = Box::into_raw(ev);
+    // SAFETY: `owner` is `id` or `listen`, both live mapped ids.
+    unsafe { (*owner).reported() };
     o::register(p as usize, Kind::CmEvent);
     Some(p.cast())
 }
@@ -171,9 +184,9 @@ fn new_child(listener: *mut Id, h: IdHandle) -> Option<*mut Id> {
     c.ps = l.id.ps;
     c.qp_type = l.id.qp_type;
     c.port_num = 1;
-    let obj = Id {
-        id: c,
-        st: Mutex::new(IdState {
+    let obj = Id::new(
+        c,
+        IdState {
             engine: Some(engine),
             h: Some(h),
             chan,
@@ -184,8 +197,8 @@ fn new_child(listener: *mut Id, h: IdHandle) -> Option<*mut Id> {
             ep_attr: None,
             own_srq: false,
             mcast: Vec::new(),
-        }),
-    };
+        },
+    );
     let p = o::publish(obj, Kind::CmId);
     co::map_id(h, Some(p as usize));
     Some(p)
@@ -198,8 +211,13 @@ fn new_child(listener: *mut Id, h: IdHandle) -> Option<*mut Id> {
 /// `ev` must be a live event of this library, not used afterwards.
 pub(crate) unsafe fn free_event(ev: *mut rdma_cm_event) {
     if o::is_live(ev as usize, Kind::CmEvent) {
-        // SAFETY: a live event from `convert`.
-        unsafe { o::retire(ev.cast::<Ev>()) };
+        // SAFETY: a live event from `convert`; its owner id waits in
+        // `rdma_destroy_id` for this ack, so it is still alive.
+        unsafe {
+            let owner = (*ev.cast::<Ev>()).owner;
+            o::retire(ev.cast::<Ev>());
+            (*owner).ack();
+        }
     }
 }
 
@@ -231,6 +249,14 @@ pub unsafe extern "C" fn __softrdma_rdma_get_cm_event(
         || {
             // SAFETY: registry-checked.
             let Some(ch) = (unsafe { o::obj::<Chan>(channel.cast(), Kind::CmChannel) }) else {
+                if destroyed().contains(&(channel as usize)) {
+                    // Another thread destroyed the channel while this one was
+                    // between events (rping's cm thread at exit). Block, as a
+                    // reader already inside the call does, instead of failing.
+                    loop {
+                        std::thread::park();
+                    }
+                }
                 return ret::neg(libc::EINVAL);
             };
             if event.is_null() {

@@ -12,7 +12,7 @@ use softrdma_engine::Engine;
 use softrdma_engine::cm_proto::{CmError, ConnParam, IdHandle, PortSpace};
 use softrdma_engine::transport::QpType;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// READ/atomic depth the device offers (what RDMA_MAX_RESP_RES and
 /// RDMA_MAX_INIT_DEPTH resolve to).
@@ -111,9 +111,9 @@ pub(crate) unsafe fn create_id(
     c.ps = ps;
     c.qp_type = qp_type;
     c.port_num = 1;
-    let obj = Id {
-        id: c,
-        st: Mutex::new(IdState {
+    let obj = Id::new(
+        c,
+        IdState {
             engine: None,
             h: None,
             chan: chan.inner.clone(),
@@ -124,8 +124,8 @@ pub(crate) unsafe fn create_id(
             ep_attr: None,
             own_srq: false,
             mcast: Vec::new(),
-        }),
-    };
+        },
+    );
     let p = o::publish(obj, Kind::CmId);
     // SAFETY: non-NULL, writable per the contract.
     unsafe { id.write(p.cast()) };
@@ -161,6 +161,9 @@ pub unsafe extern "C" fn __softrdma_rdma_destroy_id(id: *mut rdma_cm_id) -> c_in
                 // SAFETY: the id's own event.
                 unsafe { super::event::free_event(ev) };
             }
+            // Events already handed out keep pointing at this id (and another
+            // thread may be between get and ack): wait like librdmacm.
+            obj.wait_acked();
             // SAFETY: live id.
             let chan = unsafe { (*id).channel };
             // SAFETY: the registry confirmed a live Id from `publish`.

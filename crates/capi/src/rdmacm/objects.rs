@@ -4,7 +4,7 @@ use crate::ffi::*;
 use softrdma_engine::cm_proto::IdHandle;
 use softrdma_engine::{CmChannel, Engine};
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Condvar, LazyLock, Mutex};
 
 /// `struct rdma_event_channel` plus its queue.
 #[repr(C)]
@@ -40,11 +40,56 @@ pub(crate) struct IdState {
 pub(crate) struct Id {
     pub(crate) id: rdma_cm_id,
     pub(crate) st: Mutex<IdState>,
+    /// Events handed to the application against this id, and how many of
+    /// them it acked: `rdma_destroy_id` waits until they match, as librdmacm
+    /// does, so no event outlives its id (or the channel another thread is
+    /// still reading).
+    pub(crate) events: Mutex<EventCount>,
+    pub(crate) acked: Condvar,
+}
+
+/// Reported and acked events of one id.
+#[derive(Default)]
+pub(crate) struct EventCount {
+    pub(crate) reported: u64,
+    pub(crate) acked: u64,
 }
 
 impl Id {
+    pub(crate) fn new(id: rdma_cm_id, st: IdState) -> Self {
+        Self {
+            id,
+            st: Mutex::new(st),
+            events: Mutex::new(EventCount::default()),
+            acked: Condvar::new(),
+        }
+    }
+
     pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, IdState> {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self) -> std::sync::MutexGuard<'_, EventCount> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One more event handed out against this id.
+    pub(crate) fn reported(&self) {
+        self.count().reported += 1;
+    }
+
+    /// One of its events was acked (or freed with the id).
+    pub(crate) fn ack(&self) {
+        self.count().acked += 1;
+        self.acked.notify_all();
+    }
+
+    /// Blocks until every event handed out against this id was acked.
+    pub(crate) fn wait_acked(&self) {
+        let mut c = self.count();
+        while c.acked < c.reported {
+            c = self.acked.wait(c).unwrap_or_else(|p| p.into_inner());
+        }
     }
 }
 
@@ -53,6 +98,9 @@ impl Id {
 pub(crate) struct Ev {
     pub(crate) ev: rdma_cm_event,
     pub(crate) private_data: Vec<u8>,
+    /// The id the event counts against (the listener for a connection
+    /// request, as in librdmacm); it stays alive until the event is acked.
+    pub(crate) owner: *const Id,
 }
 
 // SAFETY: the raw pointers inside are C-side handles; softrdma only reaches the
