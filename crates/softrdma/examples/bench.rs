@@ -22,12 +22,17 @@
 //! It prints a table of medians over the repetitions with the ratio
 //! softrdma / TCP, plus CPU time per side and the socket counters that explain
 //! the numbers (system calls per packet, GSO/GRO batching). A `memcpy` row
-//! gives the ceiling for a copy of the same size.
+//! gives the ceiling for a copy of the same size. The last line
+//! (`RESULT key=value ...`) is for `cargo xtask bench`.
+//!
+//! `--idle` instead measures nothing itself: it connects two devices of this
+//! process, then blocks on a completion channel nobody signals, so a harness
+//! can read what a waiting process costs (`cargo xtask bench` does).
 
 use clap::Parser;
 use softrdma::verbs::{
-    Access, ConnectParams, Context, Cq, EngineConfig, Gid, Mr, Mtu, Qp, QpInit, QpType, RecvWr,
-    SendFlags, SendWr, WcOpcode, WcStatus, WrOpcode,
+    Access, CompChannel, ConnectParams, Context, Cq, EngineConfig, Gid, Mr, Mtu, Qp, QpInit,
+    QpType, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -64,6 +69,10 @@ struct Args {
     /// Run only some measurements (for profiling): write, tcp-bw, lat, tcp-lat.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Block on a completion channel forever after a short exchange between two
+    /// devices of this process (`--addr` and the next address); prints READY.
+    #[arg(long)]
+    idle: bool,
     /// Internal: run as the server, with this control port.
     #[arg(long, hide = true)]
     serve: Option<u16>,
@@ -83,6 +92,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let r = match args.serve {
         Some(ctl) => serve(&args, ctl),
+        None if args.idle => idle(&args),
         None => client(&args),
     };
     match r {
@@ -149,23 +159,40 @@ impl Ctl {
     }
 }
 
-/// One device with a QP, a CQ and a registered buffer.
+/// One device with a QP, a CQ (with a completion channel if asked) and a
+/// registered buffer.
 struct Rdma {
     ctx: Context,
     qp: Qp,
     cq: Cq,
     mr: Mr,
+    ch: Option<CompChannel>,
 }
 
 fn rdma_setup(addr: Ipv4Addr, udp_port: u16, len: usize, depth: usize) -> Res<Rdma> {
+    rdma_setup_with(addr, udp_port, len, depth, false)
+}
+
+fn rdma_setup_with(
+    addr: Ipv4Addr,
+    udp_port: u16,
+    len: usize,
+    depth: usize,
+    channel: bool,
+) -> Res<Rdma> {
     let cfg = EngineConfig::bound_to(SocketAddr::new(IpAddr::V4(addr), udp_port));
     let ctx = Context::open_with(cfg).map_err(err("open device"))?;
     let pd = ctx.alloc_pd().map_err(err("alloc_pd"))?;
     let all =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr = pd.alloc_mr(len, all).map_err(err("alloc_mr"))?;
+    let ch = if channel {
+        Some(ctx.create_comp_channel().map_err(err("channel"))?)
+    } else {
+        None
+    };
     let cq = ctx
-        .create_cq((2 * depth + 64) as u32, None)
+        .create_cq((2 * depth + 64) as u32, ch.as_ref())
         .map_err(err("create_cq"))?;
     let mut init = QpInit::new(QpType::Rc, &cq, &cq);
     init.cap.max_send_wr = depth as u32 + 8;
@@ -173,7 +200,13 @@ fn rdma_setup(addr: Ipv4Addr, udp_port: u16, len: usize, depth: usize) -> Res<Rd
     let qp = pd.create_qp(&init).map_err(err("create_qp"))?;
     qp.to_init(all.without(Access::LOCAL_WRITE), 0)
         .map_err(err("to_init"))?;
-    Ok(Rdma { ctx, qp, cq, mr })
+    Ok(Rdma {
+        ctx,
+        qp,
+        cq,
+        mr,
+        ch,
+    })
 }
 
 fn hello(r: &Rdma, psn: u32) -> String {
@@ -301,13 +334,15 @@ fn serve(a: &Args, ctl_port: u16) -> Res<()> {
             "STATS" => {
                 let (s, k) = r.ctx.stats();
                 ctl.send(&format!(
-                    "STATS {} {} {} {} {} {}",
+                    "STATS {} {} {} {} {} {} {} {}",
                     s.rx_packets,
                     s.tx_packets,
                     k.recv_syscalls,
                     k.send_syscalls,
                     k.gro_batches,
-                    s.retransmits
+                    s.retransmits,
+                    s.tx_nak_seq,
+                    s.drop_out_of_seq
                 ))?;
             }
             "LAT" => {
@@ -345,6 +380,34 @@ fn serve(a: &Args, ctl_port: u16) -> Res<()> {
             other => return Err(format!("unknown command {other:?}")),
         }
     }
+}
+
+// ----------------------------------------------------------------------------
+// Idle waiter
+
+/// `--idle`: two devices of this process with a connected RC QP pair exchange
+/// one SEND each way (so every timer and thread has run), then the main thread
+/// arms its CQ and blocks on the completion channel. Nothing ever arrives: the
+/// harness reads this process's CPU time from /proc and kills it.
+fn idle(a: &Args) -> Res<()> {
+    let port = a.udp_port.unwrap_or(4791);
+    let x = rdma_setup_with(a.addr, port, 4096, 16, true)?;
+    let y = rdma_setup(Ipv4Addr::from(u32::from(a.addr) + 1), port, 4096, 16)?;
+    connect(&x, &hello(&y, PSN), PSN, a.mtu)?;
+    connect(&y, &hello(&x, PSN), PSN, a.mtu)?;
+    post_recvs(&x, 4)?;
+    post_recvs(&y, 4)?;
+    let mut wcs = Vec::with_capacity(16);
+    send8(&x, 0)?;
+    wait_recv(&y, &mut wcs)?;
+    send8(&y, 0)?;
+    wait_recv(&x, &mut wcs)?;
+    x.cq.req_notify(false).map_err(err("req_notify"))?;
+    println!("READY");
+    std::io::stdout().flush().map_err(err("stdout"))?;
+    let ch = x.ch.as_ref().ok_or("no channel")?;
+    let cq = ch.wait().map_err(err("wait"))?;
+    Err(format!("unexpected completion event on {cq:?}"))
 }
 
 // ----------------------------------------------------------------------------
@@ -496,6 +559,14 @@ fn run_client(a: &Args, child: &mut std::process::Child, ctl_port: u16, udp_port
     let stats = ctl.ask("STATS")?;
     ctl.send("QUIT")?;
     report(a, &reps, memcpy, &r, &stats);
+    let med = |f: &dyn Fn(&Rep) -> f64| median(&mut reps.iter().map(f).collect::<Vec<_>>());
+    println!(
+        "RESULT write_Bps={:.0} write_cpu_client={:.1} write_cpu_server={:.1} rtt_p50_us={:.2}",
+        med(&|x| x.rdma_bw),
+        med(&|x| x.rdma_cpu.0),
+        med(&|x| x.rdma_cpu.1),
+        med(&|x| median(&mut x.rdma_rtt.clone()))
+    );
     // Other work on the machine skews everything here: say how busy it was.
     println!(
         "load average (1/5/15 min) before: {load_before}, after: {}",
@@ -707,11 +778,15 @@ fn report(a: &Args, reps: &[Rep], memcpy: f64, r: &Rdma, server_stats: &str) {
         s.retransmits,
         k.send_would_block
     );
+    println!(
+        "client transport: {} timeouts, {} NAKs received ({} RNR), {} duplicates, {} out of sequence dropped",
+        s.timeouts, s.rx_nak, s.rx_rnr_nak, s.rx_duplicates, s.drop_out_of_seq
+    );
     let f: Vec<&str> = server_stats.split_whitespace().collect();
-    if f.len() == 7 {
+    if f.len() == 9 {
         println!(
-            "server device: {} packets received in {} receive calls ({} GRO batches), {} sent in {} send calls, {} retransmits",
-            f[1], f[3], f[5], f[2], f[4], f[6]
+            "server device: {} packets received in {} receive calls ({} GRO batches), {} sent in {} send calls, {} retransmits, {} sequence NAKs sent, {} out of sequence dropped",
+            f[1], f[3], f[5], f[2], f[4], f[6], f[7], f[8]
         );
     }
 }

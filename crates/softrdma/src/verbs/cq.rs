@@ -36,9 +36,58 @@ impl CompChannel {
     }
 
     /// Blocks until an armed CQ fires (`ibv_get_cq_event`); returns which.
+    /// The thread sleeps in the kernel meanwhile (no CPU).
+    ///
+    /// The event-driven completion loop (arm, check, sleep):
+    ///
+    /// ```no_run
+    /// # use softrdma::verbs::*;
+    /// # fn main() -> softrdma::Result<()> {
+    /// let ctx = Context::open()?;
+    /// let ch = ctx.create_comp_channel()?;
+    /// let cq = ctx.create_cq(64, Some(&ch))?;
+    /// let mut wcs = Vec::new();
+    /// loop {
+    ///     cq.req_notify(false)?; // arm before polling, so nothing slips by
+    ///     if cq.poll(&mut wcs, 16)? == 0 {
+    ///         ch.wait()?; // sleep until the next completion
+    ///         continue;
+    ///     }
+    ///     for wc in wcs.drain(..) {
+    ///         println!("{:?} {:?}", wc.opcode, wc.status);
+    ///     }
+    /// }
+    /// # }
+    /// ```
     pub fn wait(&self) -> Result<CqId> {
         self._ctx.engine.before_block();
         Ok(CqId(self.ch.get_event()?))
+    }
+
+    /// Like [`CompChannel::wait`], giving up after `timeout` (`None`).
+    pub fn wait_timeout(&self, timeout: std::time::Duration) -> Result<Option<CqId>> {
+        use std::os::fd::AsRawFd;
+        self._ctx.engine.before_block();
+        let mut pfd = libc::pollfd {
+            fd: self.ch.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        match n {
+            0 => Ok(None),
+            n if n > 0 => Ok(Some(CqId(self.ch.get_event()?))),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    Ok(None)
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
     }
 
     /// Waits asynchronously until an armed CQ fires.

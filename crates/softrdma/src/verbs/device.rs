@@ -68,6 +68,16 @@ impl Context {
         })
     }
 
+    /// Opens the process's device, naming its address if it is not running
+    /// yet: as with `rdma_bind_addr`, a specific `ip` becomes the device's
+    /// address unless `SOFTRDMA_ADDR` is set (the unspecified address changes
+    /// nothing). A device already running keeps its address.
+    pub fn open_at(ip: IpAddr) -> Result<Context> {
+        Ok(Context {
+            engine: Engine::global_at(Some(ip))?,
+        })
+    }
+
     /// Starts a separate device with its own address (e.g. two "hosts" in one test).
     pub fn open_with(cfg: EngineConfig) -> Result<Context> {
         Ok(Context {

@@ -81,6 +81,42 @@ impl Pd {
     }
 
     /// Creates an address handle for UD sends.
+    ///
+    /// A datagram from one UD QP to another (here both on this device); the
+    /// receiver's buffer starts with the 40-byte GRH area, as on any RoCE NIC:
+    ///
+    /// ```
+    /// use softrdma::verbs::*;
+    /// use std::time::Duration;
+    /// # fn main() -> softrdma::Result<()> {
+    /// let ctx = Context::open()?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let cq = ctx.create_cq(16, None)?;
+    /// let (tx, rx) = (
+    ///     pd.create_qp(&QpInit::new(QpType::Ud, &cq, &cq))?,
+    ///     pd.create_qp(&QpInit::new(QpType::Ud, &cq, &cq))?,
+    /// );
+    /// const QKEY: u32 = 0x1111_1111;
+    /// for q in [&tx, &rx] {
+    ///     q.to_init(Access::EMPTY, QKEY)?;
+    ///     q.activate_ud(0)?;
+    /// }
+    /// let buf = pd.alloc_mr(40 + 64, Access::LOCAL_WRITE)?;
+    /// rx.post_recv(RecvWr { wr_id: 1, sgl: vec![buf.sge(0, 40 + 64)?] })?;
+    ///
+    /// let ah = pd.create_ah(AddressVector::to_ip(ctx.local_addr().ip()))?;
+    /// let mut wr = SendWr::new(2, WrOpcode::Send);
+    /// wr.flags = SendFlags::SIGNALED;
+    /// wr.inline = Some(b"datagram".to_vec());
+    /// wr.ud = Some(ah.dest(rx.qpn(), QKEY));
+    /// tx.post_send(wr)?;
+    ///
+    /// let wcs = cq.poll_blocking(2, Duration::from_secs(5))?;
+    /// let recv = wcs.iter().find(|w| w.wr_id == 1).unwrap();
+    /// assert_eq!((recv.status, recv.byte_len, recv.src_qp), (WcStatus::Success, 40 + 8, tx.qpn()));
+    /// assert_eq!(buf.to_vec(40, 8)?, b"datagram");
+    /// # Ok(()) }
+    /// ```
     pub fn create_ah(&self, av: AddressVector) -> Result<Ah> {
         Ah::new(self, av)
     }

@@ -248,6 +248,38 @@ impl Qp {
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         Ok(self.0.pd.0.ctx.engine.post_recv(self.0.qpn, wr)?)
     }
+
+    /// Posts a chain of send work requests under one lock and one doorbell
+    /// (`ibv_post_send` with a `next` list): the cheap way to post many small
+    /// ones. On failure, the work requests before the bad one stay posted and
+    /// the error says how many that is (rdma-core's `bad_wr`).
+    pub fn post_send_many(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> std::result::Result<(), (usize, crate::Error)> {
+        self.0
+            .pd
+            .0
+            .ctx
+            .engine
+            .post_send_many(self.0.qpn, wrs)
+            .map_err(|(n, e)| (n, e.into()))
+    }
+
+    /// Posts a chain of receive work requests under one lock; on failure as
+    /// [`Qp::post_send_many`].
+    pub fn post_recv_many(
+        &self,
+        wrs: impl IntoIterator<Item = RecvWr>,
+    ) -> std::result::Result<(), (usize, crate::Error)> {
+        self.0
+            .pd
+            .0
+            .ctx
+            .engine
+            .post_recv_many(self.0.qpn, wrs)
+            .map_err(|(n, e)| (n, e.into()))
+    }
 }
 
 pub(crate) struct SrqInner {
