@@ -19,19 +19,17 @@
 //! dependencies, so that would link a private copy of every `ibv_*` function
 //! and of the engine into librdmacm.
 //!
-//! The `#[repr(C)]` mirrors and the panic/errno helpers are shared with
-//! `softrdma-capi` at the *source* level (`#[path]` includes of
-//! `crates/capi/src/ffi` and `guard.rs`): they are plain data and helpers with
-//! no exported symbol, so nothing is duplicated in the ABI.
+//! The `#[repr(C)]` mirrors come from `softrdma-ffi`, and the panic/errno
+//! helpers are shared with `softrdma-capi` at the *source* level (a `#[path]`
+//! include of `crates/capi/src/guard.rs`): plain data and helpers with no
+//! exported symbol, so nothing is duplicated in the ABI.
 //!
-//! - [`cm`]: the `rdma_*` connection-manager API (stubs: `-1`/`errno = ENOSYS`,
-//!   `NULL` + errno; `rdma_create_event_channel` fails with `ENODEV`, which the
-//!   tools report as "No RDMA devices were detected").
+//! - [`cm`]: the `rdma_*` connection-manager API, each forwarding to its
+//!   implementation inside `libibverbs.so.1` (`__softrdma_rdma_*`).
 //! - [`rsocket`]: the `r*` socket API (stubs).
 //! - [`strs`]: `rdma_event_str`, already real.
 
-#[path = "../../capi/src/ffi/mod.rs"]
-pub mod ffi;
+pub use softrdma_ffi as ffi;
 #[path = "../../capi/src/guard.rs"]
 pub mod guard;
 

@@ -21,7 +21,7 @@
 //! `panic = "abort"` a bug would kill the host process instead of failing the
 //! call.
 
-pub mod ffi;
+pub use softrdma_ffi as ffi;
 pub mod guard;
 pub mod rdmacm;
 pub mod stubs;

@@ -50,6 +50,18 @@ pub(crate) fn ensure(
     Ok((engine, h))
 }
 
+/// The local address the kernel routes from toward `dst` (no packet is sent).
+fn route_source(dst: IpAddr) -> Option<IpAddr> {
+    let any: IpAddr = if dst.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let s = std::net::UdpSocket::bind((any, 0)).ok()?;
+    s.connect((dst, 4791)).ok()?;
+    Some(s.local_addr().ok()?.ip())
+}
+
 /// `int rdma_create_id(channel, struct rdma_cm_id **id, void *context, enum rdma_port_space ps)`.
 /// A NULL channel makes a synchronous id (its calls block until their event).
 ///
@@ -241,7 +253,13 @@ pub unsafe extern "C" fn __softrdma_rdma_resolve_addr(
             let Some(dst) = dst else {
                 return ret::neg(libc::EINVAL);
             };
-            let (engine, h) = match ensure(id, obj, src.map(|s| s.ip())) {
+            // No source address: like the kernel's rdma_cm, take the one the
+            // routing table picks toward `dst` (a loopback `dst` keeps the
+            // default 127.0.0.N device, so processes on one host stay distinct).
+            let hint = src
+                .map(|s| s.ip())
+                .or_else(|| route_source(dst.ip()).filter(|_| !dst.ip().is_loopback()));
+            let (engine, h) = match ensure(id, obj, hint) {
                 Ok(v) => v,
                 Err(e) => return ret::neg(e),
             };
@@ -343,7 +361,9 @@ unsafe fn read_conn_param(
             private_data: Vec::new(),
             responder_resources: resp,
             initiator_depth: init,
-            flow_control: true,
+            // librdmacm leaves flow_control 0 without a conn_param (the REP
+            // of Linux's rdma_cm then says "no end-to-end flow control").
+            flow_control: false,
             retry_count: 7,
             rnr_retry_count: 7,
             srq: false,
@@ -847,4 +867,27 @@ pub unsafe extern "C" fn __softrdma_rdma_get_remote_ece(
     _ece: *mut ibv_ece,
 ) -> c_int {
     ret::neg(libc::EOPNOTSUPP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `rdma_accept(id, NULL)` (rping's server) offers what librdmacm does:
+    /// no end-to-end flow control, retry counts 7 (rxe's REP says the same).
+    #[test]
+    fn null_conn_param_matches_librdmacm() {
+        // SAFETY: a NULL conn_param is never dereferenced.
+        let p = unsafe { read_conn_param(core::ptr::null(), 5, None) };
+        assert!(!p.flow_control);
+        assert_eq!((p.retry_count, p.rnr_retry_count, p.qp_num), (7, 7, 5));
+    }
+
+    /// `rdma_resolve_addr` without a source takes the routed one (rping -c
+    /// toward an rxe host needs no SOFTRDMA_ADDR); loopback routes to itself.
+    #[test]
+    fn route_source_is_the_routed_address() {
+        let lo: IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+        assert_eq!(route_source(lo), Some(lo));
+    }
 }

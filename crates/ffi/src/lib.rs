@@ -19,11 +19,12 @@
 //!
 //! Every struct has a compile-time size/offset check (`assert_layout!`) against
 //! the values gcc prints for the installed headers (`shared/reference/abi/off/
-//! offsets.txt`), and `tests/layout.rs` re-checks every mirrored field against
+//! offsets.txt`), and `crates/capi/tests/layout.rs` re-checks every mirrored field against
 //! the real headers with a C compiler.
 //!
-//! This module is plain data: no `#[no_mangle]` items live here, so the
-//! `librdmacm` crate can include it by path without duplicating any export.
+//! Plain data: no `#[no_mangle]` items live here, so every library that needs
+//! the layouts (`libibverbs.so.1`, `librdmacm.so.1`, a dlopen backend) can
+//! depend on it without duplicating an export.
 
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
@@ -113,7 +114,7 @@ macro_rules! zeroable {
     ($($t:ty),* $(,)?) => { $(
         // SAFETY: `$t` is a #[repr(C)] mirror made only of integers, arrays, raw
         // pointers, `Option<extern fn>` and other zeroable mirrors.
-        unsafe impl $crate::ffi::Zeroable for $t {}
+        unsafe impl $crate::Zeroable for $t {}
     )* };
 }
 pub(crate) use zeroable;

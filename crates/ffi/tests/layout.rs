@@ -1,4 +1,4 @@
-//! Checks every `#[repr(C)]` mirror in `softrdma_capi::ffi` (ibverbs) against the
+//! Checks every `#[repr(C)]` mirror in `softrdma_ffi` against the
 //! real rdma-core headers: a generated C program, compiled with `cc` against
 //! `<infiniband/verbs.h>`, `<infiniband/sa.h>` and `<rdma/rdma_cma.h>`, prints
 //! `sizeof`/`_Alignof` of every mirrored type, `offsetof`/`sizeof` of every
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::ptr::addr_of;
 
-use ibverbs::ffi::*;
+use softrdma_ffi::*;
 
 /// One mirrored type: its C spelling and the Rust-side numbers.
 struct Layout {
@@ -942,14 +942,14 @@ fn all_constants() -> Vec<(&'static str, &'static str, u64)> {
 
 /// The mirror sources, to check that every type and constant is covered here.
 const FFI_SOURCES: &[(&str, &str)] = &[
-    ("mod.rs", include_str!("../src/ffi/mod.rs")),
-    ("consts.rs", include_str!("../src/ffi/consts.rs")),
-    ("device.rs", include_str!("../src/ffi/device.rs")),
-    ("context.rs", include_str!("../src/ffi/context.rs")),
-    ("resources.rs", include_str!("../src/ffi/resources.rs")),
-    ("wr.rs", include_str!("../src/ffi/wr.rs")),
-    ("sa.rs", include_str!("../src/ffi/sa.rs")),
-    ("cm.rs", include_str!("../src/ffi/cm.rs")),
+    ("lib.rs", include_str!("../src/lib.rs")),
+    ("consts.rs", include_str!("../src/consts.rs")),
+    ("device.rs", include_str!("../src/device.rs")),
+    ("context.rs", include_str!("../src/context.rs")),
+    ("resources.rs", include_str!("../src/resources.rs")),
+    ("wr.rs", include_str!("../src/wr.rs")),
+    ("sa.rs", include_str!("../src/sa.rs")),
+    ("cm.rs", include_str!("../src/cm.rs")),
 ];
 
 /// Names declared as `pub <keyword> NAME` in the ffi sources (plus the names
