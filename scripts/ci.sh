@@ -5,7 +5,8 @@
 #
 # Steps: Debian packages the tests use (reference headers and unmodified
 # rdma-core programs), formatting, clippy, the C-ABI libraries
-# (cargo xtask compat -> target/compat/), then every test of the workspace.
+# (cargo xtask compat -> target/compat/), then every test of the workspace
+# and rdma-core's own test suite (pyverbs) against the C-ABI libraries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +28,17 @@ cargo xtask compat
 step "cargo test"
 cargo test --workspace --no-fail-fast
 
+step "rdma-core's pyverbs test suite against target/compat (scripts/pyverbs.sh)"
+# Prints a SKIPPED line and succeeds only if python3-pyverbs cannot be installed.
+./scripts/pyverbs.sh
+
 step "cargo test, async (tokio) features"
 cargo test -p softrdma --features tokio --no-fail-fast --lib --test cm_async
+
+step "valgrind on the C ABI (short)"
+./scripts/valgrind.sh
+
+step "live interop with Linux rxe (skips itself when the machine cannot run the lab)"
+./scripts/interop.sh
 
 step "all tests passed"

@@ -3,10 +3,14 @@
 # reference headers (libibverbs-dev, librdmacm-dev), unmodified rdma-core
 # programs (ibverbs-utils, rdmacm-utils, perftest), network namespaces and
 # loss injection (iproute2, nftables; this kernel has no netem), qperf and
-# tshark for baselines and captures.
+# tshark for baselines and captures, valgrind (scripts/valgrind.sh);
+# rdma-core's own test suite
+# (python3-pyverbs, run by scripts/pyverbs.sh) if the distribution has it.
 set -euo pipefail
 PKGS=(libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest
-      iproute2 nftables qperf tshark gcc)
+      iproute2 nftables qperf tshark gcc valgrind python3-pyverbs)
+# Installed if possible; scripts that need them say SKIPPED without them.
+OPTIONAL=(python3-pyverbs)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,7 +19,16 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "all packages present: ${PKGS[*]}"
   exit 0
 fi
+required=()
+optional=()
+for p in "${missing[@]}"; do
+  if [[ " ${OPTIONAL[*]} " == *" $p "* ]]; then optional+=("$p"); else required+=("$p"); fi
+done
 if [ "$(id -u)" -ne 0 ]; then
+  if [ ${#required[@]} -eq 0 ]; then
+    echo "WARNING: optional packages missing: ${optional[*]} (their tests will be SKIPPED)"
+    exit 0
+  fi
   echo "missing packages: ${missing[*]} (run as root, or install them with apt-get)" >&2
   exit 1
 fi
@@ -23,5 +36,11 @@ echo "installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#required[@]} -gt 0 ]; then
+  apt-get install -y -qq --no-install-recommends "${required[@]}" >/dev/null
+fi
+for p in ${optional[@]+"${optional[@]}"}; do
+  apt-get install -y -qq --no-install-recommends "$p" >/dev/null ||
+    echo "WARNING: optional package $p cannot be installed (its tests will be SKIPPED)"
+done
 echo "installed: ${missing[*]}"

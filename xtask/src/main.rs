@@ -3,10 +3,16 @@
 //! Tasks:
 //! - `compat`: build the C-ABI staticlibs in release and link them into
 //!   `target/compat/libibverbs.so.1` and `target/compat/librdmacm.so.1`
-//!   (see `crates/capi/README.md`).
+//!   (see `crates/capi/README.md`); also `target/compat/librdmalib.so`
+//!   (rdmalib's C API, `crates/rdmalib-capi`).
+//! - `bench`: the same-host benchmark suite (perftest over target/compat, the
+//!   Rust API, qperf TCP and memcpy baselines from the same run); prints a
+//!   table and updates BENCHMARKS.md (module `bench`).
 //!
 //! Dependency-free on purpose: it only runs `cargo`, `rustc`, `cc` and
-//! `readelf`.
+//! `readelf` (and, for `bench`, perftest and qperf).
+
+mod bench;
 
 use std::collections::BTreeMap;
 use std::env;
@@ -21,6 +27,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("compat") => compat(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         Some("help" | "-h" | "--help") | None => {
             print_help();
             Ok(())
@@ -40,7 +47,10 @@ fn help_text() -> &'static str {
     "usage: cargo xtask <task>\n\n\
      tasks:\n  \
      compat   build the C ABI (release) and link target/compat/libibverbs.so.1 and\n           \
-     target/compat/librdmacm.so.1 (needs a C compiler `cc` and binutils)"
+     target/compat/librdmacm.so.1 (needs a C compiler `cc` and binutils)\n  \
+     bench    same-run benchmark suite: perftest over target/compat, the Rust API,\n           \
+     qperf TCP and memcpy baselines; prints a table, updates BENCHMARKS.md\n           \
+     (`cargo xtask bench --help` for options)"
 }
 
 fn print_help() {
@@ -48,14 +58,14 @@ fn print_help() {
 }
 
 /// The workspace root (the parent of this crate's manifest directory).
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()
 }
 
-fn cargo() -> OsString {
+pub(crate) fn cargo() -> OsString {
     env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
@@ -77,7 +87,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
 }
 
 /// `cargo metadata`'s `target_directory` (honours `CARGO_TARGET_DIR` and config).
-fn target_dir(root: &Path) -> Result<PathBuf> {
+pub(crate) fn target_dir(root: &Path) -> Result<PathBuf> {
     let out = run(
         Command::new(cargo()).current_dir(root).args([
             "metadata",
@@ -271,14 +281,16 @@ fn symlink(target: &str, link: &Path) -> Result<()> {
     std::os::unix::fs::symlink(target, link).map_err(|e| format!("symlink {}: {e}", link.display()))
 }
 
-fn compat(args: &[String]) -> Result<()> {
+pub(crate) fn compat(args: &[String]) -> Result<()> {
     if let Some(a) = args.first() {
         return Err(format!("`compat` takes no arguments (got `{a}`)"));
     }
     check_tool("cc", "install a C compiler (Debian: apt-get install gcc)")?;
     let root = workspace_root();
 
-    eprintln!("xtask: cargo build --release -p softrdma-capi -p softrdma-capi-rdmacm");
+    eprintln!(
+        "xtask: cargo build --release -p softrdma-capi -p softrdma-capi-rdmacm -p softrdma-rdmalib-capi"
+    );
     let status = Command::new(cargo())
         .current_dir(&root)
         .args([
@@ -288,6 +300,8 @@ fn compat(args: &[String]) -> Result<()> {
             "softrdma-capi",
             "-p",
             "softrdma-capi-rdmacm",
+            "-p",
+            "softrdma-rdmalib-capi",
         ])
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -359,6 +373,12 @@ fn compat(args: &[String]) -> Result<()> {
         };
         report.push((out, dev_link, summary));
     }
+    // rdmalib's C API is a cdylib already (soname from its build.rs): copy it.
+    let rdmalib = compat.join("librdmalib.so");
+    let tmp = scratch.join("librdmalib.so.tmp");
+    fs::copy(release.join("librdmalib.so"), &tmp)
+        .and_then(|_| fs::rename(&tmp, &rdmalib))
+        .map_err(|e| format!("copy librdmalib.so to {}: {e}", rdmalib.display()))?;
 
     println!("target/compat is ready:");
     for (lib, link, summary) in &report {
@@ -370,6 +390,10 @@ fn compat(args: &[String]) -> Result<()> {
             lib.file_name().unwrap().to_string_lossy()
         );
     }
+    println!(
+        "  {} (rdmalib's C API: include/rdmalib.h, -lrdmalib)",
+        rdmalib.display()
+    );
     println!("use: LD_LIBRARY_PATH={} ibv_devices", compat.display());
     Ok(())
 }

@@ -176,9 +176,10 @@ impl Cm {
             self.by_comm.remove(&c.local_comm_id);
         }
         if id.bound
-            && let Some(l) = id.local {
-                self.release_port(id.ps, l.port(), h);
-            }
+            && let Some(l) = id.local
+        {
+            self.release_port(id.ps, l.port(), h);
+        }
         self.events.retain(|e| e.id != h);
     }
 
@@ -215,9 +216,10 @@ impl Cm {
             for u in users {
                 let other = self.ids.get(u).and_then(|i| i.local).map(|a| a.ip());
                 if let Some(o) = other
-                    && (o == addr.ip() || o.is_unspecified() || addr.ip().is_unspecified()) {
-                        return Err(CmError::AddrInUse(SocketAddr::new(addr.ip(), port)));
-                    }
+                    && (o == addr.ip() || o.is_unspecified() || addr.ip().is_unspecified())
+                {
+                    return Err(CmError::AddrInUse(SocketAddr::new(addr.ip(), port)));
+                }
             }
         }
         self.ports.entry((ps, port)).or_default().push(h);
@@ -249,9 +251,10 @@ impl Cm {
         if !self.id(h)?.bound {
             self.bind(h, SocketAddr::new(src, 0))?;
         } else if let Some(l) = self.id(h)?.local
-            && l.ip().is_unspecified() {
-                self.id_mut(h)?.local = Some(SocketAddr::new(src, l.port()));
-            }
+            && l.ip().is_unspecified()
+        {
+            self.id_mut(h)?.local = Some(SocketAddr::new(src, l.port()));
+        }
         let id = self.id_mut(h)?;
         id.remote = Some(dst);
         id.state = State::Resolved;
@@ -324,13 +327,12 @@ impl Cm {
             dst,
             mad: bytes,
         });
-        if reliable
-            && let Some(c) = self.ids.get_mut(&h).and_then(|i| i.conn.as_mut()) {
-                c.last_mad = Some(bytes);
-                c.retries_left = MAD_RETRIES;
-                c.backoff_ns = MAD_RTO_NS;
-                c.deadline = Some(now + Duration::from_nanos(MAD_RTO_NS));
-            }
+        if reliable && let Some(c) = self.ids.get_mut(&h).and_then(|i| i.conn.as_mut()) {
+            c.last_mad = Some(bytes);
+            c.retries_left = MAD_RETRIES;
+            c.backoff_ns = MAD_RTO_NS;
+            c.deadline = Some(now + Duration::from_nanos(MAD_RTO_NS));
+        }
     }
 
     /// Stops retransmitting on an id.
@@ -514,8 +516,9 @@ impl Cm {
                     av: self.path_av(local_ip, c.peer_ip),
                     mtu: Mtu::from_u32(u32::from(c.mtu)).unwrap_or(Mtu::M1024),
                     remote_qpn: c.remote_qpn,
-                    rq_psn: c.remote_psn,
-                    sq_psn: c.local_psn,
+                    // Linux ib_cm: each side sends from the PSN its peer advertised.
+                    rq_psn: c.local_psn,
+                    sq_psn: c.remote_psn,
                     max_dest_rd_atomic: p.responder_resources,
                     max_rd_atomic: p.initiator_depth,
                     timeout: LOCAL_ACK_TIMEOUT,
@@ -692,8 +695,9 @@ impl Cm {
             av: self.path_av(local, c.peer_ip),
             mtu: Mtu::from_u32(u32::from(c.mtu)).unwrap_or(Mtu::M1024),
             remote_qpn: c.remote_qpn,
-            rq_psn: c.remote_psn,
-            sq_psn: c.local_psn,
+            // Linux ib_cm: each side sends from the PSN its peer advertised.
+            rq_psn: c.local_psn,
+            sq_psn: c.remote_psn,
             max_dest_rd_atomic: if passive {
                 c.peer.initiator_depth
             } else {
@@ -760,7 +764,12 @@ impl Cm {
         let mut peers: Vec<(IpAddr, IpAddr)> = self
             .ids
             .values()
-            .filter(|i| matches!(i.state, State::Established | State::RepSent | State::RepRcvd))
+            .filter(|i| {
+                matches!(
+                    i.state,
+                    State::Established | State::RepSent | State::RepRcvd
+                )
+            })
             .filter_map(|i| {
                 let c = i.conn.as_ref()?;
                 let src = i.local.map(|a| a.ip()).filter(|a| !a.is_unspecified())?;
@@ -771,7 +780,8 @@ impl Cm {
         peers.dedup();
         for (src, dst) in &peers {
             let tid = (u64::from(self.tid_hi) << 32) | u64::from(self.rng.next_u32());
-            let mut hdr = softrdma_wire::mad::MadHdr::cm(softrdma_wire::cm::attr::CLASS_PORT_INFO, tid);
+            let mut hdr =
+                softrdma_wire::mad::MadHdr::cm(softrdma_wire::cm::attr::CLASS_PORT_INFO, tid);
             hdr.method = softrdma_wire::mad::method::GET;
             let mad = CmMad {
                 hdr,
@@ -873,21 +883,22 @@ impl Cm {
                 continue;
             }
             if c.retries_left > 0
-                && let Some(m) = c.last_mad {
-                    c.retries_left -= 1;
-                    c.backoff_ns = (c.backoff_ns * 2).min(MAD_RTO_MAX_NS);
-                    c.deadline = Some(now + Duration::from_nanos(c.backoff_ns));
-                    let src = id.local.map(|a| a.ip()).filter(|i| !i.is_unspecified());
-                    let src = src
-                        .or_else(|| self.cfg.addrs.first().copied())
-                        .unwrap_or(c.peer_ip);
-                    self.out.push_back(Outgoing {
-                        src,
-                        dst: c.peer_ip,
-                        mad: m,
-                    });
-                    continue;
-                }
+                && let Some(m) = c.last_mad
+            {
+                c.retries_left -= 1;
+                c.backoff_ns = (c.backoff_ns * 2).min(MAD_RTO_MAX_NS);
+                c.deadline = Some(now + Duration::from_nanos(c.backoff_ns));
+                let src = id.local.map(|a| a.ip()).filter(|i| !i.is_unspecified());
+                let src = src
+                    .or_else(|| self.cfg.addrs.first().copied())
+                    .unwrap_or(c.peer_ip);
+                self.out.push_back(Outgoing {
+                    src,
+                    dst: c.peer_ip,
+                    mad: m,
+                });
+                continue;
+            }
             c.deadline = None;
             c.last_mad = None;
             match state {

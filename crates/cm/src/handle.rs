@@ -40,11 +40,11 @@ impl Cm {
                 // The peer needs time: push our retransmission back.
                 if let Some(h) = self.by_comm(r.remote_comm_id)
                     && let Some(c) = self.ids_mut().get_mut(&h).and_then(|i| i.conn.as_mut())
-                        && c.deadline.is_some() {
-                            let t =
-                                (4096u64 << u64::from(r.service_timeout.min(31))).max(c.backoff_ns);
-                            c.deadline = Some(now + Duration::from_nanos(t));
-                        }
+                    && c.deadline.is_some()
+                {
+                    let t = (4096u64 << u64::from(r.service_timeout.min(31))).max(c.backoff_ns);
+                    c.deadline = Some(now + Duration::from_nanos(t));
+                }
             }
             CmMessage::SidrReq(r) => self.on_sidr_req(src, dst, tid, &r),
             CmMessage::SidrRep(r) => self.on_sidr_rep(&r),
@@ -192,8 +192,9 @@ impl Cm {
             av: self.path(local_ip, c.peer_ip),
             mtu: Mtu::from_u32(u32::from(c.mtu)).unwrap_or(Mtu::M1024),
             remote_qpn: c.remote_qpn,
-            rq_psn: c.remote_psn,
-            sq_psn: c.local_psn,
+            // Linux ib_cm: each side sends from the PSN its peer advertised.
+            rq_psn: c.local_psn,
+            sq_psn: c.remote_psn,
             max_dest_rd_atomic: id.mine.responder_resources,
             max_rd_atomic: id.mine.initiator_depth.min(r.responder_resources),
             timeout: LOCAL_ACK_TIMEOUT,

@@ -46,7 +46,10 @@ pub(crate) struct Conn {
     pub(crate) dreq_tid: u64,
     pub(crate) peer_ip: IpAddr,
     pub(crate) remote_qpn: Qpn,
+    /// The starting PSN the peer's REQ/REP carried: the PSN *we* send from
+    /// (Linux ib_cm's reading, which rxe follows; see docs/INTEROP.md).
     pub(crate) remote_psn: u32,
+    /// The starting PSN our REQ/REP carries: the PSN the peer sends from.
     pub(crate) local_psn: u32,
     /// The peer's parameters (from its REQ or REP).
     pub(crate) peer: ConnParam,

@@ -399,3 +399,51 @@ fn unreachable_peer_ends_its_connections_at_once() {
     );
     assert_eq!(x.cm.poll_timeout(), None, "no REQ retransmission left");
 }
+
+/// Linux ib_cm (and so rxe) reads the Starting PSN of a REQ as the *passive*
+/// side's send PSN and that of a REP as the *active* side's send PSN
+/// (`cm_req_handler`: `sq_psn = REQ starting PSN`; `ib_send_cm_req`:
+/// `rq_psn = REQ starting PSN`). The golden rxe capture `rping.pcap` shows it:
+/// REQ 0xa56785 / REP 0x0cddad, the client sends from 0x0cddad and the server's
+/// READ from 0xa56785. A peer reading it the other way gets duplicate ACKs only.
+#[test]
+fn starting_psns_follow_linux_ib_cm() {
+    use softrdma_wire::cm::{CmMad, CmMessage};
+    let (mut a, mut b, _c, child) = rc_pair();
+    let now = Instant::from_millis(2);
+    b.qps.qps.insert(0x200, (QpType::Rc, None, false));
+    b.cm.set_qp(child, Some(0x200)).unwrap();
+    let p = ConnParam {
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        ..Default::default()
+    };
+    b.cm.accept(now, child, &p, &mut b.qps).unwrap();
+    let mut rep_psn = None;
+    pump(&mut a, &mut b, now, |o| {
+        if let Ok(CmMad {
+            msg: CmMessage::Rep(r),
+            ..
+        }) = CmMad::parse(&o.mad)
+        {
+            rep_psn = Some(r.starting_psn.get());
+        }
+        false
+    });
+    let rep_psn = rep_psn.expect("a REP was sent");
+    let qa = a.qps.qps[&0x100].1.unwrap();
+    let qb = b.qps.qps[&0x200].1.unwrap();
+    assert_eq!(
+        qa.sq_psn, rep_psn,
+        "the active side sends from the REP's PSN"
+    );
+    assert_eq!(qb.rq_psn, rep_psn);
+    assert_eq!(
+        qb.sq_psn, qa.rq_psn,
+        "the passive side sends from the REQ's PSN"
+    );
+    assert_ne!(qa.sq_psn, qa.rq_psn);
+    // What rdma_init_qp_attr reports agrees with what the CM connected.
+    assert_eq!(b.cm.qp_params(child).unwrap().sq_psn, qb.sq_psn);
+}

@@ -150,6 +150,10 @@ pub fn parse_pingpong(stdout: &str) -> Result<PpReport, String> {
     let mut iters = Vec::new();
     for line in stdout.lines() {
         let bad = || format!("unexpected line {line:?}");
+        if line.starts_with("backend: ") {
+            // The Rust examples name their backend first (softrdma issue 12).
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("  local address:  ") {
             local.push(parse_address(rest).ok_or_else(bad)?);
         } else if let Some(rest) = line.strip_prefix("  remote address: ") {

@@ -9,7 +9,7 @@ use softrdma_udp::{EventFd, EventFdOptions};
 use softrdma_wire::{Bth, Deth, Headers, Opcode, Packet, Psn};
 use std::collections::VecDeque;
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -173,6 +173,25 @@ pub(crate) fn is_gsi(payload: &[u8]) -> bool {
     payload.len() >= 12 && payload[5..8] == [0, 0, 1]
 }
 
+/// The route probe: a CM ClassPortInfo Get MAD from QP1 to QP1, ICRC
+/// computed for the probe socket's own address and port.
+fn probe_packet(from: SocketAddr, to: SocketAddr) -> Vec<u8> {
+    use softrdma_wire::cm::{CmMad, CmMessage, PrivateData, attr};
+    let mut hdr = softrdma_wire::mad::MadHdr::cm(attr::CLASS_PORT_INFO, u64::from(from.port()));
+    hdr.method = softrdma_wire::mad::method::GET;
+    let mad = CmMad {
+        hdr,
+        msg: CmMessage::Other {
+            attr_id: attr::CLASS_PORT_INFO,
+            body: PrivateData::zeroed(),
+        },
+    };
+    let mut out = Vec::new();
+    gsi_packet(0, &mad.to_bytes(), &mut out);
+    softrdma_transport::fill_icrc_between(from, to, &mut out);
+    out
+}
+
 /// Route and reachability check for `rdma_resolve_addr`, like ARP for a NIC:
 /// the kernel must route from our address to `dst`, and a unicast `dst` must
 /// not answer "port unreachable" on the RoCE port (no device owns it).
@@ -181,17 +200,19 @@ pub(crate) fn probe_route(local: IpAddr, dst: IpAddr, roce_port: u16) -> Result<
         return Ok(());
     }
     let dst = SocketAddr::new(dst, roce_port);
-    let s = UdpSocket::bind(SocketAddr::new(local, 0))
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENODEV))?;
-    s.connect(dst)
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENETUNREACH))?;
     if local.is_loopback() != dst.ip().is_loopback() {
         // A loopback device cannot reach other hosts and vice versa.
         return Err(libc::ENETUNREACH);
     }
-    // One byte to the RoCE port: a softrdma or rxe peer drops it as malformed;
-    // an address nobody listens on answers with ICMP port unreachable.
-    if s.send(&[0]).is_err() {
+    let s =
+        softrdma_udp::probe_socket(local).map_err(|e| e.raw_os_error().unwrap_or(libc::ENODEV))?;
+    // A well-formed CM packet to QP1 (a ClassPortInfo Get, as the keepalive
+    // sends): a softrdma or rxe peer takes it for what it is, an address
+    // nobody listens on answers with ICMP port unreachable.
+    let from = s
+        .local_addr()
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENODEV))?;
+    if s.send_to(&probe_packet(from, dst), dst).is_err() {
         return Err(libc::ENETUNREACH);
     }
     let _ = s.set_read_timeout(Some(Duration::from_millis(10)));
@@ -199,5 +220,38 @@ pub(crate) fn probe_route(local: IpAddr, dst: IpAddr, roce_port: u16) -> Result<
     match s.recv(&mut b) {
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Err(libc::EHOSTUNREACH),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softrdma_wire::ip;
+
+    /// The route probe is a real RoCEv2 packet (so tshark and rxe see a CM
+    /// MAD, not garbage): a 256-byte MAD to QP1 whose ICRC matches the probe
+    /// socket's addresses.
+    #[test]
+    fn probe_is_a_valid_gsi_mad() {
+        let from: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let to: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let pkt = probe_packet(from, to);
+        let mad = gsi_mad(&pkt).expect("a MAD for QP1");
+        let parsed = softrdma_wire::cm::CmMad::parse(mad).unwrap();
+        assert_eq!(parsed.hdr.method, softrdma_wire::mad::method::GET);
+        let iph = ip::ipv4_header(
+            &ip::Ipv4Fields {
+                src: "127.0.0.1".parse().unwrap(),
+                dst: "127.0.0.2".parse().unwrap(),
+                id: 0,
+                tos: 0,
+                ttl: 0,
+                df: true,
+            },
+            ip::UDP_HDR_LEN + pkt.len(),
+        );
+        let udp = ip::udp_header(40000, 4791, pkt.len());
+        let icrc = softrdma_wire::icrc::compute(&iph, &udp, &pkt[..pkt.len() - 4]).unwrap();
+        assert_eq!(pkt[pkt.len() - 4..], icrc.to_le_bytes());
     }
 }

@@ -10,8 +10,13 @@ use std::io;
 /// - `SOFTRDMA_BUSY_POLL=0|1`: whether an empty `poll_cq` reads the socket itself
 ///   (default 1: lowest latency for applications that spin on their CQ);
 /// - `SOFTRDMA_ICRC=verify|ignore`: check the ICRC of received packets (default
-///   verify; `ignore` for peers whose IPv4 ID is not 0, such as kernel rxe);
-/// - `SOFTRDMA_PCAP=FILE`: write every packet sent and received to a pcap file.
+///   verify; it accepts Linux rxe's non-zero IPv4 IDs by solving for them, see
+///   `softrdma_wire::icrc::ipv4_id_and_df`);
+/// - `SOFTRDMA_PCAP=FILE`: write every packet sent and received to a pcap file;
+/// - `SOFTRDMA_STATS=FILE`: append the device's counters to FILE at exit
+///   (`softrdma stats` reads it);
+/// - `SOFTRDMA_LINGER=auto|on|off`: whether the progress thread keeps polling
+///   the socket for a while after packets arrived ([`Linger`]; default auto).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {
@@ -25,6 +30,29 @@ pub struct EngineConfig {
     pub pcap: Option<std::path::PathBuf>,
     /// Seed for key tags and QPNs (`None`: from the OS).
     pub seed: Option<u64>,
+    /// Whether the progress thread polls on after packets arrived.
+    pub linger: Linger,
+    /// Where to append the counters at exit (`SOFTRDMA_STATS`).
+    pub stats: Option<std::path::PathBuf>,
+}
+
+/// Whether the progress thread keeps polling the socket for a while (200 µs
+/// past the last packet) after packets arrived, instead of going back to
+/// `epoll_wait` at once: a peer that only receives (a perftest server, sitting
+/// in a TCP read) then costs its sender no wake-up per batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Linger {
+    /// Only while no application thread polls or runs (measured from CPU
+    /// clocks), no thread waits on a completion channel the packets woke, and
+    /// the machine has at most one runnable thread more than CPUs.
+    #[default]
+    Auto,
+    /// Whenever no application thread polls and no completion channel was
+    /// signalled (whatever the rest of the process and the machine do).
+    On,
+    /// Never (with `SOFTRDMA_BUSY_POLL=0` too).
+    Off,
 }
 
 impl EngineConfig {
@@ -58,11 +86,26 @@ impl EngineConfig {
                 ));
             }
         };
+        let linger = match lookup("SOFTRDMA_LINGER").as_deref().map(str::trim) {
+            None | Some("" | "auto") => Linger::Auto,
+            Some("1" | "on") => Linger::On,
+            Some("0" | "off") => Linger::Off,
+            Some(v) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("SOFTRDMA_LINGER={v}: expected auto, on or off"),
+                ));
+            }
+        };
         Ok(EngineConfig {
             addr,
             busy_poll: flag("SOFTRDMA_BUSY_POLL", true)?,
+            linger,
             verify_icrc,
             pcap: lookup("SOFTRDMA_PCAP")
+                .filter(|s| !s.is_empty())
+                .map(Into::into),
+            stats: lookup(crate::ENV_STATS)
                 .filter(|s| !s.is_empty())
                 .map(Into::into),
             seed: None,
@@ -77,6 +120,8 @@ impl EngineConfig {
             verify_icrc: true,
             pcap: None,
             seed: None,
+            linger: Linger::Auto,
+            stats: None,
         }
     }
 }

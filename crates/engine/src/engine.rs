@@ -17,10 +17,35 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
+mod progress;
+
+use progress::{MAX_STANDBY_NS, SPIN_WINDOW_NS};
+
 /// Datagrams built or received per batch.
 const BATCH: usize = 64;
+/// A poller back this soon after handing the socket over polls in a tight loop.
+const QUICK_RETURN_NS: u64 = 5_000;
+/// How recently an application must have found a CQ empty for its posts to
+/// be gathered (it spins, so a poll follows the burst).
+const POLLER_NS: u64 = 10_000_000;
+/// Posted bytes a busy poller's next call may gather before they are sent anyway.
+const DEFER_MAX_BYTES: usize = 256 << 10;
+/// Received datagrams processed between two sends of their answers.
+const ACK_CHUNK: usize = 32;
+/// BTH opcode of an RC ACK/NAK.
+const RC_ACKNOWLEDGE: u8 = 0x11;
 const KEY_SOCKET: u8 = 1;
 const KEY_MCAST: u8 = 2;
+
+/// Who runs a receive burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rx {
+    /// The progress thread: sends the answers at once.
+    Progress,
+    /// An application thread busy-polling its CQ: leaves the last answers to
+    /// its caller, which hands completions over first.
+    Poller,
+}
 
 /// State behind the engine lock.
 #[derive(Debug)]
@@ -54,10 +79,42 @@ struct Shared {
     sleeping_until: AtomicU64,
     shutdown: AtomicBool,
     busy_poll: bool,
-    /// When an application last busy-polled an empty CQ (ns since `epoch`).
-    last_spin: AtomicU64,
+    linger: crate::Linger,
+    /// When an application thread last found its CQ empty (ns since `epoch`;
+    /// 0: it announced it blocks): it spins on the CQ, so its next poll comes
+    /// soon and sends what a post left unsent.
+    last_poll: AtomicU64,
+    /// When an application thread last polled or posted: while it is that
+    /// busy with the device, the progress thread leaves the socket (and the
+    /// locks) to it rather than take ACKs off it in parallel.
+    last_call: AtomicU64,
+    /// A busy poller processed packets and left their answers (ACKs) unsent,
+    /// to hand its completions to the application first: the next engine
+    /// call, or the progress thread at its next tick, sends them.
+    tx_pending: AtomicBool,
+    /// Whether the socket is in the progress thread's epoll set (changed only
+    /// under this lock, by `update_watch`).
+    watching: Mutex<bool>,
+    /// Request packets (not ACKs or responses) received so far.
+    rx_requests: AtomicU64,
+    /// Until when (ns since `epoch`) a poller leaving with completions hands
+    /// the socket back to the progress thread at once (see `leave`).
+    serve_until: AtomicU64,
+    /// When a poller last handed the socket back (0: not since its last poll).
+    left_at: AtomicU64,
+    /// A thread found the transmit lock taken and left its packets to the
+    /// holder (see `send_soon`).
+    tx_again: AtomicBool,
+    /// When `tx_pending` was last set from clear (ns since `epoch`).
+    pending_since: AtomicU64,
+    /// Completion channel notifications so far (a thread is about to wake).
+    notifies: AtomicU64,
+    /// Bytes posted and not sent yet while `tx_pending` (see `doorbell`).
+    deferred_bytes: std::sync::atomic::AtomicUsize,
     async_events: AsyncChannel,
     capture: Option<crate::capture::Capture>,
+    /// `SOFTRDMA_FAULTS` (tests): faults applied to every sent batch.
+    faults: Option<crate::faults::FaultInjector>,
     poller: Arc<Poller>,
     /// Multicast groups joined on this host: a socket bound to each group (every
     /// member process has one), and how many local QPs use it.
@@ -74,6 +131,8 @@ struct Shared {
 pub struct Engine {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// `SOFTRDMA_STATS`: where the counters go at exit.
+    pub(crate) stats_path: Option<std::path::PathBuf>,
 }
 
 static GLOBAL: OnceLock<Result<Arc<Engine>, String>> = OnceLock::new();
@@ -93,15 +152,17 @@ impl Engine {
                 EngineConfig::from_env()
                     .and_then(|mut c| {
                         if let Some(ip) = hint.filter(|ip| !ip.is_unspecified())
-                            && c.addr.addr.is_none() {
-                                c.addr = softrdma_udp::AddrConfig::exact(SocketAddr::new(
-                                    ip,
-                                    c.addr.port,
-                                ));
-                            }
+                            && c.addr.addr.is_none()
+                        {
+                            c.addr =
+                                softrdma_udp::AddrConfig::exact(SocketAddr::new(ip, c.addr.port));
+                        }
                         Engine::start(c)
                     })
-                    .map(Arc::new)
+                    .map(|e| {
+                        crate::stats_dump::register_exit_hook();
+                        Arc::new(e)
+                    })
                     .map_err(|e| e.to_string())
             })
             .clone()
@@ -125,6 +186,7 @@ impl Engine {
         tcfg.dest_port = local.port();
         tcfg.verify_icrc = cfg.verify_icrc;
         tcfg.limits = info.limits;
+        tcfg.loopback_unacked_psns = loopback_window(socket.capabilities().recv_buffer);
         let cm = Cm::new(CmConfig {
             addrs: vec![local.ip()],
             node_guid: info.node_guid,
@@ -142,6 +204,7 @@ impl Engine {
             Some(p) => Some(crate::capture::Capture::create(p)?),
             None => None,
         };
+        let faults = crate::faults::FaultInjector::from_env(&socket)?;
         let shared = Arc::new(Shared {
             core: Mutex::new(Core {
                 ep: Endpoint::new(tcfg),
@@ -163,19 +226,42 @@ impl Engine {
             sleeping_until: AtomicU64::new(u64::MAX),
             shutdown: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
-            last_spin: AtomicU64::new(0),
+            linger: if cfg.busy_poll {
+                cfg.linger
+            } else {
+                crate::Linger::Off
+            },
+            last_poll: AtomicU64::new(0),
+            last_call: AtomicU64::new(0),
+            tx_pending: AtomicBool::new(false),
+            tx_again: AtomicBool::new(false),
+            pending_since: AtomicU64::new(0),
+            notifies: AtomicU64::new(0),
+            watching: Mutex::new(true),
+            rx_requests: AtomicU64::new(0),
+            serve_until: AtomicU64::new(0),
+            left_at: AtomicU64::new(0),
+            deferred_bytes: std::sync::atomic::AtomicUsize::new(0),
             async_events: AsyncChannel::new()?,
             capture,
+            faults,
             poller: Arc::clone(&poller),
             mcast: Mutex::new(HashMap::new()),
         });
         let s2 = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("softrdma-progress".into())
-            .spawn(move || progress_loop(&s2, &poller))?;
+            .spawn(move || progress::progress_loop(&s2, &poller))?;
         Ok(Engine {
             shared,
             thread: Some(thread),
+            // The variable is a request about the process, whatever config
+            // the engine was built from.
+            stats_path: cfg.stats.clone().or_else(|| {
+                std::env::var_os(crate::ENV_STATS)
+                    .filter(|p| !p.is_empty())
+                    .map(Into::into)
+            }),
         })
     }
 
@@ -205,6 +291,8 @@ impl Engine {
 
     /// Runs `f` on the endpoint under the engine lock, then sends whatever it queued.
     pub fn with<R>(&self, f: impl FnOnce(&mut Endpoint, Instant) -> R) -> R {
+        // Answers a busy poller left unsent go first: `f` may destroy their QP.
+        self.shared.flush_pending_sync();
         let r = {
             let mut core = self.lock();
             let now = self.now();
@@ -216,24 +304,51 @@ impl Engine {
         r
     }
 
-    /// Posts a send WR and transmits what it allows at once.
+    /// Posts a send WR and transmits what it allows (see [`Engine::post_send_many`]).
     pub fn post_send(&self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
-        self.with(|ep, now| ep.post_send(now, qpn, wr))
+        let bytes = wr_bytes(&wr);
+        let r = {
+            let mut core = self.lock();
+            let now = self.now();
+            let r = core.ep.post_send(now, qpn, wr);
+            self.shared.after(&mut core);
+            r
+        };
+        self.shared.doorbell(bytes);
+        r
     }
 
     /// Posts send WRs in order under one lock, then transmits; on the first
     /// refusal returns how many were posted and why the next one was refused.
+    ///
+    /// While an application thread busy-polls a CQ (it found one empty lately
+    /// and called the device within the last 100 µs), posts are not sent at
+    /// once but gathered until the next `poll_cq` (or 256 KiB, or the
+    /// progress thread's next tick, at most about a millisecond away): a
+    /// burst of posts then leaves in a few GSO sends instead of one system
+    /// call each. A post followed by a poll, as in a ping-pong, leaves at the
+    /// poll, a few hundred ns later.
     pub fn post_send_many(
         &self,
         qpn: u32,
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> Result<(), (usize, VerbsError)> {
-        self.with(|ep, now| {
-            for (i, wr) in wrs.into_iter().enumerate() {
-                ep.post_send(now, qpn, wr).map_err(|e| (i, e))?;
-            }
-            Ok(())
-        })
+        let mut bytes = 0;
+        let r = {
+            let mut core = self.lock();
+            let now = self.now();
+            let r = (|| {
+                for (i, wr) in wrs.into_iter().enumerate() {
+                    bytes += wr_bytes(&wr);
+                    core.ep.post_send(now, qpn, wr).map_err(|e| (i, e))?;
+                }
+                Ok(())
+            })();
+            self.shared.after(&mut core);
+            r
+        };
+        self.shared.doorbell(bytes);
+        r
     }
 
     /// Posts receive WRs in order under one lock; like [`Engine::post_send_many`].
@@ -259,24 +374,43 @@ impl Engine {
 
     /// Polls up to `max` completions. With busy polling on, an empty CQ first
     /// pulls packets off the socket in this thread (no hand-off to the progress
-    /// thread: the cross-core wake-up costs tens of µs on small VMs).
+    /// thread: the cross-core wake-up costs tens of µs on small VMs). When that
+    /// produced completions, they are returned before the ACKs those packets
+    /// call for are sent: the application's next post or poll sends them
+    /// (after its own request), so a ping-pong's critical path carries no ACK.
     pub fn poll_cq(
         &self,
         cq: CqHandle,
         max: usize,
         mut f: impl FnMut(Wc),
     ) -> Result<usize, VerbsError> {
+        self.shared.flush_pending();
+        if !self.shared.busy_poll || max == 0 {
+            return self.lock().ep.poll_cq(cq, max, &mut f);
+        }
+        let now = self.now().as_nanos();
+        self.shared.last_call.store(now, Ordering::Relaxed);
+        self.shared.back(now);
         let n = self.lock().ep.poll_cq(cq, max, &mut f)?;
-        if n > 0 || !self.shared.busy_poll || max == 0 {
+        if n > 0 {
+            self.shared.leave();
             return Ok(n);
         }
-        self.shared
-            .last_spin
-            .store(self.now().as_nanos(), Ordering::Relaxed);
+        // An empty CQ: this thread spins on it.
+        self.shared.last_poll.store(now, Ordering::Relaxed);
         // Block on the receive lock rather than spin past it: on a small VM a
         // spinning poller can starve the progress thread that holds it.
-        if self.shared.rx_burst(true) > 0 {
-            return self.lock().ep.poll_cq(cq, max, &mut f);
+        if self.shared.rx_burst(Rx::Poller) > 0 {
+            let n = self.lock().ep.poll_cq(cq, max, &mut f)?;
+            if n == 0 {
+                self.shared.flush_pending();
+            } else {
+                if self.shared.tx_pending.load(Ordering::Relaxed) {
+                    self.shared.ensure_tick();
+                }
+                self.shared.leave();
+            }
+            return Ok(n);
         }
         Ok(0)
     }
@@ -284,9 +418,12 @@ impl Engine {
     /// Tells the engine an application thread is about to block (e.g. in a
     /// completion channel): the progress thread must watch the socket again.
     pub fn before_block(&self) {
-        if self.shared.last_spin.swap(0, Ordering::Relaxed) != 0 {
-            let _ = self.shared.waker.wake();
-        }
+        self.shared.flush_pending();
+        self.shared.last_call.store(0, Ordering::Relaxed);
+        self.shared.last_poll.store(0, Ordering::Relaxed);
+        // Put the socket back into the progress thread's epoll set now (it
+        // may be in standby, ticking up to a millisecond apart).
+        self.shared.update_watch(&self.shared.poller);
     }
 
     /// Attaches a UD QP to a multicast group (`ibv_attach_mcast`). Delivery on
@@ -325,9 +462,10 @@ impl Engine {
         if let Some(e) = m.get_mut(&group) {
             e.1 -= 1;
             if e.1 == 0
-                && let Some((s, _)) = m.remove(&group) {
-                    let _ = self.shared.poller.remove_fd(s.as_fd(), KEY_MCAST);
-                }
+                && let Some((s, _)) = m.remove(&group)
+            {
+                let _ = self.shared.poller.remove_fd(s.as_fd(), KEY_MCAST);
+            }
         }
         Ok(())
     }
@@ -366,6 +504,7 @@ impl Engine {
         &self,
         f: impl FnOnce(&mut Cm, &mut dyn softrdma_cm::QpOps, Instant) -> R,
     ) -> R {
+        self.shared.flush_pending_sync();
         let r = {
             let mut core = self.lock();
             let now = self.now();
@@ -443,6 +582,11 @@ impl Engine {
         &self.shared.async_events
     }
 
+    /// Sends every packet still queued (deferred ACKs included) now.
+    pub(crate) fn flush_for_exit(&self) {
+        self.shared.flush_pending_sync();
+    }
+
     /// Transport and socket counters.
     pub fn stats(&self) -> (Stats, SocketStats) {
         let s = self.lock().ep.stats();
@@ -452,6 +596,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        self.at_exit();
         self.shared.shutdown.store(true, Ordering::SeqCst);
         let _ = self.shared.waker.wake();
         if let Some(t) = self.thread.take() {
@@ -463,6 +608,96 @@ impl Drop for Engine {
 impl Shared {
     fn now(&self) -> Instant {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Whether an application thread found a CQ empty within `POLLER_NS` of
+    /// `now`: it spins on its CQ, and polls again after whatever it does.
+    fn app_spinner(&self, now: u64) -> bool {
+        now.saturating_sub(self.last_poll.load(Ordering::Relaxed)) < POLLER_NS
+    }
+
+    /// Whether an application thread polled or posted within `SPIN_WINDOW_NS`
+    /// of `now`: it reads the socket itself when its CQ runs dry.
+    fn app_spinning(&self, now: u64) -> bool {
+        now.saturating_sub(self.last_call.load(Ordering::Relaxed)) < SPIN_WINDOW_NS
+    }
+
+    /// An application thread that spins on a CQ posted or sent (at `now`):
+    /// it is busy with the device, the progress thread stays in standby.
+    fn note_busy(&self, now: u64) {
+        if self.busy_poll && self.app_spinner(now) {
+            self.last_call.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Puts the socket in the progress thread's epoll set or takes it out:
+    /// out while an application thread polls (it reads the socket itself).
+    fn update_watch(&self, poller: &Poller) -> bool {
+        let mut w = self.watching.lock().unwrap_or_else(|p| p.into_inner());
+        let want = !self.app_spinning(self.now().as_nanos());
+        if *w != want {
+            let r = if want {
+                poller.add_socket(&self.socket, KEY_SOCKET)
+            } else {
+                poller.remove_fd(self.socket.as_fd(), KEY_SOCKET)
+            };
+            if r.is_ok() {
+                *w = want;
+            }
+        }
+        *w
+    }
+
+    /// A poller returns completions to its application. If requests for
+    /// this device's responders waited in the socket while the application
+    /// was away lately (it spins on memory between polls, as `ib_write_lat`
+    /// does), the socket goes back to the progress thread now rather than
+    /// at its next tick, up to 100 µs later.
+    fn leave(&self) {
+        let now = self.now().as_nanos();
+        if now < self.serve_until.load(Ordering::Relaxed) {
+            self.last_poll.store(0, Ordering::Relaxed);
+            self.last_call.store(0, Ordering::Relaxed);
+            self.left_at.store(now, Ordering::Relaxed);
+            self.update_watch(&self.poller);
+        }
+    }
+
+    /// A poller is back (at `now`). Back within `QUICK_RETURN_NS` of
+    /// leaving, it polls in a tight loop after all (a ping-pong that lost
+    /// the CPU for a while looks like one that leaves): stop handing over.
+    fn back(&self, now: u64) {
+        let left = self.left_at.load(Ordering::Relaxed);
+        if left != 0 {
+            self.left_at.store(0, Ordering::Relaxed);
+            if now.saturating_sub(left) < QUICK_RETURN_NS {
+                self.serve_until.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Marks packets as queued and not sent (`tx_pending`).
+    fn set_pending(&self) {
+        if !self.tx_pending.swap(true, Ordering::Relaxed) {
+            self.pending_since
+                .store(self.now().as_nanos(), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether packets have waited in `tx_pending` since before `now - age`.
+    fn pending_older_than(&self, now: u64, age: u64) -> bool {
+        self.tx_pending.load(Ordering::Relaxed)
+            && now.saturating_sub(self.pending_since.load(Ordering::Relaxed)) >= age
+    }
+
+    /// Makes sure the progress thread looks at `tx_pending` within about
+    /// `MAX_STANDBY_NS`: it ticks that often while an application polls, but
+    /// may still sleep without a deadline when the polling just began.
+    fn ensure_tick(&self) {
+        let soon = self.now().as_nanos() + 2 * MAX_STANDBY_NS;
+        if self.sleeping_until.load(Ordering::SeqCst) > soon {
+            let _ = self.waker.wake();
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Core> {
@@ -488,6 +723,7 @@ impl Shared {
                 Event::CompletionNotify(cq) => {
                     if let Some(c) = core.channels.get(&cq) {
                         c.notify(cq);
+                        self.notifies.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 Event::QpAsync(q, t) => self.async_events.push(AsyncEvent::Qp(q, t)),
@@ -503,10 +739,81 @@ impl Shared {
         }
     }
 
-    /// Builds and sends everything the endpoint wants to transmit.
+    /// After a post: sends what it queued now, or leaves it for a busy
+    /// poller's next call (see [`Engine::post_send_many`]).
+    fn doorbell(&self, bytes: usize) {
+        let now = self.now().as_nanos();
+        // A burst of posts from a spinning application: the previous call
+        // was a moment ago, and the last empty poll not long before.
+        let burst = self.app_spinning(now) && self.app_spinner(now);
+        self.note_busy(now);
+        if self.busy_poll && burst {
+            let queued = self.deferred_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            if queued < DEFER_MAX_BYTES {
+                self.set_pending();
+                self.ensure_tick();
+                return;
+            }
+        }
+        self.send_soon();
+        // Sending a large batch takes a while: that was device work too.
+        self.note_busy(self.now().as_nanos());
+    }
+
+    /// Sends what a busy poller or a post left for later, if anything (hands
+    /// it to a thread already sending, like [`Shared::send_soon`]).
+    fn flush_pending(&self) {
+        if self.tx_pending.load(Ordering::Relaxed) {
+            self.send_soon();
+        }
+    }
+
+    /// Like `flush_pending`, but returns only once it was sent (before a QP
+    /// may go away with its queued answers).
+    fn flush_pending_sync(&self) {
+        if self.tx_pending.load(Ordering::Relaxed) {
+            self.flush_tx();
+        }
+    }
+
+    /// Builds and sends everything the endpoint wants to transmit; waits for
+    /// a thread that is sending already.
     fn flush_tx(&self) {
         let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        let tx = &mut *tx;
+        self.drain_tx(&mut tx);
+        drop(tx);
+        if self.tx_again.load(Ordering::SeqCst) {
+            self.send_soon();
+        }
+    }
+
+    /// Builds and sends everything the endpoint wants to transmit, or, if
+    /// another thread is doing that right now, has it do this too (it looks
+    /// at `tx_again` after releasing the transmit lock) instead of waiting for
+    /// it: waiting costs a futex sleep and a context switch, and the packets
+    /// would leave no sooner.
+    fn send_soon(&self) {
+        loop {
+            self.tx_again.store(true, Ordering::SeqCst);
+            let Ok(mut tx) = self.tx.try_lock() else {
+                // The holder sees `tx_again` after it releases the lock.
+                return;
+            };
+            self.drain_tx(&mut tx);
+            drop(tx);
+            if !self.tx_again.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    /// The body of every flush, under the transmit lock.
+    fn drain_tx(&self, tx: &mut Tx) {
+        // Everything queued so far is sent below (whoever set these flags
+        // queued its packets before setting them).
+        self.tx_again.store(false, Ordering::SeqCst);
+        self.tx_pending.store(false, Ordering::Relaxed);
+        self.deferred_bytes.store(0, Ordering::Relaxed);
         loop {
             tx.dst.clear();
             {
@@ -544,15 +851,27 @@ impl Shared {
                     c.record(src, tx.dst[i], &tx.bufs[i]);
                 }
             }
+            // Requests and responses first, plain ACKs after them: on loopback
+            // every datagram is delivered inside the send call, so an ACK put
+            // first would delay the request a ping-pong peer waits for. (An
+            // ACK only ever moves later, so it never overtakes the READ
+            // response it follows.)
+            let is_ack = |b: &[u8]| b.first() == Some(&RC_ACKNOWLEDGE);
             let batch: Vec<Transmit<'_>> = (0..n)
+                .filter(|&i| !is_ack(&tx.bufs[i]))
+                .chain((0..n).filter(|&i| is_ack(&tx.bufs[i])))
                 .map(|i| Transmit {
                     dst: tx.dst[i],
                     payload: &tx.bufs[i],
                 })
                 .collect();
+            let batch = match &self.faults {
+                Some(f) => f.apply(batch),
+                None => batch,
+            };
             let mut sent = 0;
             let mut stalls = 0;
-            while sent < n {
+            while sent < batch.len() {
                 match self.socket.send_batch(&batch[sent..]) {
                     Ok(0) => {
                         // Socket buffer full: wait briefly for room; after that,
@@ -573,57 +892,71 @@ impl Shared {
         }
     }
 
-    /// Receives what is waiting on the socket and processes it; returns datagrams handled.
-    /// `block_on_lock`: the progress thread waits for the receive lock, pollers don't.
-    fn rx_burst(&self, block_on_lock: bool) -> usize {
-        let mut rx = if block_on_lock {
-            self.rx.lock().unwrap_or_else(|p| p.into_inner())
-        } else {
-            match self.rx.try_lock() {
-                Ok(g) => g,
-                Err(_) => return 0,
-            }
-        };
+    /// Receives what is waiting on the socket and processes it; returns
+    /// datagrams handled. The answers are sent after each full batch, and
+    /// after the last one too unless a busy poller runs it ([`Rx::Poller`]:
+    /// then they are left to the caller, `tx_pending`).
+    fn rx_burst(&self, mode: Rx) -> usize {
+        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
         let mut total = 0;
+        let mut requests = 0;
         loop {
             match self.socket.recv_batch(&mut rx) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
             let local_ip = self.socket.local_addr().ip();
-            {
-                let mut core = self.lock();
-                let now = self.now();
-                let mut mem = HostMemory;
-                for d in rx.datagrams() {
-                    if let Some(c) = &self.capture {
-                        c.record(
-                            d.src,
-                            SocketAddr::new(
-                                d.dst_ip.unwrap_or(local_ip),
-                                self.socket.local_addr().port(),
-                            ),
-                            d.data,
-                        );
+            // A GRO batch can hold a whole send window: answer (ACK) every
+            // `ACK_CHUNK` datagrams rather than after all of them, so the
+            // sender never waits for the batch's end to go on.
+            let mut it = rx.datagrams().peekable();
+            while it.peek().is_some() {
+                {
+                    let mut core = self.lock();
+                    let now = self.now();
+                    let mut mem = HostMemory;
+                    for d in it.by_ref().take(ACK_CHUNK) {
+                        if let Some(c) = &self.capture {
+                            c.record(
+                                d.src,
+                                SocketAddr::new(
+                                    d.dst_ip.unwrap_or(local_ip),
+                                    self.socket.local_addr().port(),
+                                ),
+                                d.data,
+                            );
+                        }
+                        let dg = Datagram {
+                            src: d.src,
+                            dst_ip: d.dst_ip.unwrap_or(local_ip),
+                            payload: d.data,
+                        };
+                        if crate::cm::is_gsi(d.data) {
+                            self.handle_gsi(&mut core, now, &dg);
+                        } else {
+                            core.ep.handle_datagram(now, &dg, &mut mem);
+                        }
+                        requests += u64::from(!is_rc_response(d.data));
+                        total += 1;
                     }
-                    let dg = Datagram {
-                        src: d.src,
-                        dst_ip: d.dst_ip.unwrap_or(local_ip),
-                        payload: d.data,
-                    };
-                    if crate::cm::is_gsi(d.data) {
-                        self.handle_gsi(&mut core, now, &dg);
-                    } else {
-                        core.ep.handle_datagram(now, &dg, &mut mem);
-                    }
-                    total += 1;
+                    self.after(&mut core);
                 }
-                self.after(&mut core);
+                if it.peek().is_some() {
+                    self.send_soon();
+                }
             }
-            self.flush_tx();
-            if rx.messages().len() < BATCH {
+            let more = rx.messages().len() >= BATCH;
+            if more || mode == Rx::Progress {
+                self.send_soon();
+            } else {
+                self.set_pending();
+            }
+            if !more {
                 break;
             }
+        }
+        if requests > 0 {
+            self.rx_requests.fetch_add(requests, Ordering::Relaxed);
         }
         self.handle_unreachable();
         total + self.rx_mcast(&mut rx)
@@ -722,64 +1055,34 @@ impl Shared {
         }
     }
 
+    /// Fires the timers that are due and sends what they queued (only then:
+    /// the progress thread runs this at every tick, and an idle flush would
+    /// take the transmit lock from a busy application thread).
     fn handle_timers(&self) {
-        {
+        let fired = {
             let mut core = self.lock();
             let now = self.now();
+            let mut fired = false;
             if core.ep.poll_timeout().is_some_and(|t| t <= now) {
                 core.ep.handle_timeout(now);
+                fired = true;
             }
             if core.cm.poll_timeout().is_some_and(|t| t <= now) {
                 let Core { ep, cm, .. } = &mut *core;
                 cm.handle_timeout(now, &mut EpQps { ep, now });
+                fired = true;
             }
             if core.keepalive_at.is_some_and(|t| t <= now) {
                 let probed = core.cm.send_keepalives();
                 core.keepalive_at = (probed > 0).then(|| now + KEEPALIVE);
+                fired = true;
             }
             self.after(&mut core);
+            fired
+        };
+        if fired {
+            self.send_soon();
         }
-        self.flush_tx();
-    }
-}
-
-/// How recently an application must have busy-polled for the progress thread
-/// to leave the socket to it.
-const SPIN_WINDOW_NS: u64 = 100_000;
-/// How often the progress thread checks whether the spinning stopped.
-const STANDBY_NS: u64 = 100_000;
-
-fn progress_loop(s: &Shared, poller: &Poller) {
-    // While an application spins on its CQ it reads the socket itself; the
-    // progress thread then stops watching the socket, so it does not wake for
-    // every packet and compete for the two vCPUs with the spinner (on small
-    // VMs that costs milliseconds of scheduling delay).
-    let mut watching = true;
-    while !s.shutdown.load(Ordering::SeqCst) {
-        let now = s.now().as_nanos();
-        let spinning = now.saturating_sub(s.last_spin.load(Ordering::Relaxed)) < SPIN_WINDOW_NS;
-        if spinning && watching {
-            watching = poller.remove_fd(s.socket.as_fd(), KEY_SOCKET).is_err();
-        } else if !spinning && !watching {
-            watching = poller.add_socket(&s.socket, KEY_SOCKET).is_ok();
-        }
-        // The CM's deadlines (MAD retransmission, time-wait) count too.
-        let mut deadline = earliest(&s.lock()).map_or(u64::MAX, |t| t.as_nanos());
-        if !watching {
-            deadline = deadline.min(now + STANDBY_NS);
-        }
-        s.sleeping_until.store(deadline, Ordering::SeqCst);
-        let when =
-            (deadline != u64::MAX).then(|| s.epoch + std::time::Duration::from_nanos(deadline));
-        let _ = poller.wait(when);
-        s.sleeping_until.store(0, Ordering::SeqCst);
-        if watching {
-            s.rx_burst(true);
-        } else {
-            let mut rx = s.rx.lock().unwrap_or_else(|p| p.into_inner());
-            s.rx_mcast(&mut rx);
-        }
-        s.handle_timers();
     }
 }
 
@@ -799,6 +1102,28 @@ fn earliest(core: &Core) -> Option<Instant> {
     .into_iter()
     .flatten()
     .min()
+}
+
+/// Whether a RoCE packet is an RC response (ACK, READ response, atomic ACK),
+/// which only its requester waits for, rather than a request a responder serves.
+fn is_rc_response(pkt: &[u8]) -> bool {
+    pkt.first().is_some_and(|&op| (0x0D..=0x12).contains(&op))
+}
+
+/// Payload bytes of a send WR.
+fn wr_bytes(wr: &SendWr) -> usize {
+    match &wr.inline {
+        Some(d) => d.len(),
+        None => wr.sgl.iter().map(|s| s.length as usize).sum(),
+    }
+}
+
+/// The RC send window toward loopback peers: an eighth of the socket's
+/// receive buffer (a peer on this host has the same) in 4 KiB packets, so a
+/// whole window fits with room for the kernel's per-packet overhead; at least
+/// rxe's 128, at most 1024 PSNs (4 MiB).
+fn loopback_window(recv_buffer: usize) -> u32 {
+    (recv_buffer / 8 / 4096).clamp(128, 1024) as u32
 }
 
 fn wait_writable(sock: &RoceSocket, ms: i32) {

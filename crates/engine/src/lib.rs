@@ -20,14 +20,18 @@ mod cm;
 mod config;
 pub mod device;
 mod engine;
+mod faults;
 mod memory;
+mod stats_dump;
 
 // The public interface is:
 pub use channel::{AsyncChannel, AsyncEvent, CompChannel};
 pub use cm::CmChannel;
-pub use config::EngineConfig;
+pub use config::{EngineConfig, Linger};
 pub use device::{DeviceAttr, DeviceInfo, PortAttr};
 pub use engine::Engine;
+pub use memory::check_mapped;
 pub use softrdma_cm as cm_proto;
 pub use softrdma_transport as transport;
 pub use softrdma_udp::SocketStats;
+pub use stats_dump::{BLOCK_MARK, ENV_STATS};

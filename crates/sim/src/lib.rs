@@ -8,12 +8,15 @@
 //! - [`Net`]: the network, clock, fault model, drop rules and packet trace;
 //! - [`trace`]: one readable line per packet, for trace tests with literal times;
 //! - [`setup`]: ready-made PDs, CQs, MRs and connected QPs;
+//! - [`fuzz`]: the transport under hostile packet sequences, with every
+//!   memory access checked (a fuzz target and a smoke test run it);
 //! - [`model`]: randomized workloads with an oracle that checks every
 //!   completion, every byte and every atomic (RC, UC, UD, SRQ).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod fuzz;
 mod memory;
 pub mod model;
 mod net;

@@ -189,7 +189,10 @@ impl Net {
         let nodes = (0..n)
             .map(|i| {
                 let addr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1));
-                let cfg = Config::new(addr, seed.wrapping_mul(31).wrapping_add(i as u64));
+                let mut cfg = Config::new(addr, seed.wrapping_mul(31).wrapping_add(i as u64));
+                // The simulator flips bits on purpose and sends IPv4 ID 0: keep
+                // the full 32-bit ICRC check (no search for rxe's IPv4 ID).
+                cfg.icrc_any_ipv4_id = false;
                 Node {
                     ep: Endpoint::new(cfg),
                     mem: SimMemory::default(),

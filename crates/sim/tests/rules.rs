@@ -13,6 +13,8 @@ mod access;
 mod dup;
 #[path = "rules/errors.rs"]
 mod errors;
+#[path = "rules/mw.rs"]
+mod mw;
 #[path = "rules/retry.rs"]
 mod retry;
 #[path = "rules/seg.rs"]

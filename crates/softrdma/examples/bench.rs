@@ -90,6 +90,10 @@ impl Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.serve.is_none() {
+        // Its devices are software ones with set addresses (Context::open_with).
+        println!("backend: {}", softrdma::verbs::Backend::Native);
+    }
     let r = match args.serve {
         Some(ctl) => serve(&args, ctl),
         None if args.idle => idle(&args),
@@ -109,8 +113,18 @@ fn main() -> ExitCode {
 
 type Res<T> = Result<T, String>;
 
-/// Initial PSN of both sides (near the wrap, which costs nothing).
-const PSN: u32 = 0xFF_F000;
+/// This process's initial PSN: random, as rdma-core's programs pick theirs
+/// (`lrand48() & 0xffffff`), so a stray or forged packet of an earlier run
+/// does not land in the window.
+fn psn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    static PSN: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PSN.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        (h.finish() as u32) & 0xFF_FFFF
+    })
+}
 
 fn err<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |e| format!("{what}: {e}")
@@ -322,9 +336,9 @@ fn serve(a: &Args, ctl_port: u16) -> Res<()> {
         let mut it = cmd.split_whitespace();
         match it.next().unwrap_or("") {
             "HELLO" => {
-                connect(&r, &cmd, PSN, a.mtu)?;
+                connect(&r, &cmd, psn(), a.mtu)?;
                 post_recvs(&r, 128)?;
-                ctl.send(&hello(&r, PSN))?;
+                ctl.send(&hello(&r, psn()))?;
                 ctl.send(&format!(
                     "DATA {}",
                     data_l.local_addr().map_err(err("addr"))?.port()
@@ -393,8 +407,8 @@ fn idle(a: &Args) -> Res<()> {
     let port = a.udp_port.unwrap_or(4791);
     let x = rdma_setup_with(a.addr, port, 4096, 16, true)?;
     let y = rdma_setup(Ipv4Addr::from(u32::from(a.addr) + 1), port, 4096, 16)?;
-    connect(&x, &hello(&y, PSN), PSN, a.mtu)?;
-    connect(&y, &hello(&x, PSN), PSN, a.mtu)?;
+    connect(&x, &hello(&y, psn()), psn(), a.mtu)?;
+    connect(&y, &hello(&x, psn()), psn(), a.mtu)?;
     post_recvs(&x, 4)?;
     post_recvs(&y, 4)?;
     let mut wcs = Vec::with_capacity(16);
@@ -491,9 +505,9 @@ fn run_client(a: &Args, child: &mut std::process::Child, ctl_port: u16, udp_port
         Ctl::new(TcpStream::connect(("127.0.0.1", ctl_port)).map_err(err("connect control"))?)?;
     let r = rdma_setup(a.addr, udp_port, a.size.max(4096) * 64, a.depth)?;
     post_recvs(&r, 128)?;
-    ctl.send(&hello(&r, PSN))?;
+    ctl.send(&hello(&r, psn()))?;
     let peer = ctl.recv()?;
-    let (raddr, rkey) = connect(&r, &peer, PSN, a.mtu)?;
+    let (raddr, rkey) = connect(&r, &peer, psn(), a.mtu)?;
     let data_port: u16 = ctl
         .recv()?
         .strip_prefix("DATA ")

@@ -259,7 +259,14 @@ fn run(args: &Args) -> Result<(), String> {
     if let Some(d) = args.ib_dev.as_deref().filter(|d| !devices().contains(d)) {
         return Err(format!("IB device {d} not found"));
     }
-    let ctx = Context::open().map_err(|e| format!("Couldn't get context for softrdma0 ({e})"))?;
+    let mut open = Context::builder();
+    if let Some(d) = &args.ib_dev {
+        open = open.device(d.as_str());
+    }
+    let ctx = open
+        .open()
+        .map_err(|e| format!("Couldn't get context for softrdma0 ({e})"))?;
+    println!("backend: {}", ctx.backend_info());
     // The device has no ODP, completion timestamps or device memory.
     if args.odp || args.iodp {
         return Err(

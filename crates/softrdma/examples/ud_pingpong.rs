@@ -200,7 +200,14 @@ fn run(args: &Args) -> Result<(), String> {
         return Err(format!("IB device {d} not found"));
     }
     let ib_port = u8::try_from(args.ib_port).unwrap_or(u8::MAX);
-    let ctx = Context::open().map_err(|e| format!("Couldn't get context for softrdma0 ({e})"))?;
+    let mut open = Context::builder();
+    if let Some(d) = &args.ib_dev {
+        open = open.device(d.as_str());
+    }
+    let ctx = open
+        .open()
+        .map_err(|e| format!("Couldn't get context for softrdma0 ({e})"))?;
+    println!("backend: {}", ctx.backend_info());
     let port_info = ctx
         .query_port(ib_port)
         .map_err(|_| format!("Unable to query port info for port {}", args.ib_port))?;

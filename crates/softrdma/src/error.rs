@@ -13,6 +13,10 @@ pub enum Error {
     /// A system-level failure (socket, eventfd, thread).
     #[error(transparent)]
     Io(#[from] io::Error),
+    /// No device to open: the backend's library cannot be loaded, or it
+    /// lists no (such) device (`ENODEV`).
+    #[error("no RDMA device: {0}")]
+    NoDevice(String),
     /// A buffer range outside the memory region it names.
     #[error("range {offset}+{len} is outside the {size}-byte memory region")]
     OutOfRange {
@@ -31,6 +35,7 @@ impl Error {
         match self {
             Error::Verbs(e) => e.errno(),
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::NoDevice(_) => libc::ENODEV,
             Error::OutOfRange { .. } => libc::EINVAL,
         }
     }

@@ -11,10 +11,16 @@
 //! [`verbs::Pd::register_raw`]. Every access a work request or a peer makes is
 //! checked against the registration by the engine before a byte moves.
 //!
-//! Modules: [`verbs`] (devices, PD, MR, CQ, QP, SRQ, AH).
+//! Modules: [`verbs`] (devices, PD, MR, CQ, QP, SRQ, AH) and [`cm`]
+//! (connection management).
+//!
+//! Backends: the same API runs on softrdma's software device or, loaded at
+//! run time, on the system's rdma-core (`libibverbs.so.1`/`librdmacm.so.1`)
+//! for real RDMA NICs; see [`verbs::Backend`].
 
 #![warn(missing_docs)]
 
+mod backend;
 pub mod cm;
 mod error;
 pub mod verbs;

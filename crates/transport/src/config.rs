@@ -71,10 +71,24 @@ pub struct Config {
     /// Drop received packets whose ICRC does not match (assuming IPv4 ID 0 and DF,
     /// as Linux sends from an unconnected socket with PMTU discovery on).
     pub verify_icrc: bool,
+    /// With `verify_icrc`, also accept an IPv4 packet whose ICRC matches under
+    /// some other IPv4 ID with DF set: Linux rxe sends a per-packet ID, which
+    /// the ICRC covers and a UDP socket never sees (default true). The check is
+    /// then 16 bits weaker: a corrupted packet passes with probability 2^-16.
+    pub icrc_any_ipv4_id: bool,
     /// Device limits.
     pub limits: DeviceLimits,
     /// Seed of the key-tag and QPN generator.
     pub seed: u64,
+    /// RC send window: PSNs a requester may have unacknowledged (default 128,
+    /// rxe's `RXE_MAX_UNACKED_PSNS`). A local choice the responder never sees.
+    pub max_unacked_psns: u32,
+    /// The RC send window toward loopback peers (127/8, ::1; default 128). A
+    /// larger one keeps a same-host pipeline busy across ACK round trips; the
+    /// loopback loses nothing as long as the peer's socket buffer holds a
+    /// window, while on lossy paths go-back-N would resend a large window for
+    /// every loss.
+    pub loopback_unacked_psns: u32,
 }
 
 impl Config {
@@ -85,8 +99,11 @@ impl Config {
             local_port: softrdma_wire::ip::ROCEV2_PORT,
             dest_port: softrdma_wire::ip::ROCEV2_PORT,
             verify_icrc: true,
+            icrc_any_ipv4_id: true,
             limits: DeviceLimits::default(),
             seed,
+            max_unacked_psns: 128,
+            loopback_unacked_psns: 128,
         }
     }
 }

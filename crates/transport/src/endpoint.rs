@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::cq::{Arm, Cq, CqHandle, Srq, SrqHandle};
 use crate::error::{VerbsError, inval};
 use crate::mr::{Memory, Mr, MrTable, PdHandle};
+use crate::mw::MwTable;
 use crate::qp::{Ctx, Qp, SendWqe, ip_header_for_icrc};
 use crate::rng::Rng;
 use crate::stats::Stats;
@@ -67,9 +68,11 @@ struct Pd {
 #[derive(Debug)]
 pub struct Endpoint {
     config: Config,
-    rng: Rng,
+    pub(crate) rng: Rng,
     pds: Table<Pd>,
-    mrs: MrTable,
+    pub(crate) mrs: MrTable,
+    /// Memory windows (`mw.rs`).
+    pub(crate) mws: MwTable,
     cqs: Table<Cq>,
     srqs: Table<Srq>,
     qps: HashMap<Qpn, Qp>,
@@ -90,6 +93,7 @@ macro_rules! split {
                 cqs: &mut $self.cqs,
                 srqs: &mut $self.srqs,
                 mrs: &$self.mrs,
+                mws: &mut $self.mws,
                 events: &mut $self.events,
                 stats: &mut $self.stats,
                 config: &$self.config,
@@ -104,11 +108,13 @@ impl Endpoint {
         let mut rng = Rng::new(config.seed);
         // Start QPNs at a random point so numbers differ between processes.
         let next_qpn = 0x10 + (rng.next_u32() & 0x3F_FFFF);
+        let mrs = MrTable::new(config.seed);
         Endpoint {
             config,
             rng,
             pds: Table::default(),
-            mrs: MrTable::default(),
+            mrs,
+            mws: MwTable::default(),
             cqs: Table::default(),
             srqs: Table::default(),
             qps: HashMap::new(),
@@ -202,8 +208,7 @@ impl Endpoint {
             return inval("region wraps around the address space");
         }
         self.pd_acquire(pd)?;
-        let tag = self.rng.next_u32() as u8;
-        Ok(self.mrs.insert(pd, iova, length, host, access, tag))
+        Ok(self.mrs.insert(pd, iova, length, host, access))
     }
 
     /// Looks up a region by key.
@@ -218,6 +223,8 @@ impl Endpoint {
             .remove(key)
             .ok_or_else(|| VerbsError::NotFound(format!("MR key {key:#x}")))?;
         self.pd_release(mr.pd);
+        // Windows bound to it stop granting access (its key may come back).
+        self.mws.unbind_mr(key);
         Ok(())
     }
 
@@ -547,7 +554,16 @@ impl Endpoint {
         }
         let from = qp.state;
         match to {
-            QpState::Reset if from != QpState::Reset => qp.reset(),
+            QpState::Reset if from != QpState::Reset => {
+                qp.reset();
+                // As mlx5 does: the completions of a reset QP leave its CQs,
+                // so a QP brought up again does not poll its old flushes.
+                for cq in [qp.send_cq, qp.recv_cq] {
+                    if let Some(c) = ctx.cqs.get_mut(cq.0) {
+                        c.entries.retain(|w| w.qp_num != qpn);
+                    }
+                }
+            }
             QpState::Err => qp.enter_error(&mut ctx),
             s => qp.state = s,
         }
@@ -635,6 +651,8 @@ impl Endpoint {
             .qps
             .remove(&qpn)
             .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
+        // Type 2 windows bound to it stop granting access (its QPN may come back).
+        self.mws.unbind_qp(qpn);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.cqs.get_mut(cq.0) {
                 c.users = c.users.saturating_sub(1);
@@ -660,6 +678,9 @@ impl Endpoint {
     /// Posts a send WR. Fails (EINVAL/ENOMEM) without side effects if it cannot be queued.
     pub fn post_send(&mut self, now: Instant, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
         let limits = self.config.limits;
+        if wr.opcode == WrOpcode::BindMw {
+            self.check_bind_wr(wr.bind.as_ref())?;
+        }
         let (qps, mut ctx) = split!(self, now);
         let qp = qps
             .get_mut(&qpn)
@@ -668,13 +689,16 @@ impl Endpoint {
             return inval(format!("post_send on a QP in {:?}", qp.state));
         }
         let op_ok = match qp.qp_type {
-            QpType::Rc => !matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::BindMw),
+            QpType::Rc => true,
             QpType::Uc => matches!(
                 wr.opcode,
                 WrOpcode::Send
                     | WrOpcode::SendWithImm
+                    | WrOpcode::SendWithInv
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::LocalInv
+                    | WrOpcode::BindMw
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
         };
@@ -705,6 +729,9 @@ impl Endpoint {
         }
         if wr.opcode.is_atomic() && (len != 8 || !wr.remote_addr.is_multiple_of(8)) {
             return inval("atomics need one 8-byte SGE and an 8-byte aligned remote address");
+        }
+        if wr.opcode == WrOpcode::AtomicWrite && (len != 8 || !wr.remote_addr.is_multiple_of(8)) {
+            return inval("an atomic write carries 8 bytes to an 8-byte aligned address");
         }
         if qp.qp_type == QpType::Ud && wr.ud.is_none() {
             return inval("UD send without an address handle");
@@ -886,7 +913,15 @@ impl Endpoint {
         let udp = ip::udp_header(d.src.port(), self.config.local_port, p.len());
         let n = p.len() - 4;
         let carried = u32::from_le_bytes([p[n], p[n + 1], p[n + 2], p[n + 3]]);
-        softrdma_wire::icrc::compute(&iph[..ipl], &udp, &p[..n]) == Ok(carried)
+        if softrdma_wire::icrc::compute(&iph[..ipl], &udp, &p[..n]) == Ok(carried) {
+            return true;
+        }
+        // Linux rxe sends IPv4 with a non-zero, per-packet ID that the ICRC
+        // covers and a UDP socket never sees: accept the packet if some ID
+        // (with DF set, as rxe always sends) makes its ICRC right.
+        self.config.icrc_any_ipv4_id
+            && softrdma_wire::icrc::ipv4_id_and_df(&iph[..ipl], &udp, &p[..n], carried)
+                .is_some_and(|(_, df)| df)
     }
 
     /// Writes the next datagram to send into `buf` (replacing its contents).

@@ -22,7 +22,7 @@ pub struct Stats {
     pub tx_nak_other: u64,
     /// RNR NAKs sent.
     pub tx_rnr_nak: u64,
-    /// NAKs received (any code).
+    /// NAKs received other than RNR NAKs (sequence error, access, invalid request, ...).
     pub rx_nak: u64,
     /// RNR NAKs received.
     pub rx_rnr_nak: u64,
@@ -50,4 +50,35 @@ pub struct Stats {
     pub access_violations: u64,
     /// Completions lost to a full CQ.
     pub cq_overflows: u64,
+}
+
+impl Stats {
+    /// Every counter with its field name, in declaration order (dumps, views).
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("tx_packets", self.tx_packets),
+            ("tx_bytes", self.tx_bytes),
+            ("rx_packets", self.rx_packets),
+            ("rx_bytes", self.rx_bytes),
+            ("retransmits", self.retransmits),
+            ("timeouts", self.timeouts),
+            ("tx_nak_seq", self.tx_nak_seq),
+            ("tx_nak_other", self.tx_nak_other),
+            ("tx_rnr_nak", self.tx_rnr_nak),
+            ("rx_nak", self.rx_nak),
+            ("rx_rnr_nak", self.rx_rnr_nak),
+            ("rx_duplicates", self.rx_duplicates),
+            ("drop_bad_icrc", self.drop_bad_icrc),
+            ("drop_malformed", self.drop_malformed),
+            ("drop_unknown_qpn", self.drop_unknown_qpn),
+            ("drop_bad_state", self.drop_bad_state),
+            ("drop_bad_pkey", self.drop_bad_pkey),
+            ("drop_bad_qkey", self.drop_bad_qkey),
+            ("drop_bad_addr", self.drop_bad_addr),
+            ("drop_out_of_seq", self.drop_out_of_seq),
+            ("drop_no_wqe", self.drop_no_wqe),
+            ("access_violations", self.access_violations),
+            ("cq_overflows", self.cq_overflows),
+        ]
+    }
 }

@@ -40,6 +40,10 @@ impl<T> Table<T> {
         }
         v
     }
+    /// Every live value.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().filter_map(Option::as_mut)
+    }
     pub(crate) fn len(&self) -> usize {
         self.slots.len() - self.free.len()
     }

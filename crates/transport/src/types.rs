@@ -246,6 +246,8 @@ open_enum! {
         BindMw = 8,
         /// SEND with invalidate.
         SendWithInv = 9,
+        /// 8-byte atomic RDMA WRITE (IBA 1.5).
+        AtomicWrite = 15,
     }
 }
 
@@ -260,6 +262,7 @@ impl WrOpcode {
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
             WrOpcode::LocalInv => WcOpcode::LocalInv,
             WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
         }
     }
     /// True for the READ and the two atomics (they use responder resources).
@@ -295,6 +298,8 @@ open_enum! {
         BindMw = 5,
         /// Local invalidate completed.
         LocalInv = 6,
+        /// Atomic write completed.
+        AtomicWrite = 9,
         /// A SEND was received.
         Recv = 128,
         /// An RDMA WRITE with immediate was received.

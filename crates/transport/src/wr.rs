@@ -1,6 +1,7 @@
 //! Work requests and completions as the transport sees them.
 
 use crate::attr::AddressVector;
+use crate::mw::MwBind;
 use crate::types::{Qpn, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode};
 
 /// A scatter/gather element: `length` bytes at `addr` of the MR named by `lkey`.
@@ -50,6 +51,8 @@ pub struct SendWr {
     pub swap: u64,
     /// UD destination.
     pub ud: Option<UdDest>,
+    /// What a BIND_MW binds (`ibv_send_wr.bind_mw`).
+    pub bind: Option<MwBind>,
 }
 
 impl SendWr {
@@ -67,6 +70,7 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             ud: None,
+            bind: None,
         }
     }
 

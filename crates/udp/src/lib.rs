@@ -79,11 +79,13 @@ compile_error!("softrdma-udp supports Linux only");
 
 pub mod addr;
 mod cmsg;
+mod probe;
 pub mod socket;
 mod sys;
 pub mod wake;
 
 pub use addr::{AddrConfig, AddrError, BindError, DEFAULT_PORT, ENV_ADDR, ENV_PORT};
+pub use probe::probe_socket;
 pub use socket::{
     Capabilities, Datagram, Datagrams, GRO_SLOT_SIZE, GsoPolicy, MAX_UDP_PAYLOAD, PLAIN_SLOT_SIZE,
     RecvBatch, RecvMeta, RoceSocket, SocketConfig, SocketStats, Transmit,

@@ -208,6 +208,30 @@ pub struct SocketStats {
     pub unreachable: u64,
 }
 
+impl SocketStats {
+    /// Every counter with its field name, in declaration order (dumps, views).
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("datagrams_sent", self.datagrams_sent),
+            ("bytes_sent", self.bytes_sent),
+            ("send_syscalls", self.send_syscalls),
+            ("gso_batches", self.gso_batches),
+            ("gso_segments", self.gso_segments),
+            ("send_would_block", self.send_would_block),
+            ("send_errors", self.send_errors),
+            ("gso_fallbacks", self.gso_fallbacks),
+            ("datagrams_received", self.datagrams_received),
+            ("bytes_received", self.bytes_received),
+            ("recv_syscalls", self.recv_syscalls),
+            ("gro_batches", self.gro_batches),
+            ("gro_segments", self.gro_segments),
+            ("recv_truncated", self.recv_truncated),
+            ("recv_errors", self.recv_errors),
+            ("unreachable", self.unreachable),
+        ]
+    }
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     unreachable: AtomicU64,

@@ -93,6 +93,162 @@ pub fn fill(ip_header: &[u8], udp_header: &[u8], pkt: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// The IPv4 Identification and DF flag under which `carried` is the ICRC of
+/// `roce` (BTH through pad, without the ICRC) in the given IPv4 and UDP headers,
+/// whatever those two fields of `ip_header` say.
+///
+/// The ICRC covers the IPv4 Identification, and Linux rxe sends a non-zero ID
+/// that changes per packet, which a UDP socket never sees. The CRC is linear,
+/// so the difference between the carried ICRC and the one computed with the
+/// assumed header is a linear function of the 17 unknown bits (16 of ID, DF);
+/// this solves for them. `Some` means the packet is intact under some ID/DF
+/// (a random corruption still fails with probability 1 - 2^-15); `None` means
+/// no ID/DF makes the ICRC right, or the header is not a 20-byte IPv4 one.
+pub fn ipv4_id_and_df(
+    ip_header: &[u8],
+    udp_header: &[u8],
+    roce: &[u8],
+    carried: u32,
+) -> Option<(u16, bool)> {
+    if ip_header.len() != IPV4_HDR_LEN || ip_header[0] >> 4 != 4 {
+        return None;
+    }
+    let computed = compute(ip_header, udp_header, roce).ok()?;
+    let id = u16::from_be_bytes([ip_header[4], ip_header[5]]);
+    let df = ip_header[6] & 0x40 != 0;
+    let diff = computed ^ carried;
+    if diff == 0 {
+        return Some((id, df));
+    }
+    // The covered bytes after the flags byte (offset 14: 8 LRH bytes, then
+    // IPv4 offset 6), which shift the difference through the CRC register.
+    let covered = 8 + IPV4_HDR_LEN + UDP_HDR_LEN + roce.len();
+    let x = id_solver().solve(diff, covered - 15)?;
+    Some((id ^ (x & 0xFFFF) as u16, df ^ (x >> 16 != 0)))
+}
+
+/// Reflected CRC-32 polynomial.
+const POLY: u32 = 0xEDB8_8320;
+
+/// `T[i]`: the register after shifting byte `i` through a zero register.
+fn crc_table() -> [u32; 256] {
+    let mut t = [0u32; 256];
+    for (i, e) in t.iter_mut().enumerate() {
+        let mut c = i as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+        }
+        *e = c;
+    }
+    t
+}
+
+/// A linear map of 32-bit vectors over GF(2): column `k` is the image of bit `k`.
+type Gf2Matrix = [u32; 32];
+
+fn apply(m: &Gf2Matrix, v: u32) -> u32 {
+    let mut out = 0;
+    for (k, col) in m.iter().enumerate() {
+        if v >> k & 1 != 0 {
+            out ^= col;
+        }
+    }
+    out
+}
+
+/// Precomputed pieces of [`ipv4_id_and_df`].
+struct IdSolver {
+    /// `Z^-(2^j)`, where `Z` advances the raw CRC register over one zero byte.
+    unshift: [Gf2Matrix; 20],
+    /// A reduced basis of the register contributions of the 17 unknown bits
+    /// (bit `b` of a row's second field: which unknowns make up the row), indexed
+    /// by the row's highest set bit.
+    basis: [Option<(u32, u32)>; 32],
+}
+
+impl IdSolver {
+    fn new() -> IdSolver {
+        let t = crc_table();
+        // Z(r) = T[r & 0xff] ^ (r >> 8) keeps T[r & 0xff]'s top byte, and the top
+        // bytes of T are a permutation of 0..=255, so Z is invertible.
+        let mut by_top = [0u8; 256];
+        for (i, e) in t.iter().enumerate() {
+            by_top[(e >> 24) as usize] = i as u8;
+        }
+        let z_inv = |r: u32| -> u32 {
+            let i = by_top[(r >> 24) as usize];
+            ((r ^ t[usize::from(i)]) << 8) | u32::from(i)
+        };
+        let mut unshift = [[0u32; 32]; 20];
+        for (k, col) in unshift[0].iter_mut().enumerate() {
+            *col = z_inv(1 << k);
+        }
+        for j in 1..unshift.len() {
+            let prev = unshift[j - 1];
+            // Z^-(2^j) = Z^-(2^(j-1)) applied twice.
+            unshift[j] = prev.map(|col| apply(&prev, col));
+        }
+        // Register after shifting ID high, ID low and the flags byte through a
+        // zero register (everything before them in the difference is zero).
+        let contribution = |bytes: [u8; 3]| {
+            bytes
+                .iter()
+                .fold(0u32, |r, b| t[usize::from((r as u8) ^ b)] ^ (r >> 8))
+        };
+        let mut basis = [None; 32];
+        for bit in 0..17u32 {
+            let bytes = if bit < 16 {
+                let id = 1u16 << bit;
+                [(id >> 8) as u8, id as u8, 0]
+            } else {
+                [0, 0, 0x40]
+            };
+            let (mut v, mut combo) = (contribution(bytes), 1u32 << bit);
+            while v != 0 {
+                let top = 31 - v.leading_zeros() as usize;
+                match basis[top] {
+                    Some((bv, bc)) => {
+                        v ^= bv;
+                        combo ^= bc;
+                    }
+                    None => {
+                        basis[top] = Some((v, combo));
+                        break;
+                    }
+                }
+            }
+        }
+        IdSolver { unshift, basis }
+    }
+
+    /// The unknown bits (ID in bits 0..16, DF in bit 16) whose contribution,
+    /// shifted over `zeros` more bytes, is `diff`.
+    fn solve(&self, diff: u32, zeros: usize) -> Option<u32> {
+        let mut v = diff;
+        for (j, m) in self.unshift.iter().enumerate() {
+            if zeros >> j & 1 != 0 {
+                v = apply(m, v);
+            }
+        }
+        if zeros >> self.unshift.len() != 0 {
+            return None;
+        }
+        let mut x = 0;
+        while v != 0 {
+            let top = 31 - v.leading_zeros() as usize;
+            let (bv, bc) = self.basis[top]?;
+            v ^= bv;
+            x ^= bc;
+        }
+        Some(x)
+    }
+}
+
+fn id_solver() -> &'static IdSolver {
+    static SOLVER: std::sync::OnceLock<IdSolver> = std::sync::OnceLock::new();
+    SOLVER.get_or_init(IdSolver::new)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

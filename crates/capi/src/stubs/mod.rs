@@ -24,7 +24,6 @@
 //! name on stderr when it is called (useful to see what a C program needs next).
 
 pub mod ah;
-pub mod device;
 pub mod misc;
 pub mod pd_mr;
 pub mod provider;

@@ -33,7 +33,9 @@ fn create(pd: *mut ibv_pd, av: AddressVector) -> *mut ibv_ah {
     let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
         return ret::null(libc::EINVAL);
     };
-    if !av.is_global || usize::from(av.sgid_index) >= p.engine.gids().len() {
+    // RoCE needs a GRH; the device has port 1 only (the kernel's
+    // rdma_check_ah_attr: EINVAL for any other port).
+    if !av.is_global || av.port_num != 1 || usize::from(av.sgid_index) >= p.engine.gids().len() {
         return ret::null(libc::EINVAL);
     }
     let h = p.h;

@@ -42,7 +42,9 @@ pub(crate) fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
     d.max_res_rd_atom = i(a.max_res_rd_atom);
     d.max_qp_init_rd_atom = i(a.max_qp_init_rd_atom);
     d.atomic_cap = a.atomic_cap;
-    d.max_mw = i(a.max_mw);
+    // Memory windows (type 1 and 2B) are offered through the C API (`mw.rs`).
+    d.max_mw = i(a.max_mw.max(a.max_mr));
+    d.device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     d.max_mcast_grp = i(a.max_mcast_grp);
     d.max_mcast_qp_attach = i(a.max_mcast_qp_attach);
     d.max_total_mcast_qp_attach = i(a.max_total_mcast_qp_attach);

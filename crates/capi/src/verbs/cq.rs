@@ -1,14 +1,68 @@
 //! Completion channels and completion queues (the data path, `poll_cq` and
 //! `req_notify_cq`, is in `post.rs`).
 
-use super::objects::{self as o, Channel, Cq, Kind};
+use super::objects::{self as o, Channel, Cq, Ctx, Kind};
 use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
 use core::ffi::{c_int, c_uint, c_void};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Extended-context slots for CQs (none yet: `ibv_create_cq_ex` falls back to EOPNOTSUPP).
-pub(crate) fn install_vctx_ops(_v: &mut verbs_context) {}
+/// Extended-context slots for CQs.
+pub(crate) fn install_vctx_ops(v: &mut verbs_context) {
+    v.create_cq_ex = Some(super::cq_ex::vctx_create_cq_ex);
+}
+
+/// Creates a CQ of at least `cqe` entries on `c` (also for `ibv_create_cq_ex`,
+/// which then installs its poll functions); NULL with errno on failure.
+pub(crate) fn new_cq(
+    c: &Ctx,
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut Cq {
+    if cqe <= 0 || comp_vector != 0 {
+        return ret::null(libc::EINVAL);
+    }
+    let chan = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: registry-checked.
+        match unsafe { o::obj::<Channel>(channel.cast(), Kind::Channel) } {
+            Some(ch) => Some(ch),
+            None => return ret::null(libc::EINVAL),
+        }
+    };
+    let (h, n) = match c.engine.with(|ep, _| ep.create_cq(cqe as u32)) {
+        Ok(v) => v,
+        Err(e) => return ret::null(e.errno()),
+    };
+    if let Some(ch) = chan {
+        c.engine.set_cq_channel(h, Some(ch.inner.clone()));
+        ch.users.fetch_add(1, Ordering::SeqCst);
+    }
+    let mut cq = ibv_cq_ex::zeroed();
+    cq.context = context;
+    cq.channel = channel;
+    cq.cq_context = cq_context;
+    cq.handle = h.0;
+    cq.cqe = n as c_int;
+    let p = o::publish(
+        Cq {
+            cq,
+            h,
+            engine: c.engine.clone(),
+            channel: channel.cast(),
+            events: AtomicU32::new(0),
+            cur: Mutex::new(None),
+        },
+        Kind::Cq,
+    );
+    o::map_cq(h, Some(p as usize));
+    p
+}
 
 /// `struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *)`.
 ///
@@ -95,44 +149,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             let Some(c) = (unsafe { o::ctx(context) }) else {
                 return ret::null(libc::EINVAL);
             };
-            if cqe <= 0 || comp_vector != 0 {
-                return ret::null(libc::EINVAL);
-            }
-            let chan = if channel.is_null() {
-                None
-            } else {
-                // SAFETY: registry-checked.
-                match unsafe { o::obj::<Channel>(channel.cast(), Kind::Channel) } {
-                    Some(ch) => Some(ch),
-                    None => return ret::null(libc::EINVAL),
-                }
-            };
-            let (h, n) = match c.engine.with(|ep, _| ep.create_cq(cqe as u32)) {
-                Ok(v) => v,
-                Err(e) => return ret::null(e.errno()),
-            };
-            if let Some(ch) = chan {
-                c.engine.set_cq_channel(h, Some(ch.inner.clone()));
-                ch.users.fetch_add(1, Ordering::SeqCst);
-            }
-            let mut cq = ibv_cq_ex::zeroed();
-            cq.context = context;
-            cq.channel = channel;
-            cq.cq_context = cq_context;
-            cq.handle = h.0;
-            cq.cqe = n as c_int;
-            let p = o::publish(
-                Cq {
-                    cq,
-                    h,
-                    engine: c.engine.clone(),
-                    channel: channel.cast(),
-                    events: AtomicU32::new(0),
-                },
-                Kind::Cq,
-            );
-            o::map_cq(h, Some(p as usize));
-            p.cast()
+            new_cq(c, context, cqe, cq_context, channel, comp_vector).cast()
         },
     )
 }

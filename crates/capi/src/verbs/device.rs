@@ -172,6 +172,15 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 
 /// Builds a context over `engine` (also used by librdmacm through the engine).
 pub(crate) fn open_context(engine: Arc<Engine>, device: *mut ibv_device) -> *mut ibv_context {
+    open_context_with(engine, device, super::import::new_cmd_fd())
+}
+
+/// Builds a context whose `cmd_fd` is `cmd_fd` (closed with the context).
+pub(crate) fn open_context_with(
+    engine: Arc<Engine>,
+    device: *mut ibv_device,
+    cmd_fd: Option<std::os::fd::OwnedFd>,
+) -> *mut ibv_context {
     use std::os::fd::AsRawFd;
     let mut vctx = verbs_context::zeroed();
     vctx.sz = verbs_context::SIZE;
@@ -180,14 +189,24 @@ pub(crate) fn open_context(engine: Arc<Engine>, device: *mut ibv_device) -> *mut
     super::qp::install_vctx_ops(&mut vctx);
     super::cq::install_vctx_ops(&mut vctx);
     super::srq::install_vctx_ops(&mut vctx);
+    super::parent::install_vctx_ops(&mut vctx);
+    super::pd_mr::install_vctx_ops(&mut vctx);
     let c = &mut vctx.context;
     c.device = device;
-    c.cmd_fd = -1;
+    c.cmd_fd = cmd_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
     c.async_fd = engine.async_channel().as_raw_fd();
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void;
     super::post::install_ops(&mut c.ops);
-    let p = o::publish(Ctx { vctx, engine }, Kind::Context);
+    super::mw::install_ops(&mut c.ops);
+    let p = o::publish(
+        Ctx {
+            vctx,
+            engine,
+            cmd_fd,
+        },
+        Kind::Context,
+    );
     // SAFETY: `p` was just allocated; take the address of the embedded context.
     unsafe { &raw mut (*p).vctx.context }
 }

@@ -8,11 +8,12 @@
 //! EINVAL instead of a crash.
 
 use crate::ffi::*;
-use softrdma_engine::transport::{AddressVector, CqHandle, PdHandle, QpType, Qpn, SrqHandle};
+use softrdma_engine::transport::{AddressVector, CqHandle, PdHandle, QpType, Qpn, SrqHandle, Wc};
 use softrdma_engine::{CompChannel, Engine};
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
 /// What a registered pointer points to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +26,8 @@ pub(crate) enum Kind {
     Qp,
     Srq,
     Ah,
+    Mw,
+    Td,
     CmChannel,
     CmId,
     CmEvent,
@@ -61,6 +64,16 @@ pub(crate) fn unregister(ptr: usize) {
 /// True if `ptr` is a live object of `kind`.
 pub(crate) fn is_live(ptr: usize, kind: Kind) -> bool {
     ptr != 0 && reg().live.get(&ptr) == Some(&kind)
+}
+
+/// Every live object of `kind` (e.g. the contexts `ibv_import_device` searches).
+pub(crate) fn live_of(kind: Kind) -> Vec<usize> {
+    reg()
+        .live
+        .iter()
+        .filter(|(_, k)| **k == kind)
+        .map(|(p, _)| *p)
+        .collect()
 }
 
 pub(crate) fn map_cq(h: CqHandle, ptr: Option<usize>) {
@@ -100,21 +113,47 @@ pub(crate) fn srq_ptr(h: SrqHandle) -> Option<usize> {
 pub(crate) struct Ctx {
     pub(crate) vctx: verbs_context,
     pub(crate) engine: Arc<Engine>,
+    /// `context.cmd_fd`: a memfd of this context (or the fd `ibv_import_device`
+    /// was given), so a dup of it names the context (`import.rs`).
+    pub(crate) cmd_fd: Option<OwnedFd>,
 }
 
 /// Offset of `ibv_context` inside [`Ctx`].
 pub(crate) const CTX_OFFSET: usize = core::mem::offset_of!(verbs_context, context);
+
+/// What an `ibv_pd` pointer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PdRole {
+    /// From `ibv_alloc_pd`: `ibv_dealloc_pd` frees the engine's PD.
+    Owned,
+    /// From `ibv_import_pd`: another handle on a PD of this process;
+    /// `ibv_unimport_pd` forgets it, `ibv_dealloc_pd` frees the PD.
+    Imported,
+    /// From `ibv_alloc_parent_domain`: stands for its PD (which it keeps
+    /// busy) wherever a PD is accepted; `ibv_dealloc_pd` frees only it.
+    Parent,
+}
 
 #[repr(C)]
 pub(crate) struct Pd {
     pub(crate) pd: ibv_pd,
     pub(crate) h: PdHandle,
     pub(crate) engine: Arc<Engine>,
+    pub(crate) role: PdRole,
 }
 
 #[repr(C)]
 pub(crate) struct Mr {
     pub(crate) mr: ibv_mr,
+    pub(crate) engine: Arc<Engine>,
+    /// From `ibv_import_mr` (`ibv_unimport_mr` forgets it without deregistering).
+    pub(crate) imported: bool,
+}
+
+/// A memory window (`mw.rs`).
+#[repr(C)]
+pub(crate) struct Mw {
+    pub(crate) mw: ibv_mw,
     pub(crate) engine: Arc<Engine>,
 }
 
@@ -135,6 +174,8 @@ pub(crate) struct Cq {
     pub(crate) channel: *mut Channel,
     /// Events handed out by `ibv_get_cq_event` (acknowledged ones are in `cq.comp_events_completed`).
     pub(crate) events: AtomicU32,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` made current (`cq_ex.rs`).
+    pub(crate) cur: Mutex<Option<Wc>>,
 }
 
 /// A QP; allocated as `ibv_qp_ex` so `ibv_qp_to_qp_ex` can return it.
@@ -148,6 +189,11 @@ pub(crate) struct Qp {
     pub(crate) ex: bool,
     /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.
     pub(crate) block_self_mcast: bool,
+    /// (max_send_sge, max_recv_sge) granted at creation: a post with more
+    /// SGEs is refused before its list is read (as rxe does).
+    pub(crate) max_sge: (u32, u32),
+    /// Work requests built by `ibv_wr_*` since `ibv_wr_start` (`qp_ex.rs`).
+    pub(crate) batch: Mutex<super::qp_ex::Batch>,
 }
 
 #[repr(C)]

@@ -1,7 +1,7 @@
 //! Protection domains and memory regions.
 
 use super::conv::access_from_c;
-use super::objects::{self as o, Kind, Mr, Pd};
+use super::objects::{self as o, Kind, Mr, Pd, PdRole};
 use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
 use core::ffi::{c_int, c_uint, c_void};
@@ -31,6 +31,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
                             },
                             h,
                             engine: c.engine.clone(),
+                            role: PdRole::Owned,
                         },
                         Kind::Pd,
                     );
@@ -42,7 +43,8 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     )
 }
 
-/// `int ibv_dealloc_pd(struct ibv_pd *)`: EBUSY while objects use the PD.
+/// `int ibv_dealloc_pd(struct ibv_pd *)`: EBUSY while objects use the PD
+/// (a parent domain frees only itself, `parent.rs`).
 ///
 /// # Safety
 ///
@@ -57,7 +59,15 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
                 return ret::pos(libc::EINVAL);
             };
             let h = p.h;
-            match p.engine.with(|ep, _| ep.dealloc_pd(h)) {
+            let r = match p.role {
+                // A parent domain gives back the reference it held on its PD.
+                PdRole::Parent => p.engine.with(|ep, _| {
+                    ep.pd_release(h);
+                    Ok(())
+                }),
+                PdRole::Owned | PdRole::Imported => p.engine.with(|ep, _| ep.dealloc_pd(h)),
+            };
+            match r {
                 Ok(()) => {
                     // SAFETY: live Pd from `publish`, released by the engine above.
                     unsafe { o::retire(pd.cast::<Pd>()) };
@@ -85,6 +95,16 @@ fn reg(
         // No page faults to resolve in user space: ODP is not offered.
         return ret::null(libc::EOPNOTSUPP);
     }
+    // As the kernel pins the pages for rdma-core: EFAULT for memory that is
+    // not there (or read-only, for writable rights), so no peer can fault us.
+    {
+        use softrdma_engine::transport::Access as A;
+        let write =
+            access.intersects(A::LOCAL_WRITE | A::REMOTE_WRITE | A::REMOTE_ATOMIC | A::MW_BIND);
+        if let Err(e) = softrdma_engine::check_mapped(addr as u64, length as u64, write) {
+            return ret::null(e);
+        }
+    }
     let h = p.h;
     match p
         .engine
@@ -104,6 +124,7 @@ fn reg(
                 Mr {
                     mr,
                     engine: p.engine.clone(),
+                    imported: false,
                 },
                 Kind::Mr,
             )
@@ -197,6 +218,64 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
                 }
                 Err(e) => ret::pos(e.errno()),
             }
+        },
+    )
+}
+
+/// Extended-context slots for memory regions.
+pub(crate) fn install_vctx_ops(v: &mut verbs_context) {
+    v.advise_mr = Some(advise_mr);
+}
+
+/// `verbs_context::advise_mr` (`ibv_advise_mr`): prefetch hints. softrdma's
+/// regions are ordinary process memory, always present, so there is nothing
+/// to prefetch; the call checks its arguments as a device would (known
+/// advice and flags, at least one SGE, every SGE inside a region of `pd`,
+/// writable for `PREFETCH_WRITE`) and returns 0.
+unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: ibv_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sges: u32,
+) -> c_int {
+    use softrdma_engine::transport::Access;
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        || {
+            // SAFETY: registry-checked.
+            let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
+                return ret::pos(libc::EINVAL);
+            };
+            let need = match advice {
+                IBV_ADVISE_MR_ADVICE_PREFETCH | IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => {
+                    Access::EMPTY
+                }
+                IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => Access::LOCAL_WRITE,
+                _ => return ret::pos(libc::EOPNOTSUPP),
+            };
+            if flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0
+                || num_sges == 0
+                || num_sges > 1024
+                || sg_list.is_null()
+            {
+                return ret::pos(libc::EINVAL);
+            }
+            // SAFETY: the verbs contract: `num_sges` readable entries.
+            let sges = unsafe { core::slice::from_raw_parts(sg_list, num_sges as usize) };
+            let h = p.h;
+            let ok = p.engine.with(|ep, _| {
+                sges.iter().all(|s| {
+                    ep.query_mr(s.lkey).is_some_and(|m| {
+                        let end = s.addr.checked_add(u64::from(s.length));
+                        m.pd == h
+                            && m.access.contains(need)
+                            && s.addr >= m.iova
+                            && end.is_some_and(|e| e <= m.iova.saturating_add(m.length))
+                    })
+                })
+            });
+            if ok { 0 } else { ret::pos(libc::EINVAL) }
         },
     )
 }

@@ -20,7 +20,7 @@ pub(crate) fn install_ops(ops: &mut ibv_context_ops) {
 
 /// Largest inline payload accepted whatever the QP's cap (abi.md §0.9:
 /// rdma_xclient posts inline data on a QP created with max_inline_data 0).
-const MAX_INLINE: usize = 512;
+pub(crate) const MAX_INLINE: usize = 512;
 
 /// Reads an SGE list.
 ///
@@ -53,9 +53,16 @@ unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
 /// `IBV_SEND_INLINE` whose SGE ranges are readable memory (the verbs contract).
 unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     let opcode = WrOpcode::from_u32(w.opcode).ok_or(libc::EINVAL)?;
+    if opcode == WrOpcode::AtomicWrite {
+        // Only the extended API (`ibv_wr_atomic_write`) carries its data.
+        return Err(libc::EINVAL);
+    }
     let mut r = SendWr::new(w.wr_id, opcode);
     let flags = SendFlags(w.send_flags);
     r.flags = flags;
+    if i64::from(w.num_sge) > i64::from(q.max_sge.0) {
+        return Err(libc::EINVAL);
+    }
     // SAFETY: forwarded contract.
     let sgl = unsafe { sges(w.sg_list, w.num_sge) }?;
     if flags.contains(SendFlags::INLINE)
@@ -85,7 +92,11 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
             WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => {
                 r.imm_data = u32::from_be(w.imm.imm_data)
             }
-            WrOpcode::SendWithInv => r.imm_data = w.imm.invalidate_rkey,
+            WrOpcode::SendWithInv | WrOpcode::LocalInv => r.imm_data = w.imm.invalidate_rkey,
+            WrOpcode::BindMw => {
+                let b = w.ext.bind_mw;
+                r.bind = Some(super::mw::bind_from_c(b.mw, b.rkey, &b.bind_info)?);
+            }
             _ => {}
         }
         match opcode {
@@ -157,7 +168,18 @@ unsafe extern "C" fn post_send(
                 }
                 p = w.next;
             }
-            if let Err((i, e)) = q.engine.post_send_many(q.qpn, wrs) {
+            let posted = q.engine.post_send_many(q.qpn, wrs);
+            let n = posted.as_ref().map_or_else(|(i, _)| *i, |()| ptrs.len());
+            for &p in &ptrs[..n] {
+                // SAFETY: the application's chain, still readable.
+                let w = unsafe { &*p };
+                if w.opcode == IBV_WR_BIND_MW {
+                    // SAFETY: reading the bind member of an IBV_WR_BIND_MW request.
+                    let b = unsafe { w.ext.bind_mw };
+                    super::mw::note_bound(b.mw, b.rkey);
+                }
+            }
+            if let Err((i, e)) = posted {
                 set_bad(ptrs[i]);
                 return e.errno();
             }
@@ -177,6 +199,7 @@ unsafe extern "C" fn post_send(
 /// `wr` must be a readable chain.
 unsafe fn recv_chain(
     wr: *mut ibv_recv_wr,
+    max_sge: u32,
 ) -> (
     Vec<*mut ibv_recv_wr>,
     Vec<RecvWr>,
@@ -188,6 +211,9 @@ unsafe fn recv_chain(
     while !p.is_null() {
         // SAFETY: application-owned readable chain.
         let w = unsafe { &*p };
+        if i64::from(w.num_sge) > i64::from(max_sge) {
+            return (ptrs, wrs, Some((p, libc::EINVAL)));
+        }
         // SAFETY: as above.
         match unsafe { sges(w.sg_list, w.num_sge) } {
             Ok(sgl) => {
@@ -225,7 +251,7 @@ unsafe extern "C" fn post_recv(
                 return ret::pos(libc::EINVAL);
             };
             // SAFETY: application-owned chain.
-            let (ptrs, wrs, err) = unsafe { recv_chain(wr) };
+            let (ptrs, wrs, err) = unsafe { recv_chain(wr, q.max_sge.1) };
             if let Err((i, e)) = q.engine.post_recv_many(q.qpn, wrs) {
                 set_bad(ptrs[i]);
                 return e.errno();
@@ -259,8 +285,8 @@ unsafe extern "C" fn post_srq_recv(
                 set_bad(wr);
                 return ret::pos(libc::EINVAL);
             };
-            // SAFETY: application-owned chain.
-            let (ptrs, wrs, err) = unsafe { recv_chain(wr) };
+            // SAFETY: application-owned chain (the engine checks the SRQ's max_sge).
+            let (ptrs, wrs, err) = unsafe { recv_chain(wr, u32::MAX) };
             let h = s.h;
             let r = s.engine.with(|ep, _| {
                 for (i, w) in wrs.into_iter().enumerate() {

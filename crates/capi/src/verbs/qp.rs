@@ -26,8 +26,14 @@ fn qp_type(t: ibv_qp_type) -> Result<QpType, c_int> {
 }
 
 /// Creates a QP in `pd` from the fields common to `ibv_qp_init_attr` and
-/// `_ex`, writing the actual capacities back into `a.cap`.
-fn create(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, block_self_mcast: bool) -> *mut ibv_qp {
+/// `_ex`, writing the actual capacities back into `a.cap`. With `send_ops`
+/// the QP offers the extended send API (`ibv_qp_to_qp_ex`, `qp_ex.rs`).
+fn create(
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+    block_self_mcast: bool,
+    send_ops: Option<u64>,
+) -> *mut ibv_qp {
     let (qp_context, send_cq, recv_cq, srq, t, sq_sig_all) = (
         a.qp_context,
         a.send_cq,
@@ -94,11 +100,17 @@ fn create(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, block_self_mcast: bool) -> 
             qpn,
             qp_type: qt,
             sq_sig_all: sq_sig_all != 0,
-            ex: false,
+            ex: send_ops.is_some(),
             block_self_mcast,
+            max_sge: (actual.max_send_sge, actual.max_recv_sge),
+            batch: Default::default(),
         },
         Kind::Qp,
     );
+    if let Some(ops) = send_ops {
+        // SAFETY: just created, not yet visible to the application.
+        unsafe { super::qp_ex::install(&raw mut (*obj).qp, ops) };
+    }
     o::map_qp(qpn, Some(obj as usize));
     obj.cast()
 }
@@ -121,7 +133,7 @@ pub unsafe extern "C" fn ibv_create_qp(
                 return ret::null(libc::EINVAL);
             }
             // SAFETY: non-NULL, valid per the contract.
-            create(pd, unsafe { &mut *qp_init_attr }, false)
+            create(pd, unsafe { &mut *qp_init_attr }, false, None)
         },
     )
 }
@@ -139,9 +151,18 @@ unsafe extern "C" fn vctx_create_qp_ex(
             }
             // SAFETY: non-NULL, valid per the caller's contract.
             let a = unsafe { &mut *attr };
-            let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+            let known = IBV_QP_INIT_ATTR_PD
+                | IBV_QP_INIT_ATTR_CREATE_FLAGS
+                | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
             if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.comp_mask & !known != 0 {
-                // Extended send ops (ibv_wr_*), XRC domains, RSS: not offered.
+                // XRC domains, RSS, TSO: not offered.
+                return ret::null(libc::EOPNOTSUPP);
+            }
+            let send_ops =
+                (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
+            if let Some(ops) = send_ops
+                && ops & !super::qp_ex::supported_ops(a.qp_type) != 0
+            {
                 return ret::null(libc::EOPNOTSUPP);
             }
             if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
@@ -160,7 +181,7 @@ unsafe extern "C" fn vctx_create_qp_ex(
             };
             let block = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
                 && a.create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0;
-            let qp = create(a.pd, &mut basic, block);
+            let qp = create(a.pd, &mut basic, block, send_ops);
             a.cap = basic.cap;
             qp
         },
@@ -289,7 +310,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 }
 
 /// `struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *)`: NULL unless the QP
-/// was created with extended send ops (which softrdma does not offer yet).
+/// was created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` (as in rdma-core).
 ///
 /// # Safety
 ///

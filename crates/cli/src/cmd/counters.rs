@@ -24,18 +24,13 @@
 //! and blank lines, so counters can be added without a version change.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::Path;
 
 use softrdma::verbs::{Context, Stats};
 use softrdma_udp::SocketStats;
 
-use super::{CliError, OrErr};
-
-/// Marker that starts a block, followed by the format version.
-pub(crate) const BLOCK_MARK: &str = "# softrdma-stats";
-/// The environment variable naming the dump file.
-pub(crate) const ENV_STATS: &str = "SOFTRDMA_STATS";
+/// Marker that starts a block, and the variable naming the dump file: the
+/// engine's (it writes the dump).
+pub(crate) use softrdma_engine::{BLOCK_MARK, ENV_STATS};
 
 /// Counters of one device at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,49 +47,10 @@ pub(crate) struct Snapshot {
     pub(crate) counters: Vec<(String, u64)>,
 }
 
-/// The counters of a transport and a socket, named as their fields.
+/// The counters of a transport and a socket, named as their fields (the
+/// engine writes its dump with the same names).
 fn fields(s: &Stats, k: &SocketStats) -> Vec<(&'static str, u64)> {
-    vec![
-        ("tx_packets", s.tx_packets),
-        ("tx_bytes", s.tx_bytes),
-        ("rx_packets", s.rx_packets),
-        ("rx_bytes", s.rx_bytes),
-        ("retransmits", s.retransmits),
-        ("timeouts", s.timeouts),
-        ("tx_nak_seq", s.tx_nak_seq),
-        ("tx_nak_other", s.tx_nak_other),
-        ("tx_rnr_nak", s.tx_rnr_nak),
-        ("rx_nak", s.rx_nak),
-        ("rx_rnr_nak", s.rx_rnr_nak),
-        ("rx_duplicates", s.rx_duplicates),
-        ("drop_bad_icrc", s.drop_bad_icrc),
-        ("drop_malformed", s.drop_malformed),
-        ("drop_unknown_qpn", s.drop_unknown_qpn),
-        ("drop_bad_state", s.drop_bad_state),
-        ("drop_bad_pkey", s.drop_bad_pkey),
-        ("drop_bad_qkey", s.drop_bad_qkey),
-        ("drop_bad_addr", s.drop_bad_addr),
-        ("drop_out_of_seq", s.drop_out_of_seq),
-        ("drop_no_wqe", s.drop_no_wqe),
-        ("access_violations", s.access_violations),
-        ("cq_overflows", s.cq_overflows),
-        ("datagrams_sent", k.datagrams_sent),
-        ("bytes_sent", k.bytes_sent),
-        ("send_syscalls", k.send_syscalls),
-        ("gso_batches", k.gso_batches),
-        ("gso_segments", k.gso_segments),
-        ("send_would_block", k.send_would_block),
-        ("send_errors", k.send_errors),
-        ("gso_fallbacks", k.gso_fallbacks),
-        ("datagrams_received", k.datagrams_received),
-        ("bytes_received", k.bytes_received),
-        ("recv_syscalls", k.recv_syscalls),
-        ("gro_batches", k.gro_batches),
-        ("gro_segments", k.gro_segments),
-        ("recv_truncated", k.recv_truncated),
-        ("recv_errors", k.recv_errors),
-        ("unreachable", k.unreachable),
-    ]
+    s.named().into_iter().chain(k.named()).collect()
 }
 
 impl Snapshot {
@@ -121,7 +77,8 @@ impl Snapshot {
             .map_or(0, |(_, v)| *v)
     }
 
-    /// The block in the dump format.
+    /// The block in the dump format (the engine writes the same).
+    #[cfg(test)]
     pub(crate) fn to_dump(&self) -> String {
         let mut s = format!(
             "{BLOCK_MARK} 1\npid {}\ndevice {}\naddr {}\nwhen {}\n",
@@ -169,25 +126,6 @@ impl Snapshot {
             }
         }
         Ok(out)
-    }
-
-    /// Appends this block to `path` in one write (`O_APPEND`).
-    pub(crate) fn append_to(&self, path: &Path) -> Result<(), CliError> {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .or_err(format_args!("{}", path.display()))?;
-        f.write_all(self.to_dump().as_bytes())
-            .or_err(format_args!("{}", path.display()))
-    }
-
-    /// Appends this block to `$SOFTRDMA_STATS` if it is set.
-    pub(crate) fn dump_if_requested(&self) -> Result<(), CliError> {
-        match std::env::var_os(ENV_STATS) {
-            Some(p) if !p.is_empty() => self.append_to(Path::new(&p)),
-            _ => Ok(()),
-        }
     }
 
     /// The counters as a JSON object (`{"pid":..,"device":..,"addr":..,"when":..,"counters":{..}}`).

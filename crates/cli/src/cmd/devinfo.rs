@@ -61,6 +61,7 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
     let d = ctx.query_device();
     let p = ctx.query_port(1).or_err("query_port")?;
     let mut s = String::new();
+    let _ = writeln!(s, "backend: {}", ctx.backend_info());
     let _ = writeln!(s, "hca_id:\t{}", ctx.name());
     let mut kv = |indent: usize, k: &str, v: String| {
         let _ = writeln!(
@@ -170,13 +171,15 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
             pkv(&format!("GID[{i:>3}]"), format!("{g}, RoCE v2"));
         }
     }
-    let _ = writeln!(
-        s,
-        "\tsoftrdma:{}UDP {} ({})",
-        tabs_to(8 + 9, 40),
-        ctx.local_addr(),
-        addr_origin()
-    );
+    if ctx.backend() == softrdma::verbs::Backend::Native {
+        let _ = writeln!(
+            s,
+            "\tsoftrdma:{}UDP {} ({})",
+            tabs_to(8 + 9, 40),
+            ctx.local_addr(),
+            addr_origin()
+        );
+    }
     print_out(&s)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,10 @@
 //! Event channels (`struct rdma_event_channel`) and events (`struct rdma_cm_event`).
 
 use super::error::{Error, Result};
-use super::id::{CmId, IdShared};
+use super::id::{CmId, IdImp, IdShared};
+use crate::backend::rdma_core::{self, sys};
 use crate::verbs::Context;
+use crate::verbs::device::Dev;
 use softrdma_engine::CmChannel;
 use softrdma_engine::cm_proto::{ConnParam, Event, EventKind, EventParam, IdHandle, UdParam};
 use std::collections::HashMap;
@@ -12,11 +14,41 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+/// An event channel of one backend.
+pub(crate) enum ChImp {
+    Native(Arc<CmChannel>),
+    RdmaCore(Arc<sys::EventChannel>),
+}
+
 pub(crate) struct ChanInner {
     pub(crate) ctx: Context,
-    pub(crate) ch: Arc<CmChannel>,
+    pub(crate) ch: ChImp,
     /// The ids whose events arrive here, so reading an event can update them.
     ids: Mutex<HashMap<IdHandle, Weak<IdShared>>>,
+}
+
+/// `enum rdma_cm_event_type` from its number.
+fn event_kind(v: u32) -> Option<EventKind> {
+    use EventKind::*;
+    Some(match v {
+        0 => AddrResolved,
+        1 => AddrError,
+        2 => RouteResolved,
+        3 => RouteError,
+        4 => ConnectRequest,
+        5 => ConnectResponse,
+        6 => ConnectError,
+        7 => Unreachable,
+        8 => Rejected,
+        9 => Established,
+        10 => Disconnected,
+        11 => DeviceRemoval,
+        12 => MulticastJoin,
+        13 => MulticastError,
+        14 => AddrChange,
+        15 => TimewaitExit,
+        _ => return None,
+    })
 }
 
 /// A CM event channel: where the events of the ids created on it (and of the
@@ -39,9 +71,20 @@ impl fmt::Debug for EventChannel {
 impl EventChannel {
     /// Creates an event channel on a device (`rdma_create_event_channel`).
     pub fn new(ctx: &Context) -> Result<EventChannel> {
-        let ch = ctx.engine.cm_channel()?;
         // Waiting is done with poll(2) here, so reads never block.
-        ch.set_nonblocking(true)?;
+        let ch = match &ctx.dev {
+            Dev::Native(e) => {
+                let ch = e.cm_channel()?;
+                ch.set_nonblocking(true)?;
+                ChImp::Native(ch)
+            }
+            Dev::RdmaCore(d) => {
+                let ch =
+                    sys::EventChannel::new(d.cm()?).map_err(|f| rdma_core::cm_error(f, None))?;
+                sys::set_nonblocking(ch.fd())?;
+                ChImp::RdmaCore(Arc::new(ch))
+            }
+        };
         Ok(EventChannel {
             inner: Arc::new(ChanInner {
                 ctx: ctx.clone(),
@@ -77,10 +120,28 @@ impl EventChannel {
 
     /// The next event if one is pending; never blocks.
     pub fn try_get_event(&self) -> Result<Option<CmEvent>> {
-        match self.inner.ch.get_event() {
-            Ok(e) => Ok(Some(self.wrap(e))),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e.into()),
+        match &self.inner.ch {
+            ChImp::Native(ch) => match ch.get_event() {
+                Ok(e) => Ok(Some(self.wrap(e, None))),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) => Err(e.into()),
+            },
+            ChImp::RdmaCore(ch) => loop {
+                let Some(r) = ch.next()? else {
+                    return Ok(None);
+                };
+                // Events librdmacm adds in later versions are skipped.
+                if let Some(kind) = event_kind(r.kind) {
+                    let e = Event {
+                        id: IdHandle(r.id),
+                        listen_id: r.listen_id.map(IdHandle),
+                        kind,
+                        status: r.status,
+                        param: r.param,
+                    };
+                    return Ok(Some(self.wrap(e, r.new_id)));
+                }
+            },
         }
     }
 
@@ -107,7 +168,7 @@ impl EventChannel {
         if let Some(e) = self.try_get_event()? {
             return Ok(e);
         }
-        self.inner.ctx.engine.before_block();
+        self.inner.ctx.before_block();
         // SAFETY: the clone holds the channel's eventfd open for as long as
         // the AsyncFd lives, and its `as_raw_fd` always returns that fd.
         let fd = unsafe { AsyncFd::register_with_interest(self.clone(), Interest::READABLE) }
@@ -123,7 +184,7 @@ impl EventChannel {
 
     /// Blocks until the fd is readable or `deadline` passes (`None`: no limit).
     fn wait_readable(&self, deadline: Option<Instant>) -> io::Result<bool> {
-        self.inner.ctx.engine.before_block();
+        self.inner.ctx.before_block();
         loop {
             let ms: libc::c_int = match deadline {
                 None => -1,
@@ -173,9 +234,10 @@ impl EventChannel {
             .remove(&h);
     }
 
-    /// Turns an engine event into a [`CmEvent`]: a connection request gets its
-    /// new id, and the id the event is for learns what happened.
-    pub(crate) fn wrap(&self, e: Event) -> CmEvent {
+    /// Turns an event into a [`CmEvent`]: a connection request gets its new
+    /// id (rdma-core: `rc_id`, the id librdmacm made), and the id the event
+    /// is for learns what happened.
+    pub(crate) fn wrap(&self, e: Event, rc_id: Option<sys::CmId>) -> CmEvent {
         let (target, listener) = {
             let ids = self.inner.ids.lock().unwrap_or_else(|p| p.into_inner());
             let get = |h: &IdHandle| ids.get(h).and_then(Weak::upgrade);
@@ -184,10 +246,17 @@ impl EventChannel {
         if let Some(t) = target {
             t.note(e.kind);
         }
-        let new_id = (e.kind == EventKind::ConnectRequest).then(|| {
+        let new_id = if e.kind != EventKind::ConnectRequest {
+            None
+        } else {
             let qp_type = listener.map(|l| l.qp_type);
-            CmId::adopt(&self.inner.ctx, e.id, self, qp_type)
-        });
+            let imp = match (&self.inner.ch, rc_id) {
+                (ChImp::Native(_), _) => Some(IdImp::Native),
+                (ChImp::RdmaCore(_), Some(id)) => Some(IdImp::RdmaCore(id)),
+                (ChImp::RdmaCore(_), None) => None,
+            };
+            imp.map(|imp| CmId::adopt(&self.inner.ctx, e.id, self, qp_type, imp))
+        };
         CmEvent {
             kind: e.kind,
             status: e.status,
@@ -205,7 +274,10 @@ impl EventChannel {
 
 impl AsRawFd for EventChannel {
     fn as_raw_fd(&self) -> RawFd {
-        self.inner.ch.as_raw_fd()
+        match &self.inner.ch {
+            ChImp::Native(c) => c.as_raw_fd(),
+            ChImp::RdmaCore(c) => c.fd(),
+        }
     }
 }
 

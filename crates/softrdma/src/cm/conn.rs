@@ -301,9 +301,7 @@ impl Acceptor {
     /// address names the device: if the process's device is not running yet
     /// and `SOFTRDMA_ADDR` is unset, it starts on that address.
     pub fn bind(addr: SocketAddr) -> Result<Acceptor> {
-        let ctx = Context {
-            engine: softrdma_engine::Engine::global_at(Some(addr.ip()))?,
-        };
+        let ctx = Context::open_at(addr.ip())?;
         Acceptor::bind_with(&ctx, addr, ConnOptions::default())
     }
 

@@ -2,11 +2,14 @@
 //! synchronous ids and endpoints.
 
 use super::addr::{AddrInfo, probe_route};
-use super::channel::{CmEvent, EventChannel};
+use super::channel::{ChImp, CmEvent, EventChannel};
 use super::error::{Error, Result};
 use super::{ConnParam, EventKind, IdHandle, PortSpace, RDMA_UDP_QKEY, qp_type_for};
+use crate::backend::rdma_core::{cm_error, sys};
+use crate::verbs::device::WeakDev;
+use crate::verbs::pd::PdImp;
+use crate::verbs::qp::QpInner;
 use crate::verbs::{CompChannel, Context, Cq, Pd, Qp, QpInit, Srq};
-use softrdma_engine::Engine;
 use softrdma_engine::cm_proto::{Cm, CmError, QpOps};
 use softrdma_transport::{
     Access, Instant as CmInstant, QpAttr, QpAttrMask, QpCap, QpState, QpType,
@@ -124,6 +127,9 @@ pub(crate) struct IdState {
     disconnected: bool,
     groups: Vec<IpAddr>,
     ep: Option<EpTemplate>,
+    /// rdma-core: the id's QP, moved to ERR on DISCONNECTED as the native
+    /// CM does (librdmacm leaves that to the application).
+    rc_qp: Option<Weak<QpInner>>,
 }
 
 /// The part of an id its event channel can reach.
@@ -143,10 +149,23 @@ impl IdShared {
         let mut s = self.lock();
         match kind {
             EventKind::Established | EventKind::ConnectResponse => s.established = true,
-            EventKind::Disconnected => s.disconnected = true,
+            EventKind::Disconnected => {
+                s.disconnected = true;
+                if let Some(q) = s.rc_qp.as_ref().and_then(Weak::upgrade) {
+                    let _ = Qp(q).to_error();
+                }
+            }
             _ => {}
         }
     }
+}
+
+/// The id of one backend.
+pub(crate) enum IdImp {
+    /// The engine's CM (the handle is [`CmId::handle`]).
+    Native,
+    /// librdmacm's id.
+    RdmaCore(sys::CmId),
 }
 
 /// A CM identifier (`struct rdma_cm_id`): an endpoint of connection
@@ -173,6 +192,7 @@ pub struct CmId {
     qp_type: QpType,
     shared: Arc<IdShared>,
     res: OnceLock<QpResources>,
+    imp: IdImp,
 }
 
 impl fmt::Debug for CmId {
@@ -192,32 +212,46 @@ impl fmt::Debug for CmId {
 impl Drop for CmId {
     fn drop(&mut self) {
         self.detach_all();
-        self.ctx.engine.cm_destroy_id(self.h);
+        if matches!(self.imp, IdImp::RdmaCore(_)) {
+            // rdma_destroy_id now (the field would go after the QP).
+            self.imp = IdImp::Native;
+        } else if let Some(e) = self.ctx.native() {
+            e.cm_destroy_id(self.h);
+        }
         self.shared.lock().channel.unregister(self.h);
         // The QP, its CQs and the PD go after the id (field order).
     }
 }
 
 /// Per-device default PDs (`id->pd` of librdmacm), kept while ids use them.
-type PdSlot = (Weak<Engine>, Box<dyn Fn() -> Option<Pd> + Send>);
+type PdSlot = (WeakDev, Box<dyn Fn() -> Option<Pd> + Send>);
 static DEFAULT_PDS: Mutex<Vec<PdSlot>> = Mutex::new(Vec::new());
 
 fn default_pd(ctx: &Context) -> Result<Pd> {
     let mut slots = DEFAULT_PDS.lock().unwrap_or_else(|p| p.into_inner());
-    slots.retain(|(e, _)| e.strong_count() > 0);
-    let me = Arc::downgrade(&ctx.engine);
+    slots.retain(|(d, _)| d.alive());
     if let Some(pd) = slots
         .iter()
-        .filter(|(e, _)| Weak::ptr_eq(e, &me))
+        .filter(|(d, _)| d.is(ctx))
         .find_map(|(_, get)| get())
     {
         return Ok(pd);
     }
     let pd = ctx.alloc_pd()?;
     let weak = Arc::downgrade(&pd.0);
-    slots.retain(|(e, _)| !Weak::ptr_eq(e, &me));
-    slots.push((me, Box::new(move || weak.upgrade().map(Pd))));
+    slots.retain(|(d, _)| !d.is(ctx));
+    slots.push((ctx.downgrade(), Box::new(move || weak.upgrade().map(Pd))));
     Ok(pd)
+}
+
+/// A connection-management failure of librdmacm.
+fn rc_err(addr: Option<SocketAddr>) -> impl FnOnce(sys::Failure) -> Error {
+    move |f| cm_error(f, addr)
+}
+
+/// A timeout in librdmacm's milliseconds.
+fn ms(t: Duration) -> i32 {
+    i32::try_from(t.as_millis()).unwrap_or(i32::MAX)
 }
 
 impl CmId {
@@ -227,11 +261,14 @@ impl CmId {
         ch: &EventChannel,
         sync: bool,
         qp_type: Option<QpType>,
+        imp: IdImp,
     ) -> CmId {
-        let ps = ctx
-            .engine
-            .with_cm(|cm, _, _| cm.port_space(h))
-            .unwrap_or(PortSpace::Tcp);
+        let ps = match (&imp, ctx.native()) {
+            (IdImp::Native, Some(e)) => e.with_cm(|cm, _, _| cm.port_space(h)),
+            (IdImp::RdmaCore(id), _) => PortSpace::from_value(id.port_space()),
+            (IdImp::Native, None) => None,
+        }
+        .unwrap_or(PortSpace::Tcp);
         let qp_type = qp_type.unwrap_or(qp_type_for(ps));
         let shared = Arc::new(IdShared {
             qp_type,
@@ -245,6 +282,7 @@ impl CmId {
                 disconnected: false,
                 groups: Vec::new(),
                 ep: None,
+                rc_qp: None,
             }),
         });
         ch.register(h, &shared);
@@ -255,14 +293,32 @@ impl CmId {
             qp_type,
             shared,
             res: OnceLock::new(),
+            imp,
         }
     }
 
-    fn create(ctx: &Context, ch: &EventChannel, sync: bool, ps: PortSpace, t: QpType) -> CmId {
-        let h = ctx
-            .engine
-            .cm_create_id(Some(Arc::clone(&ch.inner.ch)), ps, t);
-        CmId::make(ctx, h, ch, sync, Some(t))
+    fn create(
+        ctx: &Context,
+        ch: &EventChannel,
+        sync: bool,
+        ps: PortSpace,
+        t: QpType,
+    ) -> Result<CmId> {
+        let (h, imp) = match (&ch.inner.ch, ctx.native()) {
+            (ChImp::Native(c), Some(e)) => {
+                (e.cm_create_id(Some(Arc::clone(c)), ps, t), IdImp::Native)
+            }
+            (ChImp::RdmaCore(c), _) => {
+                let (id, h) = sys::CmId::new(c, ps.value(), t).map_err(rc_err(None))?;
+                (IdHandle(h), IdImp::RdmaCore(id))
+            }
+            (ChImp::Native(_), None) => {
+                return Err(Error::InvalidArgument(
+                    "the channel belongs to another device".into(),
+                ));
+            }
+        };
+        Ok(CmId::make(ctx, h, ch, sync, Some(t), imp))
     }
 
     /// Creates an id reporting to `channel` (`rdma_create_id`). `qp_type` is
@@ -270,13 +326,7 @@ impl CmId {
     /// [`PortSpace::Udp`]; see [`super::qp_type_for`]).
     pub fn new(channel: &EventChannel, ps: PortSpace, qp_type: QpType) -> Result<CmId> {
         check_ps(ps, qp_type)?;
-        Ok(CmId::create(
-            &channel.inner.ctx,
-            channel,
-            false,
-            ps,
-            qp_type,
-        ))
+        CmId::create(&channel.inner.ctx, channel, false, ps, qp_type)
     }
 
     /// Creates a synchronous id (`rdma_create_id` with a NULL channel): every
@@ -285,7 +335,7 @@ impl CmId {
     pub fn new_sync(ctx: &Context, ps: PortSpace, qp_type: QpType) -> Result<CmId> {
         check_ps(ps, qp_type)?;
         let ch = EventChannel::new(ctx)?;
-        Ok(CmId::create(ctx, &ch, true, ps, qp_type))
+        CmId::create(ctx, &ch, true, ps, qp_type)
     }
 
     /// The id of a connection request the engine created, reporting to `ch`,
@@ -295,8 +345,9 @@ impl CmId {
         h: IdHandle,
         ch: &EventChannel,
         qp_type: Option<QpType>,
+        imp: IdImp,
     ) -> CmId {
-        CmId::make(ctx, h, ch, false, qp_type)
+        CmId::make(ctx, h, ch, false, qp_type, imp)
     }
 
     /// Destroys the id (`rdma_destroy_id`, `rdma_destroy_ep`): the same as
@@ -349,8 +400,14 @@ impl CmId {
     }
 
     fn addrs(&self) -> (Option<SocketAddr>, Option<SocketAddr>) {
-        let h = self.h;
-        self.ctx.engine.with_cm(|cm, _, _| cm.addrs_of(h))
+        match (&self.imp, self.ctx.native()) {
+            (IdImp::Native, Some(e)) => {
+                let h = self.h;
+                e.with_cm(|cm, _, _| cm.addrs_of(h))
+            }
+            (IdImp::RdmaCore(id), _) => id.addrs(),
+            (IdImp::Native, None) => (None, None),
+        }
     }
 
     /// The local address (`rdma_get_local_addr`), once bound or resolved.
@@ -368,7 +425,12 @@ impl CmId {
         f: impl FnOnce(&mut Cm, &mut dyn QpOps, CmInstant, IdHandle) -> std::result::Result<R, CmError>,
     ) -> Result<R> {
         let h = self.h;
-        Ok(self.ctx.engine.with_cm(|cm, qps, now| f(cm, qps, now, h))?)
+        match self.ctx.native() {
+            Some(e) => Ok(e.with_cm(|cm, qps, now| f(cm, qps, now, h))?),
+            None => Err(Error::InvalidArgument(
+                "not an id of the native device".into(),
+            )),
+        }
     }
 
     // ---- waiting for outcomes ----
@@ -439,7 +501,10 @@ impl CmId {
     /// Binds the id to a local address and port (`rdma_bind_addr`); port 0
     /// picks a free one, the unspecified address means any of the device's.
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
-        self.with_cm(|cm, _, _, h| cm.bind(h, addr))
+        match &self.imp {
+            IdImp::Native => self.with_cm(|cm, _, _, h| cm.bind(h, addr)),
+            IdImp::RdmaCore(id) => id.bind(addr).map_err(rc_err(Some(addr))),
+        }
     }
 
     /// Resolves `dst` (`rdma_resolve_addr`): binds `src` first if given, then
@@ -463,11 +528,20 @@ impl CmId {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<()> {
+        if let IdImp::RdmaCore(id) = &self.imp {
+            return id
+                .resolve_addr(src, dst, ms(timeout))
+                .map_err(rc_err(Some(dst)));
+        }
         let bound = self.local_addr();
         if let (Some(s), None) = (src, bound) {
             self.bind_addr(s)?;
         }
-        let engine = Arc::clone(&self.ctx.engine);
+        let Some(engine) = self.ctx.native().map(Arc::clone) else {
+            return Err(Error::InvalidArgument(
+                "not an id of the native device".into(),
+            ));
+        };
         let dev = engine.local_addr();
         let local = [src.map(|a| a.ip()), bound.map(|a| a.ip())]
             .into_iter()
@@ -493,9 +567,15 @@ impl CmId {
     /// reported at once (`timeout` cannot pass); calling this before
     /// `resolve_addr` is an error.
     pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
-        let _ = timeout;
-        self.with_cm(|cm, _, _, h| cm.resolve_route(h))?;
+        self.start_resolve_route(timeout)?;
         self.finish(&[EventKind::RouteResolved])
+    }
+
+    fn start_resolve_route(&self, timeout: Duration) -> Result<()> {
+        match &self.imp {
+            IdImp::Native => self.with_cm(|cm, _, _, h| cm.resolve_route(h)),
+            IdImp::RdmaCore(id) => id.resolve_route(ms(timeout)).map_err(rc_err(None)),
+        }
     }
 
     // ---- passive side ----
@@ -506,8 +586,12 @@ impl CmId {
     /// ([`CmEvent::take_new_id`]), or from [`CmId::get_request`] on a
     /// synchronous id. The backlog is not limited.
     pub fn listen(&self, backlog: u32) -> Result<()> {
-        let _ = backlog;
-        self.with_cm(|cm, _, _, h| cm.listen(h))
+        match &self.imp {
+            IdImp::Native => self.with_cm(|cm, _, _, h| cm.listen(h)),
+            IdImp::RdmaCore(id) => id
+                .listen(i32::try_from(backlog).unwrap_or(i32::MAX))
+                .map_err(rc_err(self.local_addr())),
+        }
     }
 
     /// Waits for a connection request on a synchronous listener
@@ -578,7 +662,10 @@ impl CmId {
 
     fn start_accept(&self, param: &ConnParam) -> Result<()> {
         let p = self.clamp(param);
-        self.with_cm(|cm, qps, now, h| cm.accept(now, h, &p, qps))
+        match &self.imp {
+            IdImp::Native => self.with_cm(|cm, qps, now, h| cm.accept(now, h, &p, qps)),
+            IdImp::RdmaCore(id) => id.accept(&p).map_err(rc_err(None)),
+        }
     }
 
     #[cfg(feature = "tokio")]
@@ -594,7 +681,10 @@ impl CmId {
     /// (`rdma_reject`); the peer gets REJECTED (reason 28) with `private_data`
     /// (at most 148 bytes; 136 for UD).
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
-        self.with_cm(|cm, _, _, h| cm.reject(h, private_data))
+        match &self.imp {
+            IdImp::Native => self.with_cm(|cm, _, _, h| cm.reject(h, private_data)),
+            IdImp::RdmaCore(id) => id.reject(private_data).map_err(rc_err(None)),
+        }
     }
 
     // ---- active side ----
@@ -612,7 +702,10 @@ impl CmId {
 
     fn start_connect(&self, param: &ConnParam) -> Result<()> {
         let p = self.clamp(param);
-        self.with_cm(|cm, qps, now, h| cm.connect(now, h, &p, qps))
+        match &self.imp {
+            IdImp::Native => self.with_cm(|cm, qps, now, h| cm.connect(now, h, &p, qps)),
+            IdImp::RdmaCore(id) => id.connect(&p).map_err(rc_err(self.peer_addr())),
+        }
     }
 
     #[cfg(feature = "tokio")]
@@ -625,7 +718,10 @@ impl CmId {
     /// Completes an active connection whose reply came as CONNECT_RESPONSE
     /// (an id without a QP): sends the RTU (`rdma_establish`).
     pub fn establish(&self) -> Result<()> {
-        self.with_cm(|cm, _, now, h| cm.establish(now, h))?;
+        match &self.imp {
+            IdImp::Native => self.with_cm(|cm, _, now, h| cm.establish(now, h))?,
+            IdImp::RdmaCore(id) => id.establish().map_err(rc_err(None))?,
+        }
         self.shared.lock().established = true;
         Ok(())
     }
@@ -658,7 +754,12 @@ impl CmId {
 
     /// Starts a disconnect; true if a synchronous id must wait for DISCONNECTED.
     fn start_disconnect(&self) -> Result<bool> {
-        self.with_cm(|cm, qps, now, h| cm.disconnect(now, h, qps))?;
+        match &self.imp {
+            IdImp::Native => self.with_cm(|cm, qps, now, h| cm.disconnect(now, h, qps))?,
+            // UD ids have no connection to end (librdmacm would say EINVAL).
+            IdImp::RdmaCore(_) if self.ps.is_ud() => {}
+            IdImp::RdmaCore(id) => id.disconnect().map_err(rc_err(None))?,
+        }
         let s = self.shared.lock();
         Ok(s.sync && !self.ps.is_ud() && s.established && !s.disconnected)
     }
@@ -704,6 +805,9 @@ impl CmId {
     /// [`ConnParam::qp_num`]). RTR and RTS need the peer's request or reply.
     pub fn init_qp_attr(&self, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
         use QpAttrMask as M;
+        if let IdImp::RdmaCore(id) = &self.imp {
+            return id.init_qp_attr(state).map_err(rc_err(None));
+        }
         let params = self.with_cm(|cm, _, _, h| Ok(cm.qp_params(h)))?;
         let opts = self.options();
         let mut a = QpAttr {
@@ -784,6 +888,17 @@ impl CmId {
 
     /// Sets an option (`rdma_set_option`).
     pub fn set_option(&self, opt: CmOption) -> Result<()> {
+        if let IdImp::RdmaCore(id) = &self.imp {
+            use softrdma_ffi as f;
+            let int = |on: bool| libc::c_int::from(on).to_ne_bytes();
+            let r = match opt {
+                CmOption::Tos(t) => id.set_option(f::RDMA_OPTION_ID_TOS, &mut [t]),
+                CmOption::AckTimeout(t) => id.set_option(f::RDMA_OPTION_ID_ACK_TIMEOUT, &mut [t]),
+                CmOption::ReuseAddr(on) => id.set_option(f::RDMA_OPTION_ID_REUSEADDR, &mut int(on)),
+                CmOption::AfOnly(on) => id.set_option(f::RDMA_OPTION_ID_AFONLY, &mut int(on)),
+            };
+            r.map_err(rc_err(None))?;
+        }
         let mut s = self.shared.lock();
         match opt {
             CmOption::Tos(t) => s.options.tos = Some(t),
@@ -806,10 +921,9 @@ impl CmId {
     /// of the id not yet read from the old channel are dropped. The id is
     /// asynchronous afterwards. Both channels must be on the id's device.
     pub fn migrate(&self, channel: &EventChannel) -> Result<()> {
-        if !Arc::ptr_eq(&channel.inner.ctx.engine, &self.ctx.engine) {
-            return Err(Error::InvalidArgument(
-                "the channel belongs to another device".into(),
-            ));
+        let other = || Error::InvalidArgument("the channel belongs to another device".into());
+        if !channel.inner.ctx.same_device(&self.ctx) {
+            return Err(other());
         }
         let old = {
             let mut s = self.shared.lock();
@@ -819,10 +933,20 @@ impl CmId {
         if old.same(channel) {
             return Ok(());
         }
+        match (&self.imp, &channel.inner.ch, self.ctx.native()) {
+            (IdImp::Native, ChImp::Native(c), Some(e)) => e.cm_set_channel(self.h, Arc::clone(c)),
+            (IdImp::RdmaCore(id), ChImp::RdmaCore(c), _) => {
+                if let Err(f) = id.migrate(c) {
+                    self.shared.lock().channel = old;
+                    return Err(cm_error(f, None));
+                }
+            }
+            _ => {
+                self.shared.lock().channel = old;
+                return Err(other());
+            }
+        }
         channel.register(self.h, &self.shared);
-        self.ctx
-            .engine
-            .cm_set_channel(self.h, Arc::clone(&channel.inner.ch));
         old.unregister(self.h);
         Ok(())
     }
@@ -836,7 +960,7 @@ impl CmId {
     /// are made ready at once (INIT with Q_Key [`RDMA_UDP_QKEY`], RTR, RTS).
     pub fn create_qp(&self, pd: Option<&Pd>, opts: &QpOptions) -> Result<&Qp> {
         // Serialize creators; the state lock is never taken under the engine lock.
-        let guard = self.shared.lock();
+        let mut guard = self.shared.lock();
         if self.res.get().is_some() {
             return Err(Error::InvalidArgument("the id has a QP already".into()));
         }
@@ -844,7 +968,7 @@ impl CmId {
             Some(p) => p.clone(),
             None => default_pd(&self.ctx)?,
         };
-        if !Arc::ptr_eq(&pd.context().engine, &self.ctx.engine) {
+        if !pd.context().same_device(&self.ctx) {
             return Err(Error::InvalidArgument(
                 "the PD belongs to another device".into(),
             ));
@@ -865,24 +989,52 @@ impl CmId {
             Some(c) => c.clone(),
             None => new_cq(opts.cap.max_recv_wr)?,
         };
-        let qp = pd.create_qp(&QpInit {
+        let init = QpInit {
             qp_type,
             send_cq: &send_cq,
             recv_cq: &recv_cq,
             srq: opts.srq.as_ref(),
             cap: opts.cap,
             sq_sig_all: opts.sq_sig_all,
-        })?;
-        match qp_type {
-            QpType::Ud => {
-                qp.to_init(Access::EMPTY, RDMA_UDP_QKEY)?;
-                qp.activate_ud(0)?;
+        };
+        let qp = match (&self.imp, &pd.0.imp) {
+            (IdImp::Native, _) => {
+                let qp = pd.create_qp(&init)?;
+                match qp_type {
+                    QpType::Ud => {
+                        qp.to_init(Access::EMPTY, RDMA_UDP_QKEY)?;
+                        qp.activate_ud(0)?;
+                    }
+                    QpType::Uc => qp.to_init(Access::REMOTE_WRITE, 0)?,
+                    _ => qp.to_init(Access::REMOTE_WRITE | Access::REMOTE_READ, 0)?,
+                }
+                let qpn = qp.qpn();
+                self.with_cm(|cm, _, _, h| cm.set_qp(h, Some(qpn)))?;
+                qp
             }
-            QpType::Uc => qp.to_init(Access::REMOTE_WRITE, 0)?,
-            _ => qp.to_init(Access::REMOTE_WRITE | Access::REMOTE_READ, 0)?,
-        }
-        let qpn = qp.qpn();
-        self.with_cm(|cm, _, _, h| cm.set_qp(h, Some(qpn)))?;
+            // rdma_create_qp: librdmacm brings the QP to INIT (UD: RTS) and
+            // drives it through the connection.
+            (IdImp::RdmaCore(id), PdImp::RdmaCore(p)) => {
+                Qp::with_rdma_core(&pd, p, &init, |parts| {
+                    id.create_qp(parts.pd, &parts.spec)
+                        .map_err(|f| match f.errno {
+                            libc::EINVAL => crate::Error::Verbs(
+                                softrdma_transport::VerbsError::InvalidArgument(format!(
+                                    "{}: the id is not bound to the PD's device, or bad attributes",
+                                    f.call
+                                )),
+                            ),
+                            _ => f.into(),
+                        })
+                })?
+            }
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "the PD belongs to another device".into(),
+                ));
+            }
+        };
+        let rc_qp = matches!(self.imp, IdImp::RdmaCore(_)).then(|| Arc::downgrade(&qp.0));
         let _ = self.res.set(QpResources {
             qp,
             pd,
@@ -891,17 +1043,21 @@ impl CmId {
             channel,
             block_self_mcast_lb: opts.block_self_mcast_lb,
         });
+        guard.rc_qp = rc_qp;
         // Groups joined before the QP existed take it in now.
         for g in guard.groups.clone() {
             self.attach(g, true)?;
         }
-        Ok(&self.res.get().expect("set above").qp)
+        self.qp()
+            .ok_or_else(|| Error::InvalidArgument("the id's QP went away".into()))
     }
 
     /// Destroys the id's QP and what was created with it (`rdma_destroy_qp`).
     pub fn destroy_qp(&mut self) {
         self.detach_all();
-        if self.res.take().is_some() {
+        self.shared.lock().rc_qp = None;
+        // rdma-core: dropping the QP clears `id->qp` before destroying it.
+        if self.res.take().is_some() && matches!(self.imp, IdImp::Native) {
             let _ = self.with_cm(|cm, _, _, h| cm.set_qp(h, None));
         }
     }
@@ -949,10 +1105,16 @@ impl CmId {
                 "already a member of {group}"
             )));
         }
-        self.attach(group, true)?;
-        if let Err(e) = self.with_cm(|cm, _, _, h| cm.join_multicast(h, group)) {
-            let _ = self.attach(group, false);
-            return Err(e);
+        match &self.imp {
+            IdImp::Native => {
+                self.attach(group, true)?;
+                if let Err(e) = self.with_cm(|cm, _, _, h| cm.join_multicast(h, group)) {
+                    let _ = self.attach(group, false);
+                    return Err(e);
+                }
+            }
+            // librdmacm attaches the id's QP when the join completes.
+            IdImp::RdmaCore(id) => id.join_multicast(group).map_err(rc_err(None))?,
         }
         self.shared.lock().groups.push(group);
         self.finish(&[EventKind::MulticastJoin])
@@ -966,7 +1128,10 @@ impl CmId {
             Some(i) => {
                 s.groups.remove(i);
                 drop(s);
-                self.attach(group, false)
+                match &self.imp {
+                    IdImp::Native => self.attach(group, false),
+                    IdImp::RdmaCore(id) => id.leave_multicast(group).map_err(rc_err(None)),
+                }
             }
             None => Err(Error::InvalidArgument(format!("not a member of {group}"))),
         }
@@ -978,7 +1143,10 @@ impl CmId {
             return Ok(());
         };
         let qpn = r.qp.qpn();
-        let engine = &self.ctx.engine;
+        // rdma-core: librdmacm attaches and detaches the id's QP itself.
+        let (IdImp::Native, Some(engine)) = (&self.imp, self.ctx.native()) else {
+            return Ok(());
+        };
         if on {
             engine.attach_mcast(qpn, group, r.block_self_mcast_lb)?;
         } else {
@@ -1040,7 +1208,7 @@ impl CmId {
     pub(crate) async fn resolve_async(&self, dst: SocketAddr, timeout: Duration) -> Result<()> {
         self.start_resolve_addr(None, dst, timeout)?;
         self.finish_async(&[EventKind::AddrResolved]).await?;
-        self.with_cm(|cm, _, _, h| cm.resolve_route(h))?;
+        self.start_resolve_route(timeout)?;
         self.finish_async(&[EventKind::RouteResolved]).await
     }
 }

@@ -98,7 +98,8 @@ pub use softrdma_engine::cm_proto::{
 
 /// Connection parameters with librdmacm's defaults for a NULL
 /// `rdma_conn_param`: the device's READ/atomic depth both ways, 7 transport
-/// and 7 RNR retries (RNR: retry forever), and `private_data`.
+/// and 7 RNR retries (RNR: retry forever), no end-to-end flow control, and
+/// `private_data`.
 ///
 /// `responder_resources`/`initiator_depth` of [`u8::MAX`] mean "the device
 /// maximum" (librdmacm's `RDMA_MAX_RESP_RES`); larger than the device
@@ -108,7 +109,8 @@ pub fn conn_param(private_data: &[u8]) -> ConnParam {
         private_data: private_data.to_vec(),
         responder_resources: u8::MAX,
         initiator_depth: u8::MAX,
-        flow_control: true,
+        // What librdmacm leaves in a zeroed conn_param (and rxe's REP says).
+        flow_control: false,
         retry_count: 7,
         rnr_retry_count: 7,
         srq: false,

@@ -42,15 +42,21 @@
 //! Objects hold their parents (`Arc`), so they are destroyed children first,
 //! whatever order the application drops them in. Completions, attributes and
 //! work requests are the transport's plain types, re-exported here.
+//!
+//! Everything here runs on either [`Backend`]: softrdma's software device
+//! (the default when the machine has no RDMA device) or the system's
+//! rdma-core, loaded at run time, for real NICs. `SOFTRDMA_BACKEND=native`
+//! or `=rdma-core` chooses; so does [`Context::builder`].
 
-mod cq;
-mod device;
+pub(crate) mod cq;
+pub(crate) mod device;
 mod mr;
-mod pd;
-mod qp;
+pub(crate) mod pd;
+pub(crate) mod qp;
 
+pub use crate::backend::{BACKEND_ENV, Backend, BackendInfo};
 pub use cq::{CompChannel, Cq, CqId};
-pub use device::{Context, Gid, devices};
+pub use device::{Context, DeviceBuilder, Gid, devices};
 pub use mr::{Mr, RawMr, RemoteBuf};
 pub use pd::{Ah, Pd};
 pub use qp::{ConnectParams, Qp, QpInit, Srq};

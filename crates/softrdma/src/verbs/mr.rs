@@ -5,13 +5,77 @@
 //! write it at any moment (receives, remote WRITEs, atomics), so all access
 //! goes through [`Mr::read`]/[`Mr::write`], which synchronize with the
 //! device, or through the `unsafe` slice views for zero-copy users.
+//!
+//! The same holds on both backends: the buffer is deregistered before it is
+//! freed. The native device writes memory only under its lock, which
+//! `read`/`write` take; a NIC (rdma-core backend) writes by DMA, ordered
+//! with the application by completions, as always with RDMA: read what a
+//! completion reported, write what no posted request is using.
 
-use super::pd::Pd;
+use super::pd::{Pd, PdImp};
+use crate::backend::rdma_core::sys;
 use crate::{Error, Result};
 use softrdma_transport::{Access, Sge};
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::atomic::{Ordering, fence};
+
+/// A registration of one backend.
+enum Reg {
+    Native,
+    RdmaCore(sys::Mr),
+    /// Deregistered (during drop).
+    Gone,
+}
+
+/// Registers `[addr, addr + len)` on `pd`'s device.
+///
+/// # Safety
+///
+/// The memory stays valid for the device's reads and writes (per `access`)
+/// until the returned registration is deregistered.
+unsafe fn register(pd: &Pd, addr: *mut u8, len: usize, access: Access) -> Result<(Reg, u32, u32)> {
+    match &pd.0.imp {
+        PdImp::Native(e, h) => {
+            let (h, a) = (*h, addr as u64);
+            let m = e.with(|ep, _| ep.reg_mr(h, a, len as u64, a, access))?;
+            Ok((Reg::Native, m.lkey, m.rkey))
+        }
+        PdImp::RdmaCore(p) => {
+            // SAFETY: forwarded contract.
+            let m = unsafe { sys::Mr::register(p, addr, len, access) }?;
+            let (l, r) = (m.lkey, m.rkey);
+            Ok((Reg::RdmaCore(m), l, r))
+        }
+    }
+}
+
+/// Undoes [`register`]: afterwards no work request or peer reaches the memory.
+fn deregister(pd: &Pd, reg: &mut Reg, lkey: u32) {
+    match std::mem::replace(reg, Reg::Gone) {
+        Reg::Native => {
+            if let PdImp::Native(e, _) = &pd.0.imp {
+                let _ = e.with(|ep, _| ep.dereg_mr(lkey));
+            }
+        }
+        Reg::RdmaCore(m) => drop(m),
+        Reg::Gone => {}
+    }
+}
+
+/// Runs `f` synchronized with the device: under the native device's lock,
+/// or between fences on rdma-core (DMA is ordered by completions).
+fn synced(pd: &Pd, f: impl FnOnce()) {
+    match &pd.0.imp {
+        PdImp::Native(e, _) => e.with(|_, _| f()),
+        PdImp::RdmaCore(_) => {
+            fence(Ordering::Acquire);
+            f();
+            fence(Ordering::Release);
+        }
+    }
+}
 
 const ALIGN: usize = 4096;
 
@@ -29,6 +93,7 @@ pub struct RemoteBuf {
 /// A registered buffer owned by this object (`ibv_reg_mr` on memory it allocated).
 pub struct Mr {
     pd: Pd,
+    reg: Reg,
     ptr: NonNull<u8>,
     len: usize,
     lkey: u32,
@@ -36,8 +101,10 @@ pub struct Mr {
 }
 
 // SAFETY: the buffer is a heap allocation owned by the Mr; the Mr only touches
-// it inside `Engine::with` (the device lock), the device only under the same
-// lock, and the `unsafe` views put the burden on their caller.
+// it inside `synced` (the native device lock, which the native device holds
+// whenever it touches memory; on rdma-core the device's DMA is ordered with
+// the application by completions), and the `unsafe` views put the burden on
+// their caller. The rdma-core registration handle is Send + Sync.
 unsafe impl Send for Mr {}
 // SAFETY: as for Send: shared access is synchronized by the device lock.
 unsafe impl Sync for Mr {}
@@ -73,25 +140,26 @@ impl Mr {
                 "MR allocation",
             ))
         })?;
-        let a = ptr.as_ptr() as u64;
-        let h = pd.0.h;
-        match pd
-            .0
-            .ctx
-            .engine
-            .with(|ep, _| ep.reg_mr(h, a, len as u64, a, access))
-        {
-            Ok(m) => Ok(Mr {
+        // rdma-core refuses zero-length registrations; the allocation has a byte.
+        let reg_len = match &pd.0.imp {
+            PdImp::Native(..) => len,
+            PdImp::RdmaCore(_) => len.max(1),
+        };
+        // SAFETY: the allocation is owned by the Mr, which deregisters it
+        // before freeing it (Drop).
+        match unsafe { register(pd, ptr.as_ptr(), reg_len, access) } {
+            Ok((reg, lkey, rkey)) => Ok(Mr {
                 pd: pd.clone(),
+                reg,
                 ptr,
                 len,
-                lkey: m.lkey,
-                rkey: m.rkey,
+                lkey,
+                rkey,
             }),
             Err(e) => {
                 // SAFETY: allocated above with this layout, never registered.
                 unsafe { dealloc(ptr.as_ptr(), layout(len)) };
-                Err(e.into())
+                Err(e)
             }
         }
     }
@@ -154,9 +222,10 @@ impl Mr {
     /// Copies bytes out of the region.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check(offset, dst.len())?;
-        self.pd.0.ctx.engine.with(|_, _| {
-            // SAFETY: in bounds (checked); the device writes this memory only
-            // under the lock held here, so the copy does not race with it.
+        synced(&self.pd, || {
+            // SAFETY: in bounds (checked); the native device writes this
+            // memory only under the lock held here, a NIC only as posted
+            // work and peers' rights allow (see the module documentation).
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     self.ptr.as_ptr().add(offset),
@@ -171,7 +240,7 @@ impl Mr {
     /// Copies bytes into the region.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check(offset, src.len())?;
-        self.pd.0.ctx.engine.with(|_, _| {
+        synced(&self.pd, || {
             // SAFETY: as in `read`.
             unsafe {
                 std::ptr::copy_nonoverlapping(
@@ -218,9 +287,8 @@ impl Mr {
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        let lkey = self.lkey;
         // Deregister first: after this no work request or peer can reach the memory.
-        let _ = self.pd.0.ctx.engine.with(|ep, _| ep.dereg_mr(lkey));
+        deregister(&self.pd, &mut self.reg, self.lkey);
         // SAFETY: allocated in `alloc` with this layout; deregistered above.
         unsafe { dealloc(self.ptr.as_ptr(), layout(self.len)) };
     }
@@ -229,6 +297,7 @@ impl Drop for Mr {
 /// A registration of memory the application owns (`Pd::register_raw`).
 pub struct RawMr {
     pd: Pd,
+    reg: Reg,
     addr: u64,
     len: usize,
     lkey: u32,
@@ -249,18 +318,15 @@ impl RawMr {
     ///
     /// See [`Pd::register_raw`].
     pub(crate) unsafe fn new(pd: &Pd, ptr: *mut u8, len: usize, access: Access) -> Result<RawMr> {
-        let a = ptr as u64;
-        let h = pd.0.h;
-        let m =
-            pd.0.ctx
-                .engine
-                .with(|ep, _| ep.reg_mr(h, a, len as u64, a, access))?;
+        // SAFETY: forwarded contract (the RawMr deregisters when dropped).
+        let (reg, lkey, rkey) = unsafe { register(pd, ptr, len, access) }?;
         Ok(RawMr {
             pd: pd.clone(),
-            addr: a,
+            reg,
+            addr: ptr as u64,
             len,
-            lkey: m.lkey,
-            rkey: m.rkey,
+            lkey,
+            rkey,
         })
     }
 
@@ -296,7 +362,6 @@ impl RawMr {
 
 impl Drop for RawMr {
     fn drop(&mut self) {
-        let lkey = self.lkey;
-        let _ = self.pd.0.ctx.engine.with(|ep, _| ep.dereg_mr(lkey));
+        deregister(&self.pd, &mut self.reg, self.lkey);
     }
 }

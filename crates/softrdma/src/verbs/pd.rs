@@ -1,23 +1,34 @@
 //! Protection domains and address handles.
 
-use super::device::Context;
+use super::device::{Context, Dev};
 use super::mr::{Mr, RawMr};
 use super::qp::{Qp, QpInit, Srq};
 use crate::Result;
+use crate::backend::rdma_core::sys;
+use softrdma_engine::Engine;
 use softrdma_transport::{Access, AddressVector, PdHandle, VerbsError};
 use std::fmt;
 use std::sync::Arc;
 
+/// A PD of one backend.
+pub(crate) enum PdImp {
+    Native(Arc<Engine>, PdHandle),
+    RdmaCore(Arc<sys::Pd>),
+}
+
 pub(crate) struct PdInner {
     pub(crate) ctx: Context,
-    pub(crate) h: PdHandle,
+    pub(crate) imp: PdImp,
 }
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        // Children hold the PD, so nothing uses it any more.
-        let h = self.h;
-        let _ = self.ctx.engine.with(|ep, _| ep.dealloc_pd(h));
+        // Children hold the PD, so nothing uses it any more (rdma-core: the
+        // handle deallocates itself).
+        if let PdImp::Native(e, h) = &self.imp {
+            let h = *h;
+            let _ = e.with(|ep, _| ep.dealloc_pd(h));
+        }
     }
 }
 
@@ -27,16 +38,22 @@ pub struct Pd(pub(crate) Arc<PdInner>);
 
 impl fmt::Debug for Pd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Pd({})", self.0.h.0)
+        match &self.0.imp {
+            PdImp::Native(_, h) => write!(f, "Pd({})", h.0),
+            PdImp::RdmaCore(p) => write!(f, "Pd({:p})", Arc::as_ptr(p)),
+        }
     }
 }
 
 impl Pd {
     pub(crate) fn new(ctx: &Context) -> Result<Pd> {
-        let h = ctx.engine.with(|ep, _| ep.alloc_pd())?;
+        let imp = match &ctx.dev {
+            Dev::Native(e) => PdImp::Native(Arc::clone(e), e.with(|ep, _| ep.alloc_pd())?),
+            Dev::RdmaCore(d) => PdImp::RdmaCore(Arc::new(sys::Pd::alloc(&d.sys)?)),
+        };
         Ok(Pd(Arc::new(PdInner {
             ctx: ctx.clone(),
-            h,
+            imp,
         })))
     }
 
@@ -136,19 +153,29 @@ impl fmt::Debug for Ah {
 
 impl Ah {
     fn new(pd: &Pd, av: AddressVector) -> Result<Ah> {
-        let ngids = pd.0.ctx.engine.gids().len();
-        if usize::from(av.sgid_index) >= ngids {
-            return Err(VerbsError::InvalidArgument(format!("no GID {}", av.sgid_index)).into());
+        match &pd.0.imp {
+            PdImp::Native(e, h) => {
+                let ngids = e.gids().len();
+                if usize::from(av.sgid_index) >= ngids {
+                    return Err(
+                        VerbsError::InvalidArgument(format!("no GID {}", av.sgid_index)).into(),
+                    );
+                }
+                if !av.is_global {
+                    // RoCE routes by GID: without a GRH there is no destination address.
+                    return Err(VerbsError::InvalidArgument(
+                        "RoCE address handles need a GRH (is_global)".into(),
+                    )
+                    .into());
+                }
+                let h = *h;
+                e.with(|ep, _| ep.pd_acquire(h))?;
+            }
+            // The PD keeps one `ibv_ah` per destination (UD work requests
+            // name their destination by address vector); create it now so
+            // errors show here.
+            PdImp::RdmaCore(p) => p.prepare_ah(&av)?,
         }
-        if !av.is_global {
-            // RoCE routes by GID: without a GRH there is no destination address.
-            return Err(VerbsError::InvalidArgument(
-                "RoCE address handles need a GRH (is_global)".into(),
-            )
-            .into());
-        }
-        let h = pd.0.h;
-        pd.0.ctx.engine.with(|ep, _| ep.pd_acquire(h))?;
         Ok(Ah { pd: pd.clone(), av })
     }
 
@@ -169,7 +196,9 @@ impl Ah {
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        let h = self.pd.0.h;
-        self.pd.0.ctx.engine.with(|ep, _| ep.pd_release(h));
+        if let PdImp::Native(e, h) = &self.pd.0.imp {
+            let h = *h;
+            e.with(|ep, _| ep.pd_release(h));
+        }
     }
 }

@@ -1,15 +1,28 @@
 //! Queue pairs and shared receive queues.
 
-use super::cq::Cq;
+use super::cq::{Cq, CqImp};
 use super::device::Gid;
-use super::pd::Pd;
-use crate::Result;
+use super::pd::{Pd, PdImp};
+use crate::backend::rdma_core::sys;
+use crate::{Error, Result};
+use softrdma_engine::Engine;
 use softrdma_transport::{
     Access, AddressVector, Mtu, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, Qpn,
-    RecvWr, SendWr, SrqHandle,
+    RecvWr, SendWr, SrqHandle, VerbsError,
 };
 use std::fmt;
 use std::sync::Arc;
+
+fn other_device(what: &str) -> Error {
+    VerbsError::InvalidArgument(format!("the {what} belongs to another device")).into()
+}
+
+/// rdma-core's post result with the failing request's index.
+fn posted(
+    r: std::result::Result<(), (usize, sys::Failure)>,
+) -> std::result::Result<(), (usize, Error)> {
+    r.map_err(|(n, f)| (n, f.into()))
+}
 
 /// What to create a QP with (`struct ibv_qp_init_attr`).
 #[derive(Debug, Clone)]
@@ -48,24 +61,33 @@ impl<'a> QpInit<'a> {
     }
 }
 
-struct QpInner {
-    pd: Pd,
+/// A QP of one backend.
+pub(crate) enum QpImp {
+    Native(Arc<Engine>),
+    RdmaCore(sys::Qp),
+}
+
+pub(crate) struct QpInner {
+    _pd: Pd,
     qpn: Qpn,
     qp_type: QpType,
     cap: QpCap,
+    imp: QpImp,
     _cqs: (Cq, Cq),
     _srq: Option<Srq>,
 }
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        let q = self.qpn;
-        let _ = self.pd.0.ctx.engine.with(|ep, _| ep.destroy_qp(q));
+        if let QpImp::Native(e) = &self.imp {
+            let q = self.qpn;
+            let _ = e.with(|ep, _| ep.destroy_qp(q));
+        }
     }
 }
 
 /// A queue pair (`struct ibv_qp`).
-pub struct Qp(Arc<QpInner>);
+pub struct Qp(pub(crate) Arc<QpInner>);
 
 impl fmt::Debug for Qp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -122,26 +144,93 @@ impl ConnectParams {
     }
 }
 
+/// The rdma-core handles a QP is created with.
+pub(crate) struct RcParts<'a> {
+    pub(crate) pd: &'a Arc<sys::Pd>,
+    pub(crate) spec: sys::QpSpec<'a>,
+}
+
 impl Qp {
     pub(crate) fn new(pd: &Pd, init: &QpInit<'_>) -> Result<Qp> {
-        let a = QpInitAttr {
-            qp_type: init.qp_type,
-            pd: pd.0.h,
-            send_cq: init.send_cq.0.h,
-            recv_cq: init.recv_cq.0.h,
-            srq: init.srq.map(|s| s.0.h),
-            cap: init.cap,
-            sq_sig_all: init.sq_sig_all,
+        match &pd.0.imp {
+            PdImp::Native(e, h) => {
+                let cq = |c: &Cq| match &c.0.imp {
+                    CqImp::Native(ce) if Arc::ptr_eq(ce, e) => Ok(c.0.h),
+                    _ => Err(other_device("CQ")),
+                };
+                let srq = match init.srq.map(|s| &s.0.imp) {
+                    None => None,
+                    Some(SrqImp::Native(h)) => Some(*h),
+                    Some(SrqImp::RdmaCore(_)) => return Err(other_device("SRQ")),
+                };
+                let a = QpInitAttr {
+                    qp_type: init.qp_type,
+                    pd: *h,
+                    send_cq: cq(init.send_cq)?,
+                    recv_cq: cq(init.recv_cq)?,
+                    srq,
+                    cap: init.cap,
+                    sq_sig_all: init.sq_sig_all,
+                };
+                let (qpn, cap) = e.with(|ep, _| ep.create_qp(&a))?;
+                Ok(Qp::assemble(
+                    pd,
+                    init,
+                    qpn,
+                    cap,
+                    QpImp::Native(Arc::clone(e)),
+                ))
+            }
+            PdImp::RdmaCore(p) => Qp::with_rdma_core(pd, p, init, |parts| {
+                Ok(sys::Qp::new(parts.pd, &parts.spec)?)
+            }),
+        }
+    }
+
+    /// Creates an rdma-core QP with `create` (`ibv_create_qp`, or
+    /// `rdma_create_qp` for a CM id) from `init`'s handles.
+    pub(crate) fn with_rdma_core(
+        pd: &Pd,
+        p: &Arc<sys::Pd>,
+        init: &QpInit<'_>,
+        create: impl FnOnce(&RcParts<'_>) -> Result<sys::Qp>,
+    ) -> Result<Qp> {
+        let cq = |c: &'_ Cq| match &c.0.imp {
+            CqImp::RdmaCore(rc) => Ok(Arc::clone(rc)),
+            CqImp::Native(_) => Err(other_device("CQ")),
         };
-        let (qpn, cap) = pd.0.ctx.engine.with(|ep, _| ep.create_qp(&a))?;
-        Ok(Qp(Arc::new(QpInner {
-            pd: pd.clone(),
+        let (scq, rcq) = (cq(init.send_cq)?, cq(init.recv_cq)?);
+        let srq = match init.srq.map(|s| &s.0.imp) {
+            None => None,
+            Some(SrqImp::RdmaCore(s)) => Some(Arc::clone(s)),
+            Some(SrqImp::Native(_)) => return Err(other_device("SRQ")),
+        };
+        let parts = RcParts {
+            pd: p,
+            spec: sys::QpSpec {
+                qp_type: init.qp_type,
+                send_cq: &scq,
+                recv_cq: &rcq,
+                srq: srq.as_ref(),
+                cap: init.cap,
+                sq_sig_all: init.sq_sig_all,
+            },
+        };
+        let q = create(&parts)?;
+        let (qpn, cap) = (q.qpn, q.cap);
+        Ok(Qp::assemble(pd, init, qpn, cap, QpImp::RdmaCore(q)))
+    }
+
+    fn assemble(pd: &Pd, init: &QpInit<'_>, qpn: Qpn, cap: QpCap, imp: QpImp) -> Qp {
+        Qp(Arc::new(QpInner {
+            _pd: pd.clone(),
             qpn,
             qp_type: init.qp_type,
             cap,
+            imp,
             _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
             _srq: init.srq.cloned(),
-        })))
+        }))
     }
 
     /// The QP number.
@@ -161,20 +250,38 @@ impl Qp {
 
     /// Modifies attributes (`ibv_modify_qp`); errors name what is wrong or missing.
     pub fn modify(&self, attr: &QpAttr, mask: M) -> Result<()> {
-        let q = self.0.qpn;
-        Ok(self
-            .0
-            .pd
-            .0
-            .ctx
-            .engine
-            .with(|ep, now| ep.modify_qp(now, q, attr, mask))?)
+        match &self.0.imp {
+            QpImp::Native(e) => {
+                let q = self.0.qpn;
+                Ok(e.with(|ep, now| ep.modify_qp(now, q, attr, mask))?)
+            }
+            QpImp::RdmaCore(q) => Ok(q.modify(attr, mask)?),
+        }
+    }
+
+    /// Moves the QP to ERR (what a disconnection does to it).
+    pub(crate) fn to_error(&self) -> Result<()> {
+        match &self.0.imp {
+            QpImp::Native(_) => self.modify(
+                &QpAttr {
+                    qp_state: QpState::Err,
+                    ..QpAttr::default()
+                },
+                M::STATE,
+            ),
+            QpImp::RdmaCore(q) => Ok(q.to_error()?),
+        }
     }
 
     /// Current attributes (`ibv_query_qp`).
     pub fn query(&self) -> Result<QpAttr> {
-        let q = self.0.qpn;
-        Ok(self.0.pd.0.ctx.engine.with(|ep, _| ep.query_qp(q))?.0)
+        match &self.0.imp {
+            QpImp::Native(e) => {
+                let q = self.0.qpn;
+                Ok(e.with(|ep, _| ep.query_qp(q))?.0)
+            }
+            QpImp::RdmaCore(q) => Ok(q.query()?),
+        }
     }
 
     /// RESET → INIT for RC/UC (granting `access`) or UD (with `qkey`).
@@ -241,12 +348,22 @@ impl Qp {
 
     /// Posts a send work request (`ibv_post_send`).
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        Ok(self.0.pd.0.ctx.engine.post_send(self.0.qpn, wr)?)
+        match &self.0.imp {
+            QpImp::Native(e) => Ok(e.post_send(self.0.qpn, wr)?),
+            QpImp::RdmaCore(q) => {
+                posted(q.post_send(std::slice::from_ref(&wr))).map_err(|(_, e)| e)
+            }
+        }
     }
 
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        Ok(self.0.pd.0.ctx.engine.post_recv(self.0.qpn, wr)?)
+        match &self.0.imp {
+            QpImp::Native(e) => Ok(e.post_recv(self.0.qpn, wr)?),
+            QpImp::RdmaCore(q) => {
+                posted(q.post_recv(std::slice::from_ref(&wr))).map_err(|(_, e)| e)
+            }
+        }
     }
 
     /// Posts a chain of send work requests under one lock and one doorbell
@@ -256,14 +373,13 @@ impl Qp {
     pub fn post_send_many(
         &self,
         wrs: impl IntoIterator<Item = SendWr>,
-    ) -> std::result::Result<(), (usize, crate::Error)> {
-        self.0
-            .pd
-            .0
-            .ctx
-            .engine
-            .post_send_many(self.0.qpn, wrs)
-            .map_err(|(n, e)| (n, e.into()))
+    ) -> std::result::Result<(), (usize, Error)> {
+        match &self.0.imp {
+            QpImp::Native(e) => e
+                .post_send_many(self.0.qpn, wrs)
+                .map_err(|(n, e)| (n, e.into())),
+            QpImp::RdmaCore(q) => posted(q.post_send(&wrs.into_iter().collect::<Vec<_>>())),
+        }
     }
 
     /// Posts a chain of receive work requests under one lock; on failure as
@@ -271,26 +387,33 @@ impl Qp {
     pub fn post_recv_many(
         &self,
         wrs: impl IntoIterator<Item = RecvWr>,
-    ) -> std::result::Result<(), (usize, crate::Error)> {
-        self.0
-            .pd
-            .0
-            .ctx
-            .engine
-            .post_recv_many(self.0.qpn, wrs)
-            .map_err(|(n, e)| (n, e.into()))
+    ) -> std::result::Result<(), (usize, Error)> {
+        match &self.0.imp {
+            QpImp::Native(e) => e
+                .post_recv_many(self.0.qpn, wrs)
+                .map_err(|(n, e)| (n, e.into())),
+            QpImp::RdmaCore(q) => posted(q.post_recv(&wrs.into_iter().collect::<Vec<_>>())),
+        }
     }
+}
+
+/// An SRQ of one backend.
+pub(crate) enum SrqImp {
+    Native(SrqHandle),
+    RdmaCore(Arc<sys::Srq>),
 }
 
 pub(crate) struct SrqInner {
     pd: Pd,
-    pub(crate) h: SrqHandle,
+    pub(crate) imp: SrqImp,
 }
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        let h = self.h;
-        let _ = self.pd.0.ctx.engine.with(|ep, _| ep.destroy_srq(h));
+        if let (SrqImp::Native(h), PdImp::Native(e, _)) = (&self.imp, &self.pd.0.imp) {
+            let h = *h;
+            let _ = e.with(|ep, _| ep.destroy_srq(h));
+        }
     }
 }
 
@@ -300,44 +423,61 @@ pub struct Srq(pub(crate) Arc<SrqInner>);
 
 impl fmt::Debug for Srq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Srq({})", self.0.h.0)
+        match &self.0.imp {
+            SrqImp::Native(h) => write!(f, "Srq({})", h.0),
+            SrqImp::RdmaCore(s) => write!(f, "Srq({:p})", Arc::as_ptr(s)),
+        }
     }
 }
 
 impl Srq {
     pub(crate) fn new(pd: &Pd, max_wr: u32, max_sge: u32, limit: u32) -> Result<Srq> {
-        let h = pd.0.h;
-        let (s, _, _) =
-            pd.0.ctx
-                .engine
-                .with(|ep, _| ep.create_srq(h, max_wr, max_sge, limit))?;
+        let imp = match &pd.0.imp {
+            PdImp::Native(e, h) => {
+                let h = *h;
+                let (s, _, _) = e.with(|ep, _| ep.create_srq(h, max_wr, max_sge, limit))?;
+                SrqImp::Native(s)
+            }
+            PdImp::RdmaCore(p) => {
+                SrqImp::RdmaCore(Arc::new(sys::Srq::new(p, max_wr, max_sge, limit)?))
+            }
+        };
         Ok(Srq(Arc::new(SrqInner {
             pd: pd.clone(),
-            h: s,
+            imp,
         })))
+    }
+
+    fn engine(&self) -> Option<&Arc<Engine>> {
+        match &self.0.pd.0.imp {
+            PdImp::Native(e, _) => Some(e),
+            PdImp::RdmaCore(_) => None,
+        }
     }
 
     /// Posts a receive work request (`ibv_post_srq_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        let h = self.0.h;
-        Ok(self
-            .0
-            .pd
-            .0
-            .ctx
-            .engine
-            .with(|ep, _| ep.post_srq_recv(h, wr))?)
+        match (&self.0.imp, self.engine()) {
+            (SrqImp::Native(h), Some(e)) => {
+                let h = *h;
+                Ok(e.with(|ep, _| ep.post_srq_recv(h, wr))?)
+            }
+            (SrqImp::RdmaCore(s), _) => {
+                posted(s.post_recv(std::slice::from_ref(&wr))).map_err(|(_, e)| e)
+            }
+            (SrqImp::Native(_), None) => Err(other_device("SRQ")),
+        }
     }
 
     /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
     pub fn set_limit(&self, limit: u32) -> Result<()> {
-        let h = self.0.h;
-        Ok(self
-            .0
-            .pd
-            .0
-            .ctx
-            .engine
-            .with(|ep, _| ep.modify_srq(h, None, Some(limit)))?)
+        match (&self.0.imp, self.engine()) {
+            (SrqImp::Native(h), Some(e)) => {
+                let h = *h;
+                Ok(e.with(|ep, _| ep.modify_srq(h, None, Some(limit)))?)
+            }
+            (SrqImp::RdmaCore(s), _) => Ok(s.set_limit(limit)?),
+            (SrqImp::Native(_), None) => Err(other_device("SRQ")),
+        }
     }
 }

@@ -266,6 +266,7 @@ struct Side {
 fn run(o: &Opts) -> Result<(), String> {
     let e = |what: &'static str| move |err: softrdma::Error| format!("{what}: {err}");
     let ctx = Context::open().map_err(e("open device"))?;
+    println!("backend: {}", ctx.backend_info());
     let pd = ctx.alloc_pd().map_err(e("alloc_pd"))?;
     let all =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The examples the process tests run.
-pub(crate) const EXAMPLES: &[&str] = &["rc_pingpong", "ud_pingpong", "verbs_peer"];
+pub(crate) const EXAMPLES: &[&str] = &["rc_pingpong", "ud_pingpong", "verbs_peer", "fault_peer"];
 
 /// Path of example `name`, built for the profile this test was built with.
 ///

@@ -30,6 +30,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) cqs: &'a mut Table<Cq>,
     pub(crate) srqs: &'a mut Table<Srq>,
     pub(crate) mrs: &'a MrTable,
+    pub(crate) mws: &'a mut crate::mw::MwTable,
     pub(crate) events: &'a mut VecDeque<Event>,
     pub(crate) stats: &'a mut Stats,
     pub(crate) config: &'a Config,
@@ -263,8 +264,12 @@ impl Qp {
         let hl = h.wire_len().expect("transport only builds known opcodes");
         let pad = usize::from(h.bth.pad);
         let total = hl + payload_len + pad + softrdma_wire::ICRC_LEN;
-        buf.clear();
+        // The payload is overwritten by `fill`; zero only the rest (a reused
+        // buffer's old bytes would otherwise leak into reserved fields and the
+        // pad), instead of the whole packet as `clear` + `resize` would.
         buf.resize(total, 0);
+        buf[..hl].fill(0);
+        buf[hl + payload_len..].fill(0);
         h.write(buf).expect("buffer sized for the headers");
         fill(&mut buf[hl..hl + payload_len])?;
         fill_icrc(config, path.src_ip, path.dst, buf);
@@ -481,8 +486,18 @@ impl Qp {
 /// `src_ip:local_port` to `dst` with IPv4 ID 0 and DF (what Linux puts on the wire
 /// for an unconnected socket with PMTU discovery).
 pub(crate) fn fill_icrc(config: &Config, src_ip: IpAddr, dst: SocketAddr, pkt: &mut [u8]) {
-    let (iph, ipl) = ip_header_for_icrc(src_ip, dst.ip(), pkt.len());
-    let udp = ip::udp_header(config.local_port, dst.port(), pkt.len());
+    fill_icrc_between(SocketAddr::new(src_ip, config.local_port), dst, pkt);
+}
+
+/// Writes the ICRC of a RoCEv2 packet (BTH .. ICRC) that goes from `src` to
+/// `dst`, as Linux sends it from an unconnected socket (IPv4 ID 0, DF).
+///
+/// # Panics
+///
+/// If `pkt` is shorter than a BTH plus the ICRC.
+pub fn fill_icrc_between(src: SocketAddr, dst: SocketAddr, pkt: &mut [u8]) {
+    let (iph, ipl) = ip_header_for_icrc(src.ip(), dst.ip(), pkt.len());
+    let udp = ip::udp_header(src.port(), dst.port(), pkt.len());
     softrdma_wire::icrc::fill(&iph[..ipl], &udp, pkt).expect("packet at least BTH+ICRC long");
 }
 

@@ -1,16 +1,17 @@
 //! Requester: turns send WQEs into request packets (IBTA 9.7.4; rxe_req.c).
 //!
 //! Segmentation at the path MTU, PSN assignment, AckReq every last/only packet
-//! and at least every [`MAX_PKT_PER_ACK`] packets, the 128-PSN send window,
-//! READ/atomic credits and fences, and go-back-N rewinds.
+//! and at least every [`MAX_PKT_PER_ACK`] packets, the send window (128 PSNs
+//! unless configured), READ/atomic credits and fences, and go-back-N rewinds.
 
 use super::{Ctx, Path, Qp, bth};
 use crate::endpoint::Transmit;
 use crate::types::{GSI_QKEY, GSI_QPN, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 use softrdma_wire::{AtomicEth, Deth, Headers, Operation, Position, Reth, Transport, opcode_for};
 
-/// Unacknowledged PSNs a requester may have outstanding (rxe `RXE_MAX_UNACKED_PSNS`).
-pub(crate) const MAX_UNACKED_PSNS: i32 = 128;
+/// Largest RC send window ([`crate::Config::max_unacked_psns`]): well inside
+/// half the 24-bit PSN space, so PSN comparisons stay unambiguous.
+const MAX_WINDOW: u32 = 1 << 20;
 /// Packets between AckReq bits on long messages (rxe `RXE_MAX_PKT_PER_ACK`).
 pub(crate) const MAX_PKT_PER_ACK: u32 = 64;
 
@@ -43,6 +44,8 @@ impl Qp {
             return None;
         }
         let mtu = self.mtu(ctx.config);
+        let window = self.window(ctx);
+        self.complete_local_ops(ctx);
         loop {
             let idx = self.req.idx;
             let w = self.sq.get_mut(idx)?;
@@ -54,12 +57,21 @@ impl Qp {
                 }
                 return None;
             }
+            if w.started && crate::mw::is_local_op(w.wr.opcode) {
+                // Executed already (a rewind went back over it): no packet.
+                self.req.idx += 1;
+                continue;
+            }
             if !w.started {
                 if self.state == QpState::Sqd {
                     return None;
                 }
                 if w.wr.flags.contains(SendFlags::FENCE) && self.req.rd_atomic > 0 {
                     return None;
+                }
+                if crate::mw::is_local_op(w.wr.opcode) {
+                    self.run_local_op(ctx);
+                    continue;
                 }
                 if w.wr.opcode.is_read_or_atomic() {
                     let max = u32::from(self.attr.max_rd_atomic.max(1));
@@ -79,7 +91,7 @@ impl Qp {
                 w.last_psn = self.req.psn.add(npkts - 1);
                 w.next_pkt = 0;
             }
-            if self.qp_type == QpType::Rc && self.req.psn.diff(self.req.una) >= MAX_UNACKED_PSNS {
+            if self.qp_type == QpType::Rc && self.req.psn.diff(self.req.una) >= window {
                 return None;
             }
             if self.qp_type == QpType::Ud && w.len > mtu {
@@ -104,6 +116,17 @@ impl Qp {
                 }
             }
         }
+    }
+
+    /// The RC send window in PSNs ([`crate::Config::max_unacked_psns`]).
+    fn window(&self, ctx: &Ctx<'_>) -> i32 {
+        let c = ctx.config;
+        let w = if self.attr.ah_attr.dest_ip().is_loopback() {
+            c.loopback_unacked_psns
+        } else {
+            c.max_unacked_psns
+        };
+        w.clamp(1, MAX_WINDOW) as i32
     }
 
     /// Builds one packet of the WQE at `req.idx`. `Ok(None)` means the WQE was
@@ -174,6 +197,17 @@ impl Qp {
                     compare,
                 });
                 hdr.bth.ack_req = true;
+                consumed = 1;
+            }
+            WrOpcode::AtomicWrite => {
+                hdr = Headers::new(bth(softrdma_wire::Opcode::RC_ATOMIC_WRITE, dest_qp, psn));
+                hdr.reth = Some(Reth {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    dma_len: w.len,
+                });
+                hdr.bth.ack_req = true;
+                payload_len = w.len as usize;
                 consumed = 1;
             }
             _ => {

@@ -5,6 +5,8 @@
 //! answered from the resource ring), opcode sequence, QP access rights,
 //! resources (RNR NAK when no receive is posted), lengths, R_Key, then executes.
 
+mod atomic_write;
+
 use super::sgl::ScatterError;
 use super::{Ctx, InProgress, Path, Qp, Resource, RespOut, bth};
 use crate::endpoint::Transmit;
@@ -82,7 +84,10 @@ impl Qp {
             Ok(()) if self.state == QpState::Err => {}
             Ok(()) => {
                 if pkt.hdr.bth.ack_req
-                    && matches!(pkt.info.operation, Operation::Send | Operation::Write)
+                    && matches!(
+                        pkt.info.operation,
+                        Operation::Send | Operation::Write | Operation::AtomicWrite
+                    )
                 {
                     self.queue_ack(psn, ACK);
                 }
@@ -200,7 +205,7 @@ impl Qp {
             return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
         }
         let need = match op {
-            Operation::Write => Access::REMOTE_WRITE,
+            Operation::Write | Operation::AtomicWrite => Access::REMOTE_WRITE,
             Operation::ReadRequest => Access::REMOTE_READ,
             Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
             Operation::Send => Access::EMPTY,
@@ -214,6 +219,7 @@ impl Qp {
             Operation::Send => self.exec_send(ctx, mem, pkt),
             Operation::Write => self.exec_write(ctx, mem, pkt),
             Operation::ReadRequest => self.exec_read(ctx, pkt),
+            Operation::AtomicWrite => self.exec_atomic_write(ctx, mem, pkt),
             _ => self.exec_atomic(ctx, mem, pkt),
         }
     }
@@ -264,6 +270,11 @@ impl Qp {
         *offset += pkt.payload.len() as u32;
         self.resp.psn = self.resp.psn.add(1);
         if pos.ends() {
+            if let Some(rkey) = pkt.hdr.ieth
+                && crate::mw::remote_invalidate(ctx.mws, self.pd, rkey).is_err()
+            {
+                return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
+            }
             let Some(InProgress::Send { wqe, offset }) = self.resp.cur.take() else {
                 unreachable!()
             };
@@ -463,8 +474,8 @@ impl Qp {
         len: u32,
         need: Access,
     ) -> Result<u64, Fail> {
-        ctx.mrs
-            .check(rkey, self.pd, va, u64::from(len), need)
+        let (mrs, mws) = (ctx.mrs, &*ctx.mws);
+        crate::mw::check_remote(mrs, mws, self.qpn, self.pd, rkey, va, u64::from(len), need)
             .map_err(|_| {
                 ctx.stats.access_violations += 1;
                 Fail::Nak(NakCode::RemoteAccess, WcStatus::RemAccessErr)
@@ -484,7 +495,7 @@ impl Qp {
     fn duplicate(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         let psn = pkt.hdr.bth.psn;
         match pkt.info.operation {
-            Operation::Send | Operation::Write => {
+            Operation::Send | Operation::Write | Operation::AtomicWrite => {
                 let last = self.resp.psn.sub(1);
                 self.queue_ack(last, ACK);
             }
@@ -633,25 +644,32 @@ impl Qp {
                 }
                 let va_off = va.wrapping_add(off);
                 // The MR is looked up again for every packet: it may be gone.
-                let host =
-                    match ctx
-                        .mrs
-                        .check(rkey, self.pd, va_off, u64::from(plen), Access::REMOTE_READ)
-                    {
-                        Ok(h) => h,
-                        Err(_) => {
-                            ctx.stats.access_violations += 1;
-                            ctx.stats.tx_nak_other += 1;
-                            self.resp.out.pop_front();
-                            self.resp.out.push_front(RespOut::Ack {
-                                psn: rpsn,
-                                syndrome: Syndrome::Nak(NakCode::RemoteAccess),
-                                msn,
-                            });
-                            self.enter_error(ctx);
-                            return self.poll_response(ctx, mem, buf);
-                        }
-                    };
+                let (mrs, mws) = (ctx.mrs, &*ctx.mws);
+                let (qpn, pd) = (self.qpn, self.pd);
+                let host = match crate::mw::check_remote(
+                    mrs,
+                    mws,
+                    qpn,
+                    pd,
+                    rkey,
+                    va_off,
+                    u64::from(plen),
+                    Access::REMOTE_READ,
+                ) {
+                    Ok(h) => h,
+                    Err(_) => {
+                        ctx.stats.access_violations += 1;
+                        ctx.stats.tx_nak_other += 1;
+                        self.resp.out.pop_front();
+                        self.resp.out.push_front(RespOut::Ack {
+                            psn: rpsn,
+                            syndrome: Syndrome::Nak(NakCode::RemoteAccess),
+                            msn,
+                        });
+                        self.enter_error(ctx);
+                        return self.poll_response(ctx, mem, buf);
+                    }
+                };
                 let t = Qp::build::<()>(ctx.config, &path, &h, plen as usize, buf, |dst| {
                     if !dst.is_empty() {
                         mem.read(host, dst);

@@ -568,7 +568,6 @@ fn client(args: &Args, plan: &Plan, stream: TcpStream, mode: &str) -> Result<Exi
         None
     };
     ctl.send("QUIT")?;
-    Snapshot::of(&ctx, "exit").dump_if_requested()?;
 
     if let Some(p) = &args.plot {
         plot::draw(p, &report)?;
@@ -670,7 +669,6 @@ fn serve_inner(args: &Args) -> Result<(), CliError> {
             _ => return Err(CliError::new(format!("bad request {line:?}"))),
         }
     }
-    Snapshot::of(&ctx, "exit").dump_if_requested()?;
     if !args.spawned {
         super::print_out("run finished\n")?;
     }

@@ -1,0 +1,374 @@
+/*
+ * ext_verbs: the extended verbs of rdma-core 44 that pyverbs' test suite
+ * uses, written from verbs.h and the man pages (ibv_create_cq_ex(3),
+ * ibv_create_qp_ex(3), ibv_wr_post(3), ibv_alloc_mw(3), ibv_bind_mw(3),
+ * ibv_rereg_mr(3), ibv_import_device(3), ibv_alloc_parent_domain(3)), run by
+ * crates/compat-tests/tests/c_extended.rs against target/compat.
+ *
+ * One process, two RC QPs connected to each other through GID 0 ("client" c
+ * and "server" s), both created with ibv_create_qp_ex and send-ops flags, on
+ * extended CQs polled with ibv_start_poll/ibv_next_poll/ibv_end_poll:
+ *   1. SEND with immediate through ibv_wr_send_imm; the receive's opcode,
+ *      length, immediate, QP number and flags through ibv_wc_read_*;
+ *   2. a batch of two work requests (RDMA WRITE, then RDMA READ back) in one
+ *      ibv_wr_start/ibv_wr_complete, completing in order; ibv_wr_abort;
+ *   3. fetch-and-add, compare-and-swap and an 8-byte ATOMIC WRITE;
+ *   4. memory windows: type 2 bound with ibv_wr_bind_mw, written through,
+ *      invalidated by the peer's SEND WITH INVALIDATE; type 1 bound with
+ *      ibv_bind_mw; allocating type 3 is EINVAL;
+ *   5. ibv_import_device on a dup of cmd_fd, ibv_import_pd/ibv_import_mr by
+ *      handle; a parent domain keeps its PD busy; ibv_advise_mr;
+ *   6. error paths: ibv_wr_complete on a QP in RESET is EINVAL, RDMA WRITE
+ *      on a UD QP is EOPNOTSUPP, and a write after ibv_rereg_mr removed
+ *      REMOTE_WRITE (same keys) completes with IBV_WC_REM_ACCESS_ERR.
+ * Prints one line per check and "PASS" at the end; exits 1 at the first
+ * failed check.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BUF 4096
+#define IMM 0x1234abcdu
+
+static void check(int ok, const char *what)
+{
+	printf("%s: %s\n", ok ? "ok" : "FAILED", what);
+	if (!ok) {
+		fflush(stdout);
+		exit(1);
+	}
+}
+
+struct side {
+	struct ibv_cq_ex *cq;
+	struct ibv_qp *qp;
+	struct ibv_qp_ex *qpx;
+	struct ibv_mr *mr;
+	char *buf;
+};
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static union ibv_gid gid;
+
+/* Polls one completion (for about `ms` milliseconds); returns its status
+ * (-2: none came), fills opcode/wr_id. */
+static int poll_for(struct ibv_cq_ex *cq, int ms, enum ibv_wc_opcode *op, uint64_t *wr_id)
+{
+	struct ibv_poll_cq_attr attr = {};
+	for (int i = 0; i < ms * 10; i++) {
+		int rc = ibv_start_poll(cq, &attr);
+		if (rc == ENOENT) {
+			usleep(100);
+			continue;
+		}
+		if (rc)
+			return -1;
+		int status = cq->status;
+		if (op)
+			*op = ibv_wc_read_opcode(cq);
+		if (wr_id)
+			*wr_id = cq->wr_id;
+		ibv_end_poll(cq);
+		return status;
+	}
+	return -2;
+}
+
+static void setup(struct side *s)
+{
+	struct ibv_cq_init_attr_ex ca = {
+		.cqe = 64,
+		.wc_flags = IBV_WC_STANDARD_FLAGS,
+	};
+	s->cq = ibv_create_cq_ex(ctx, &ca);
+	check(s->cq != NULL, "ibv_create_cq_ex with IBV_WC_STANDARD_FLAGS");
+	s->buf = aligned_alloc(4096, BUF);
+	memset(s->buf, 0, BUF);
+	s->mr = ibv_reg_mr(pd, s->buf, BUF,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+			   IBV_ACCESS_MW_BIND);
+	check(s->mr != NULL, "ibv_reg_mr");
+	struct ibv_qp_init_attr_ex qa = {
+		.send_cq = ibv_cq_ex_to_cq(s->cq),
+		.recv_cq = ibv_cq_ex_to_cq(s->cq),
+		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = pd,
+		.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+				  IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
+				  IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+				  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+				  IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_BIND_MW |
+				  IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV,
+	};
+	s->qp = ibv_create_qp_ex(ctx, &qa);
+	check(s->qp != NULL, "ibv_create_qp_ex with send-ops flags");
+	s->qpx = ibv_qp_to_qp_ex(s->qp);
+	check(s->qpx != NULL, "ibv_qp_to_qp_ex");
+}
+
+static void connect_to(struct side *s, uint32_t dest_qpn)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				   IBV_ACCESS_REMOTE_ATOMIC,
+	};
+	check(!ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			     IBV_QP_ACCESS_FLAGS), "INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest_qpn;
+	a.rq_psn = 7;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	check(!ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 7;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 4;
+	check(!ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+	      "RTS");
+}
+
+static void post_recv(struct side *s, uint32_t off, uint32_t len)
+{
+	struct ibv_sge sge = { (uintptr_t)s->buf + off, len, s->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = 77, .sg_list = &sge, .num_sge = 1 }, *bad;
+	check(!ibv_post_recv(s->qp, &wr, &bad), "ibv_post_recv");
+}
+
+/* Starts a signaled work request with id `id` (ibv_wr_start + fields). */
+static void start(struct side *s, uint64_t id)
+{
+	ibv_wr_start(s->qpx);
+	s->qpx->wr_id = id;
+	s->qpx->wr_flags = IBV_SEND_SIGNALED;
+}
+
+static int expect(struct side *s, uint64_t id, enum ibv_wc_opcode op, int status)
+{
+	enum ibv_wc_opcode got_op = 0;
+	uint64_t got_id = 0;
+	int st = poll_for(s->cq, 10000, &got_op, &got_id);
+	if (st != status || got_id != id || (status == IBV_WC_SUCCESS && got_op != op)) {
+		printf("  completion: status %d id %" PRIu64 " opcode %d (wanted %d %" PRIu64
+		       " %d)\n", st, got_id, got_op, status, id, op);
+		return 0;
+	}
+	return 1;
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	check(list && list[0], "a device");
+	ctx = ibv_open_device(list[0]);
+	check(ctx != NULL, "ibv_open_device");
+	check(!ibv_query_gid(ctx, 1, 0, &gid), "ibv_query_gid 0");
+	pd = ibv_alloc_pd(ctx);
+	check(pd != NULL, "ibv_alloc_pd");
+
+	struct ibv_cq_init_attr_ex ts = { .cqe = 4,
+		.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	errno = 0;
+	check(!ibv_create_cq_ex(ctx, &ts) && errno == EOPNOTSUPP,
+	      "completion timestamps are EOPNOTSUPP");
+
+	struct side c, s;
+	setup(&c);
+	setup(&s);
+	connect_to(&c, s.qp->qp_num);
+	connect_to(&s, c.qp->qp_num);
+
+	/* 1. SEND with immediate. */
+	post_recv(&s, 0, 256);
+	memcpy(c.buf, "hello, extended verbs", 22);
+	start(&c, 1);
+	ibv_wr_send_imm(c.qpx, htonl(IMM));
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf, 22);
+	check(!ibv_wr_complete(c.qpx), "ibv_wr_complete (send with immediate)");
+	check(expect(&c, 1, IBV_WC_SEND, IBV_WC_SUCCESS), "sender's completion");
+	struct ibv_poll_cq_attr pa = {};
+	int rc;
+	while ((rc = ibv_start_poll(s.cq, &pa)) == ENOENT)
+		usleep(1);
+	check(rc == 0 && s.cq->status == IBV_WC_SUCCESS && s.cq->wr_id == 77,
+	      "receive completion");
+	check(ibv_wc_read_opcode(s.cq) == IBV_WC_RECV && ibv_wc_read_byte_len(s.cq) == 22 &&
+	      ntohl(ibv_wc_read_imm_data(s.cq)) == IMM &&
+	      ibv_wc_read_qp_num(s.cq) == s.qp->qp_num &&
+	      (ibv_wc_read_wc_flags(s.cq) & IBV_WC_WITH_IMM),
+	      "ibv_wc_read_* of the receive");
+	check(ibv_next_poll(s.cq) == ENOENT, "ibv_next_poll: nothing more");
+	ibv_end_poll(s.cq);
+	check(!memcmp(s.buf, "hello, extended verbs", 22), "data received");
+
+	/* 2. A batch: WRITE then READ back; and an aborted batch. */
+	for (int i = 0; i < 512; i++)
+		c.buf[i] = (char)(i * 7);
+	start(&c, 2);
+	ibv_wr_rdma_write(c.qpx, s.mr->rkey, (uintptr_t)s.buf + 1024);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf, 512);
+	c.qpx->wr_id = 3;
+	ibv_wr_rdma_read(c.qpx, s.mr->rkey, (uintptr_t)s.buf + 1024);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf + 2048, 512);
+	check(!ibv_wr_complete(c.qpx), "ibv_wr_complete (write + read)");
+	check(expect(&c, 2, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS) &&
+	      expect(&c, 3, IBV_WC_RDMA_READ, IBV_WC_SUCCESS), "both complete in order");
+	check(!memcmp(s.buf + 1024, c.buf, 512) && !memcmp(c.buf + 2048, c.buf, 512),
+	      "written and read back");
+	start(&c, 4);
+	ibv_wr_send(c.qpx);
+	ibv_wr_abort(c.qpx);
+	check(poll_for(c.cq, 100, NULL, NULL) == -2, "ibv_wr_abort posts nothing");
+
+	/* 3. Atomics. */
+	uint64_t *word = (uint64_t *)(s.buf + 3072);
+	*word = 40;
+	start(&c, 5);
+	ibv_wr_atomic_fetch_add(c.qpx, s.mr->rkey, (uintptr_t)word, 2);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf + 3072, 8);
+	c.qpx->wr_id = 6;
+	ibv_wr_atomic_cmp_swp(c.qpx, s.mr->rkey, (uintptr_t)word, 42, 99);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf + 3080, 8);
+	check(!ibv_wr_complete(c.qpx), "ibv_wr_complete (atomics)");
+	check(expect(&c, 5, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS) &&
+	      expect(&c, 6, IBV_WC_COMP_SWAP, IBV_WC_SUCCESS), "atomics complete");
+	check(*(uint64_t *)(c.buf + 3072) == 40 && *(uint64_t *)(c.buf + 3080) == 42 &&
+	      *word == 99, "fetch-and-add and compare-and-swap values");
+	uint64_t value = 0x0102030405060708ull;
+	start(&c, 7);
+	ibv_wr_atomic_write(c.qpx, s.mr->rkey, (uintptr_t)word, &value);
+	check(!ibv_wr_complete(c.qpx), "ibv_wr_complete (atomic write)");
+	check(expect(&c, 7, IBV_WC_ATOMIC_WRITE, IBV_WC_SUCCESS) && *word == value,
+	      "atomic write placed 8 bytes");
+
+	/* 4. Memory windows. */
+	errno = 0;
+	check(!ibv_alloc_mw(pd, 3) && errno == EINVAL, "ibv_alloc_mw type 3 is EINVAL");
+	struct ibv_mw *mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	check(mw2 != NULL, "ibv_alloc_mw type 2");
+	uint32_t key2 = ibv_inc_rkey(mw2->rkey);
+	struct ibv_mw_bind_info bi = { s.mr, (uintptr_t)s.buf, 256, IBV_ACCESS_REMOTE_WRITE };
+	start(&s, 8);
+	ibv_wr_bind_mw(s.qpx, mw2, key2, &bi);
+	check(!ibv_wr_complete(s.qpx), "ibv_wr_complete (bind type 2)");
+	check(expect(&s, 8, IBV_WC_BIND_MW, IBV_WC_SUCCESS), "bind completion");
+	start(&c, 9);
+	ibv_wr_rdma_write(c.qpx, key2, (uintptr_t)s.buf + 64);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf, 16);
+	check(!ibv_wr_complete(c.qpx) && expect(&c, 9, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS) &&
+	      !memcmp(s.buf + 64, c.buf, 16), "write through the type 2 window");
+
+	struct ibv_mw *mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	check(mw1 != NULL, "ibv_alloc_mw type 1");
+	uint32_t old1 = mw1->rkey;
+	struct ibv_mw_bind b1 = { .wr_id = 10, .send_flags = IBV_SEND_SIGNALED,
+		.bind_info = { s.mr, (uintptr_t)s.buf + 512, 256, IBV_ACCESS_REMOTE_READ } };
+	check(!ibv_bind_mw(s.qp, mw1, &b1) && mw1->rkey == ibv_inc_rkey(old1),
+	      "ibv_bind_mw (type 1) moves the key");
+	check(expect(&s, 10, IBV_WC_BIND_MW, IBV_WC_SUCCESS), "type 1 bind completion");
+	start(&c, 11);
+	ibv_wr_rdma_read(c.qpx, mw1->rkey, (uintptr_t)s.buf + 512);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf + 1024, 64);
+	check(!ibv_wr_complete(c.qpx) && expect(&c, 11, IBV_WC_RDMA_READ, IBV_WC_SUCCESS),
+	      "read through the type 1 window");
+
+	post_recv(&s, 2048, 64);
+	start(&c, 12);
+	ibv_wr_send_inv(c.qpx, key2);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf, 8);
+	check(!ibv_wr_complete(c.qpx) && expect(&c, 12, IBV_WC_SEND, IBV_WC_SUCCESS),
+	      "send with invalidate");
+	while ((rc = ibv_start_poll(s.cq, &pa)) == ENOENT)
+		usleep(1);
+	check(rc == 0 && s.cq->status == IBV_WC_SUCCESS &&
+	      (ibv_wc_read_wc_flags(s.cq) & IBV_WC_WITH_INV) &&
+	      ibv_wc_read_invalidated_rkey(s.cq) == key2,
+	      "receive reports the invalidated key");
+	ibv_end_poll(s.cq);
+
+	/* 5. Import and parent domain. */
+	struct ibv_context *ctx2 = ibv_import_device(dup(ctx->cmd_fd));
+	check(ctx2 != NULL, "ibv_import_device(dup(cmd_fd))");
+	struct ibv_pd *pd2 = ibv_import_pd(ctx2, pd->handle);
+	check(pd2 && pd2->handle == pd->handle, "ibv_import_pd");
+	struct ibv_mr *mr2 = ibv_import_mr(pd2, s.mr->handle);
+	check(mr2 && mr2->lkey == s.mr->lkey && mr2->rkey == s.mr->rkey &&
+	      mr2->length == BUF, "ibv_import_mr");
+	ibv_unimport_mr(mr2);
+	ibv_unimport_pd(pd2);
+	check(!ibv_close_device(ctx2), "close the imported context");
+	struct ibv_pd *spare = ibv_alloc_pd(ctx);
+	struct ibv_parent_domain_init_attr pda = { .pd = spare };
+	struct ibv_pd *parent = ibv_alloc_parent_domain(ctx, &pda);
+	check(parent != NULL, "ibv_alloc_parent_domain");
+	check(ibv_dealloc_pd(spare) == EBUSY, "the parent domain keeps its PD busy");
+	check(!ibv_dealloc_pd(parent) && !ibv_dealloc_pd(spare), "dealloc both");
+
+	struct ibv_sge adv = { (uintptr_t)c.buf, 64, c.mr->lkey };
+	check(!ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH,
+			     &adv, 1), "ibv_advise_mr (prefetch: nothing to do)");
+	adv.lkey ^= 0x7f000000;
+	check(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &adv, 1) == EINVAL,
+	      "ibv_advise_mr with a bad lkey is EINVAL");
+
+	/* 6. Error paths. */
+	struct ibv_qp_init_attr_ex qa = {
+		.send_cq = ibv_cq_ex_to_cq(c.cq), .recv_cq = ibv_cq_ex_to_cq(c.cq),
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = pd, .send_ops_flags = IBV_QP_EX_WITH_SEND,
+	};
+	struct ibv_qp *idle = ibv_create_qp_ex(ctx, &qa);
+	struct ibv_qp_ex *idlex = ibv_qp_to_qp_ex(idle);
+	ibv_wr_start(idlex);
+	ibv_wr_send(idlex);
+	ibv_wr_set_sge(idlex, c.mr->lkey, (uintptr_t)c.buf, 8);
+	check(ibv_wr_complete(idlex) == EINVAL, "ibv_wr_complete on a QP in RESET is EINVAL");
+	check(!ibv_destroy_qp(idle), "destroy it");
+	qa.qp_type = IBV_QPT_UD;
+	qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+	errno = 0;
+	check(!ibv_create_qp_ex(ctx, &qa) && errno == EOPNOTSUPP,
+	      "RDMA WRITE on a UD QP is EOPNOTSUPP");
+
+	check(ibv_rereg_mr(s.mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND) == 0,
+	      "ibv_rereg_mr drops REMOTE_WRITE");
+	start(&c, 13);
+	ibv_wr_rdma_write(c.qpx, s.mr->rkey, (uintptr_t)s.buf);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf, 16);
+	check(!ibv_wr_complete(c.qpx) && expect(&c, 13, 0, IBV_WC_REM_ACCESS_ERR),
+	      "write after rereg: remote access error");
+
+	check(!ibv_dealloc_mw(mw1) && !ibv_dealloc_mw(mw2), "ibv_dealloc_mw");
+	printf("PASS\n");
+	return 0;
+}

@@ -1,0 +1,136 @@
+//! What softrdma is measured against, and the idle waiter: the qperf TCP
+//! server and tests, a one-thread memcpy, and the CPU use of a process
+//! blocked on a completion channel.
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use super::{Ctx, Sample, parse, procs};
+use crate::Result;
+use procs::{free_addrs, free_tcp_port, run_one};
+
+/// The qperf server all TCP baselines talk to.
+pub(crate) struct Qperf {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Qperf {
+    pub(crate) fn start() -> Result<Qperf> {
+        let port = free_tcp_port()?;
+        let child = Command::new("qperf")
+            .args(["-lp", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start qperf (apt-get install qperf): {e}"))?;
+        let t0 = Instant::now();
+        while !procs::is_listening(port) {
+            if t0.elapsed() > Duration::from_secs(10) {
+                return Err("qperf server did not listen".into());
+            }
+            sleep(Duration::from_millis(10));
+        }
+        Ok(Qperf { child, port })
+    }
+
+    /// Runs one qperf test; returns (its value in base units, CPU s of both sides).
+    pub(crate) fn test(
+        &self,
+        ctx: &Ctx,
+        args: &[&str],
+        name: &str,
+        field: &str,
+    ) -> Result<(f64, f64)> {
+        let srv = self.child.id();
+        let s0 = procs::process_cpu(srv);
+        let mut c = Command::new("qperf");
+        c.args(["127.0.0.1", "-lp", &self.port.to_string()])
+            .args(["-t", &ctx.opts.secs.to_string()])
+            .args(args);
+        let (out, cpu) = run_one(name, &ctx.dir, &mut c, Duration::from_secs(60))?;
+        // The server forks a process per test; wait until it was reaped.
+        let t0 = Instant::now();
+        while procs::has_children(srv) && t0.elapsed() < Duration::from_secs(3) {
+            sleep(Duration::from_millis(10));
+        }
+        let v = parse::qperf(&out, field).ok_or_else(|| format!("no {field} in:\n{out}"))?;
+        Ok((v, cpu + procs::process_cpu(srv) - s0))
+    }
+}
+
+impl Drop for Qperf {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One-thread memcpy bandwidth for `size`-byte copies between hot buffers.
+pub(crate) fn memcpy_bw(size: usize) -> f64 {
+    let src = vec![1u8; size];
+    let mut dst = vec![0u8; size];
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while t0.elapsed() < Duration::from_millis(300) {
+        for _ in 0..16 {
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&mut dst);
+        }
+        n += 16;
+    }
+    (n * size as u64) as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// CPU use (% of one CPU) and wake-ups per second of a process blocked on a
+/// completion channel.
+pub(crate) fn idle(ctx: &Ctx) -> Result<Sample> {
+    let a = free_addrs(2)?;
+    let mut child = Command::new(&ctx.bench_exe)
+        .args(["--idle", "--addr", &a.to_string(), "--udp-port", "4791"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start the idle waiter: {e}"))?;
+    // Wait for READY (the example may print other lines first).
+    let mut line = String::new();
+    let ready = child
+        .stdout
+        .take()
+        .map(std::io::BufReader::new)
+        .is_some_and(|mut r| {
+            while matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+                if line.trim() == "READY" {
+                    return true;
+                }
+                line.clear();
+            }
+            false
+        });
+    let pid = child.id();
+    let r = if ready {
+        // Let the exchange's timers run out and the devices count as idle
+        // (their progress threads wake every 10 ms for 200 ms after traffic).
+        sleep(Duration::from_millis(1000));
+        let (c0, w0, t0) = (
+            procs::process_cpu(pid),
+            procs::context_switches(pid),
+            Instant::now(),
+        );
+        sleep(Duration::from_secs(ctx.opts.idle_secs));
+        let secs = t0.elapsed().as_secs_f64();
+        let (c1, w1) = (procs::process_cpu(pid), procs::context_switches(pid));
+        Ok(Sample {
+            v: 100.0 * (c1 - c0) / secs,
+            aux: (w1 - w0) as f64 / secs,
+        })
+    } else {
+        Err(format!("idle waiter did not start (printed {line:?})"))
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    r
+}
