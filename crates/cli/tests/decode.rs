@@ -3,14 +3,14 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const PCAPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/pcaps");
+const PCAPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/pcaps");
 const BIN: &str = env!("CARGO_BIN_EXE_softrdma");
 
 fn golden() -> Vec<PathBuf> {
     let dir = Path::new(PCAPS);
     assert!(
         dir.is_dir(),
-        "golden captures not found at {PCAPS}: shared/ must sit beside the repository"
+        "golden captures not found at {PCAPS}: testdata/pcaps is part of the repository"
     );
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()

@@ -9,13 +9,13 @@ use std::net::SocketAddr;
 
 const UD_PINGPONG: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/pcaps/ud_pingpong.pcap"
+    "/../../testdata/pcaps/ud_pingpong.pcap"
 );
 
 #[test]
 fn rxe_packets_with_nonzero_ip_id_pass_and_corrupted_ones_fail() {
     let bytes = std::fs::read(UD_PINGPONG)
-        .unwrap_or_else(|e| panic!("{UD_PINGPONG} (../shared beside the checkout): {e}"));
+        .unwrap_or_else(|e| panic!("{UD_PINGPONG} (testdata/pcaps): {e}"));
     let mut checked = 0;
     for rec in PcapReader::new(&bytes).unwrap() {
         let rec = rec.unwrap();

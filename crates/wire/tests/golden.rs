@@ -1,5 +1,5 @@
-//! Every packet of the golden Linux rxe captures in `shared/pcaps` must parse,
-//! pass our ICRC check against the captured IP/UDP headers, and re-encode from
+//! Every packet of the golden Linux rxe captures in `testdata/pcaps` (a copy
+//! of shared/pcaps) must parse, pass our ICRC check against the captured IP/UDP headers, and re-encode from
 //! its parsed form to exactly the captured bytes.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +14,7 @@ use softrdma_wire::{
     ICRC_LEN, Opcode, Packet, PcapReader, Psn, decode_ip_packet, emit, icrc, pad_for,
 };
 
-const PCAPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/pcaps");
+const PCAPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/pcaps");
 
 /// Packet counts per capture, as `tshark -r FILE | wc -l` reports them.
 const EXPECTED: &[(&str, usize)] = &[
@@ -40,8 +40,8 @@ fn pcap_files() -> Vec<PathBuf> {
     let dir = Path::new(PCAPS);
     assert!(
         dir.is_dir(),
-        "golden captures not found at {PCAPS}: the read-only shared/ directory must sit \
-         beside the repository checkout (../shared relative to it). Refusing to pass without it."
+        "golden captures not found at {PCAPS} (testdata/pcaps is part of the repository). \
+         Refusing to pass without them."
     );
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()

@@ -7,7 +7,7 @@ use softrdma_wire::{ICRC_LEN, PcapReader, icrc};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
-const PCAPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/pcaps");
+const PCAPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/pcaps");
 
 /// The header a UDP-socket receiver assumes: ID 0, DF set, TOS/TTL 0.
 fn assumed(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> [u8; IPV4_HDR_LEN] {
@@ -36,7 +36,7 @@ fn recovers_rxe_ids_from_golden_captures() {
     let dir = Path::new(PCAPS);
     assert!(
         dir.is_dir(),
-        "golden captures not found at {PCAPS} (../shared beside the checkout)"
+        "golden captures not found at {PCAPS} (testdata/pcaps)"
     );
     let mut checked = 0;
     let mut nonzero = 0;

@@ -13,7 +13,7 @@ use softrdma_wire::{
     emit, icrc,
 };
 
-const PCAPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/pcaps");
+const PCAPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/pcaps");
 
 /// splitmix64: tiny, fixed-seed, good enough to spread mutations.
 struct Rng(u64);

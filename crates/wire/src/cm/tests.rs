@@ -325,13 +325,10 @@ fn private_data_helpers() {
 // ---- real MADs from the golden captures ----
 
 fn pcaps_dir() -> std::path::PathBuf {
-    let d = std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/pcaps"
-    ));
+    let d = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/pcaps"));
     assert!(
         d.is_dir(),
-        "golden captures not found at {}: the shared/ directory must sit beside the repository",
+        "golden captures not found at {}: testdata/pcaps is part of the repository",
         d.display()
     );
     d.to_path_buf()
