@@ -1,7 +1,9 @@
 //! Two "hosts": network namespaces joined by a veth pair, 5 % random loss on
 //! the RoCE traffic in each direction, and the RC exchange of `verbs_peer`
 //! (every operation type, multi-MiB messages, PSN wrap) running across them,
-//! one process per namespace, byte-exact despite the loss.
+//! one process per namespace, byte-exact despite the loss. Once with the
+//! devices on IPv4 addresses, once on IPv6 ones (`fd00::/8`, GIDs that are
+//! not IPv4-mapped), where the test checks that every RoCE packet was IPv6.
 //!
 //! Needs root (it creates and removes the namespaces; they are removed on
 //! every exit path, panics included). Not root: a loud SKIPPED line. Root but
@@ -85,13 +87,19 @@ fn require(tool: &str, version_flag: &str, package: &str) {
 struct Netns {
     ns: [String; 2],
     veth: [String; 2],
+    /// IPv4 addresses of the veth ends (the TCP side channel uses them).
     addr: [String; 2],
+    /// The devices' addresses (`SOFTRDMA_ADDR`): `addr`, or IPv6 ones.
+    roce: [String; 2],
 }
 
 impl Netns {
-    fn create() -> Netns {
+    /// The namespaces; with `ipv6`, each veth end also gets a unique local
+    /// IPv6 address, and the devices use those.
+    fn create(ipv6: bool) -> Netns {
         let id = std::process::id();
-        let tag = format!("{:x}", id % 0x10_0000);
+        // Both tests of this file run at once: the family keeps them apart.
+        let tag = format!("{:x}{}", id % 0x10_0000, if ipv6 { "6" } else { "4" });
         let n = Netns {
             ns: [format!("srdma{tag}a"), format!("srdma{tag}b")],
             veth: [format!("sr{tag}a"), format!("sr{tag}b")],
@@ -99,6 +107,13 @@ impl Netns {
                 format!("10.213.{}.1", id % 250),
                 format!("10.213.{}.2", id % 250),
             ],
+            roce: Default::default(),
+        };
+        let mut n = n;
+        n.roce = if ipv6 {
+            [1, 2].map(|h| format!("fd00:5d:{:x}::{h}", id % 0x10000))
+        } else {
+            n.addr.clone()
         };
         // From here on Drop removes whatever exists, also after a failed step.
         let veth = &n.veth;
@@ -123,6 +138,13 @@ impl Netns {
             sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
             sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
+        if ipv6 {
+            for ((ns, dev), addr) in n.ns.iter().zip(veth).zip(&n.roce) {
+                // `nodad`: usable at once, not tentative for a second or two.
+                let cidr = format!("{addr}/64");
+                sh(&["ip", "-n", ns, "addr", "add", &cidr, "dev", dev, "nodad"]);
+            }
+        }
         n
     }
 
@@ -134,6 +156,8 @@ impl Netns {
                 "table inet softrdma_loss {\n\
                  \x20 chain input {\n\
                  \x20   type filter hook input priority 0; policy accept;\n\
+                 \x20   meta nfproto ipv4 udp dport 4791 counter\n\
+                 \x20   meta nfproto ipv6 udp dport 4791 counter\n\
                  \x20   udp dport 4791 numgen random mod 100 < 5 counter drop\n\
                  \x20 }\n\
                  }\n",
@@ -141,8 +165,9 @@ impl Netns {
         }
     }
 
-    /// Packets the loss rule of namespace `i` dropped so far.
-    fn dropped(&self, i: usize) -> u64 {
+    /// Packets counted by the rules of namespace `i` so far: IPv4 RoCE
+    /// packets, IPv6 RoCE packets, and those dropped.
+    fn counters(&self, i: usize) -> [u64; 3] {
         let out = sh(&[
             "ip",
             "netns",
@@ -155,18 +180,22 @@ impl Netns {
             "softrdma_loss",
             "input",
         ]);
-        out.split_whitespace()
-            .skip_while(|w| *w != "packets")
-            .nth(1)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no packet counter in:\n{out}"))
+        let words: Vec<&str> = out.split_whitespace().collect();
+        let counts: Vec<u64> = words
+            .windows(2)
+            .filter(|w| w[0] == "packets")
+            .filter_map(|w| w[1].parse().ok())
+            .collect();
+        counts
+            .try_into()
+            .unwrap_or_else(|_| panic!("not three packet counters in:\n{out}"))
     }
 
     /// A command run inside namespace `i` with the device on its address.
     fn cmd(&self, i: usize, program: &std::path::Path, args: &[&str]) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.ns[i], "env"])
-            .arg(format!("SOFTRDMA_ADDR={}", self.addr[i]))
+            .arg(format!("SOFTRDMA_ADDR={}", self.roce[i]))
             .arg(program)
             .args(args)
             .env_remove("SOFTRDMA_PORT")
@@ -207,9 +236,22 @@ fn stat(out: &str, key: &str) -> u64 {
 
 #[test]
 fn rc_exchange_across_namespaces_with_5_percent_loss() {
+    exchange_with_loss("rc_exchange_across_namespaces_with_5_percent_loss", false);
+}
+
+#[test]
+fn rc_exchange_across_namespaces_over_ipv6_with_5_percent_loss() {
+    exchange_with_loss(
+        "rc_exchange_across_namespaces_over_ipv6_with_5_percent_loss",
+        true,
+    );
+}
+
+fn exchange_with_loss(test: &str, ipv6: bool) {
     if !is_root() {
-        let msg = "SKIPPED (needs root): netns::rc_exchange_across_namespaces_with_5_percent_loss \
-                   creates network namespaces; run as root (CI does)";
+        let msg = format!(
+            "SKIPPED (needs root): netns::{test} creates network namespaces; run as root (CI does)"
+        );
         // Written to the real stderr: the test harness captures print! output of
         // passing tests, and this line must show in every run.
         use std::io::Write;
@@ -219,7 +261,7 @@ fn rc_exchange_across_namespaces_with_5_percent_loss() {
     require("ip", "-V", "iproute2");
     require("nft", "--version", "nftables");
     let peer = example("verbs_peer");
-    let net = Netns::create();
+    let net = Netns::create(ipv6);
     net.add_loss();
 
     let tcp = "18515";
@@ -251,9 +293,10 @@ fn rc_exchange_across_namespaces_with_5_percent_loss() {
     for o in [&s, &c] {
         assert_eq!(o.stdout.lines().last(), Some("PASS"), "{o}");
     }
-    let dropped = [net.dropped(0), net.dropped(1)];
+    let counters = [net.counters(0), net.counters(1)];
+    let dropped = counters.map(|c| c[2]);
     println!(
-        "nft dropped {dropped:?} packets; client {}; server {}",
+        "nft [ipv4, ipv6, dropped] packets {counters:?}; client {}; server {}",
         c.line("STATS"),
         s.line("STATS")
     );
@@ -261,6 +304,14 @@ fn rc_exchange_across_namespaces_with_5_percent_loss() {
         dropped[0] > 0 && dropped[1] > 0,
         "the loss rules dropped nothing: {dropped:?}"
     );
+    // The RoCE traffic used the family of the devices' addresses, both ways.
+    let (family, other) = if ipv6 { (1, 0) } else { (0, 1) };
+    for c in counters {
+        assert!(
+            c[family] > 0 && c[other] == 0,
+            "wrong IP family: {counters:?}"
+        );
+    }
     let retransmits = stat(&c.stdout, "retransmits") + stat(&s.stdout, "retransmits");
     assert!(retransmits > 0, "loss but no retransmits?\n{c}\n{s}");
 }
