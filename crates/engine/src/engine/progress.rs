@@ -4,7 +4,9 @@
 //! else in the process wants the CPU (a receive-only peer, such as a perftest
 //! server sitting in a TCP read, then pays no wake-up per batch).
 
-use super::{Rx, Shared, earliest};
+use super::Shared;
+use super::events::earliest;
+use super::rx::Rx;
 use crate::Linger;
 use softrdma_udp::Poller;
 use std::sync::atomic::Ordering;

@@ -1,14 +1,20 @@
 //! The engine: one endpoint, one UDP socket, one progress thread.
+//!
+//! This file holds the [`Engine`] and its public API, and the state it shares
+//! with the progress thread (`Shared`, `Core`). The paths that state runs
+//! live beside it: `busy_poll` (who owns the socket while an application
+//! busy-polls, and deferred sends), `tx` (the transmit path), `rx` (the
+//! receive path), `events` (endpoint and CM events, timers) and `progress`
+//! (the progress thread).
 
-use crate::channel::{AsyncChannel, AsyncEvent, CompChannel};
+use crate::channel::{AsyncChannel, CompChannel};
 use crate::cm::{CmChannel, EpQps};
 use crate::config::EngineConfig;
-use crate::memory::HostMemory;
 use softrdma_cm::{Cm, CmConfig, CmError, IdHandle, PortSpace};
 use softrdma_transport::{
-    Config, CqHandle, Datagram, Endpoint, Event, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
+    Config, CqHandle, Endpoint, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
 };
-use softrdma_udp::{Poller, RecvBatch, RoceSocket, SocketConfig, SocketStats, Transmit, Waker};
+use softrdma_udp::{Poller, RecvBatch, RoceSocket, SocketConfig, SocketStats, Waker};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -17,35 +23,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
+mod busy_poll;
+mod events;
 mod progress;
+mod rx;
+mod tx;
 
-use progress::{MAX_STANDBY_NS, SPIN_WINDOW_NS};
+use rx::Rx;
+use tx::{Tx, wr_bytes};
 
 /// Datagrams built or received per batch.
 const BATCH: usize = 64;
-/// A poller back this soon after handing the socket over polls in a tight loop.
-const QUICK_RETURN_NS: u64 = 5_000;
-/// How recently an application must have found a CQ empty for its posts to
-/// be gathered (it spins, so a poll follows the burst).
-const POLLER_NS: u64 = 10_000_000;
-/// Posted bytes a busy poller's next call may gather before they are sent anyway.
-const DEFER_MAX_BYTES: usize = 256 << 10;
-/// Received datagrams processed between two sends of their answers.
-const ACK_CHUNK: usize = 32;
-/// BTH opcode of an RC ACK/NAK.
-const RC_ACKNOWLEDGE: u8 = 0x11;
 const KEY_SOCKET: u8 = 1;
 const KEY_MCAST: u8 = 2;
-
-/// Who runs a receive burst.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Rx {
-    /// The progress thread: sends the answers at once.
-    Progress,
-    /// An application thread busy-polling its CQ: leaves the last answers to
-    /// its caller, which hands completions over first.
-    Poller,
-}
 
 /// State behind the engine lock.
 #[derive(Debug)]
@@ -59,12 +49,6 @@ pub(crate) struct Core {
     gsi_psn: u32,
     /// When to probe the peers of live CM connections next (see `KEEPALIVE`).
     keepalive_at: Option<Instant>,
-}
-
-#[derive(Debug)]
-struct Tx {
-    bufs: Vec<Vec<u8>>,
-    dst: Vec<SocketAddr>,
 }
 
 #[derive(Debug)]
@@ -610,511 +594,10 @@ impl Shared {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// Whether an application thread found a CQ empty within `POLLER_NS` of
-    /// `now`: it spins on its CQ, and polls again after whatever it does.
-    fn app_spinner(&self, now: u64) -> bool {
-        now.saturating_sub(self.last_poll.load(Ordering::Relaxed)) < POLLER_NS
-    }
-
-    /// Whether an application thread polled or posted within `SPIN_WINDOW_NS`
-    /// of `now`: it reads the socket itself when its CQ runs dry.
-    fn app_spinning(&self, now: u64) -> bool {
-        now.saturating_sub(self.last_call.load(Ordering::Relaxed)) < SPIN_WINDOW_NS
-    }
-
-    /// An application thread that spins on a CQ posted or sent (at `now`):
-    /// it is busy with the device, the progress thread stays in standby.
-    fn note_busy(&self, now: u64) {
-        if self.busy_poll && self.app_spinner(now) {
-            self.last_call.store(now, Ordering::Relaxed);
-        }
-    }
-
-    /// Puts the socket in the progress thread's epoll set or takes it out:
-    /// out while an application thread polls (it reads the socket itself).
-    fn update_watch(&self, poller: &Poller) -> bool {
-        let mut w = self.watching.lock().unwrap_or_else(|p| p.into_inner());
-        let want = !self.app_spinning(self.now().as_nanos());
-        if *w != want {
-            let r = if want {
-                poller.add_socket(&self.socket, KEY_SOCKET)
-            } else {
-                poller.remove_fd(self.socket.as_fd(), KEY_SOCKET)
-            };
-            if r.is_ok() {
-                *w = want;
-            }
-        }
-        *w
-    }
-
-    /// A poller returns completions to its application. If requests for
-    /// this device's responders waited in the socket while the application
-    /// was away lately (it spins on memory between polls, as `ib_write_lat`
-    /// does), the socket goes back to the progress thread now rather than
-    /// at its next tick, up to 100 µs later.
-    fn leave(&self) {
-        let now = self.now().as_nanos();
-        if now < self.serve_until.load(Ordering::Relaxed) {
-            self.last_poll.store(0, Ordering::Relaxed);
-            self.last_call.store(0, Ordering::Relaxed);
-            self.left_at.store(now, Ordering::Relaxed);
-            self.update_watch(&self.poller);
-        }
-    }
-
-    /// A poller is back (at `now`). Back within `QUICK_RETURN_NS` of
-    /// leaving, it polls in a tight loop after all (a ping-pong that lost
-    /// the CPU for a while looks like one that leaves): stop handing over.
-    fn back(&self, now: u64) {
-        let left = self.left_at.load(Ordering::Relaxed);
-        if left != 0 {
-            self.left_at.store(0, Ordering::Relaxed);
-            if now.saturating_sub(left) < QUICK_RETURN_NS {
-                self.serve_until.store(0, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Marks packets as queued and not sent (`tx_pending`).
-    fn set_pending(&self) {
-        if !self.tx_pending.swap(true, Ordering::Relaxed) {
-            self.pending_since
-                .store(self.now().as_nanos(), Ordering::Relaxed);
-        }
-    }
-
-    /// Whether packets have waited in `tx_pending` since before `now - age`.
-    fn pending_older_than(&self, now: u64, age: u64) -> bool {
-        self.tx_pending.load(Ordering::Relaxed)
-            && now.saturating_sub(self.pending_since.load(Ordering::Relaxed)) >= age
-    }
-
-    /// Makes sure the progress thread looks at `tx_pending` within about
-    /// `MAX_STANDBY_NS`: it ticks that often while an application polls, but
-    /// may still sleep without a deadline when the polling just began.
-    fn ensure_tick(&self) {
-        let soon = self.now().as_nanos() + 2 * MAX_STANDBY_NS;
-        if self.sleeping_until.load(Ordering::SeqCst) > soon {
-            let _ = self.waker.wake();
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, Core> {
         // A panic while holding the lock leaves the endpoint as it was at the
         // panic; keep serving rather than poisoning every later call.
         self.core.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// After any endpoint call: deliver events, and wake the progress thread if
-    /// the earliest timer moved before the deadline it sleeps on.
-    fn after(&self, core: &mut Core) {
-        let now = self.now();
-        while let Some(e) = core.ep.poll_event() {
-            if let Event::QpAsync(q, t) = e {
-                use softrdma_transport::AsyncEventType as A;
-                let fatal = matches!(t, A::QpFatal | A::QpReqErr | A::QpAccessErr);
-                if matches!(t, A::CommEst) || fatal {
-                    let Core { ep, cm, .. } = core;
-                    cm.qp_event(now, q, fatal, &mut EpQps { ep, now });
-                }
-            }
-            match e {
-                Event::CompletionNotify(cq) => {
-                    if let Some(c) = core.channels.get(&cq) {
-                        c.notify(cq);
-                        self.notifies.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Event::QpAsync(q, t) => self.async_events.push(AsyncEvent::Qp(q, t)),
-                Event::CqAsync(c, t) => self.async_events.push(AsyncEvent::Cq(c, t)),
-                Event::SrqAsync(s, t) => self.async_events.push(AsyncEvent::Srq(s, t)),
-            }
-        }
-        self.dispatch_cm(core);
-        if let Some(t) = earliest(core)
-            && t.as_nanos() < self.sleeping_until.load(Ordering::SeqCst)
-        {
-            let _ = self.waker.wake();
-        }
-    }
-
-    /// After a post: sends what it queued now, or leaves it for a busy
-    /// poller's next call (see [`Engine::post_send_many`]).
-    fn doorbell(&self, bytes: usize) {
-        let now = self.now().as_nanos();
-        // A burst of posts from a spinning application: the previous call
-        // was a moment ago, and the last empty poll not long before.
-        let burst = self.app_spinning(now) && self.app_spinner(now);
-        self.note_busy(now);
-        if self.busy_poll && burst {
-            let queued = self.deferred_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-            if queued < DEFER_MAX_BYTES {
-                self.set_pending();
-                self.ensure_tick();
-                return;
-            }
-        }
-        self.send_soon();
-        // Sending a large batch takes a while: that was device work too.
-        self.note_busy(self.now().as_nanos());
-    }
-
-    /// Sends what a busy poller or a post left for later, if anything (hands
-    /// it to a thread already sending, like [`Shared::send_soon`]).
-    fn flush_pending(&self) {
-        if self.tx_pending.load(Ordering::Relaxed) {
-            self.send_soon();
-        }
-    }
-
-    /// Like `flush_pending`, but returns only once it was sent (before a QP
-    /// may go away with its queued answers).
-    fn flush_pending_sync(&self) {
-        if self.tx_pending.load(Ordering::Relaxed) {
-            self.flush_tx();
-        }
-    }
-
-    /// Builds and sends everything the endpoint wants to transmit; waits for
-    /// a thread that is sending already.
-    fn flush_tx(&self) {
-        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        self.drain_tx(&mut tx);
-        drop(tx);
-        if self.tx_again.load(Ordering::SeqCst) {
-            self.send_soon();
-        }
-    }
-
-    /// Builds and sends everything the endpoint wants to transmit, or, if
-    /// another thread is doing that right now, has it do this too (it looks
-    /// at `tx_again` after releasing the transmit lock) instead of waiting for
-    /// it: waiting costs a futex sleep and a context switch, and the packets
-    /// would leave no sooner.
-    fn send_soon(&self) {
-        loop {
-            self.tx_again.store(true, Ordering::SeqCst);
-            let Ok(mut tx) = self.tx.try_lock() else {
-                // The holder sees `tx_again` after it releases the lock.
-                return;
-            };
-            self.drain_tx(&mut tx);
-            drop(tx);
-            if !self.tx_again.load(Ordering::SeqCst) {
-                return;
-            }
-        }
-    }
-
-    /// The body of every flush, under the transmit lock.
-    fn drain_tx(&self, tx: &mut Tx) {
-        // Everything queued so far is sent below (whoever set these flags
-        // queued its packets before setting them).
-        self.tx_again.store(false, Ordering::SeqCst);
-        self.tx_pending.store(false, Ordering::Relaxed);
-        self.deferred_bytes.store(0, Ordering::Relaxed);
-        loop {
-            tx.dst.clear();
-            {
-                let mut core = self.lock();
-                let now = self.now();
-                let mut mem = HostMemory;
-                while tx.dst.len() < BATCH {
-                    let Some((dst, pkt)) = core.gsi_out.pop_front() else {
-                        break;
-                    };
-                    let i = tx.dst.len();
-                    tx.bufs[i].clear();
-                    tx.bufs[i].extend_from_slice(&pkt);
-                    tx.dst.push(dst);
-                }
-                while tx.dst.len() < BATCH {
-                    let i = tx.dst.len();
-                    match core.ep.poll_transmit(now, &mut mem, &mut tx.bufs[i]) {
-                        Some(t) => {
-                            tx.bufs[i].truncate(t.len);
-                            tx.dst.push(t.dst);
-                        }
-                        None => break,
-                    }
-                }
-                self.after(&mut core);
-            }
-            let n = tx.dst.len();
-            if n == 0 {
-                return;
-            }
-            if let Some(c) = &self.capture {
-                let src = self.socket.local_addr();
-                for i in 0..n {
-                    c.record(src, tx.dst[i], &tx.bufs[i]);
-                }
-            }
-            // Requests and responses first, plain ACKs after them: on loopback
-            // every datagram is delivered inside the send call, so an ACK put
-            // first would delay the request a ping-pong peer waits for. (An
-            // ACK only ever moves later, so it never overtakes the READ
-            // response it follows.)
-            let is_ack = |b: &[u8]| b.first() == Some(&RC_ACKNOWLEDGE);
-            let batch: Vec<Transmit<'_>> = (0..n)
-                .filter(|&i| !is_ack(&tx.bufs[i]))
-                .chain((0..n).filter(|&i| is_ack(&tx.bufs[i])))
-                .map(|i| Transmit {
-                    dst: tx.dst[i],
-                    payload: &tx.bufs[i],
-                })
-                .collect();
-            let batch = match &self.faults {
-                Some(f) => f.apply(batch),
-                None => batch,
-            };
-            let mut sent = 0;
-            let mut stalls = 0;
-            while sent < batch.len() {
-                match self.socket.send_batch(&batch[sent..]) {
-                    Ok(0) => {
-                        // Socket buffer full: wait briefly for room; after that,
-                        // drop (RC retransmits; UD is unreliable by contract).
-                        stalls += 1;
-                        if stalls > 100 {
-                            break;
-                        }
-                        wait_writable(&self.socket, 10);
-                    }
-                    Ok(k) => sent += k,
-                    Err(_) => break,
-                }
-            }
-            if n < BATCH {
-                return;
-            }
-        }
-    }
-
-    /// Receives what is waiting on the socket and processes it; returns
-    /// datagrams handled. The answers are sent after each full batch, and
-    /// after the last one too unless a busy poller runs it ([`Rx::Poller`]:
-    /// then they are left to the caller, `tx_pending`).
-    fn rx_burst(&self, mode: Rx) -> usize {
-        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
-        let mut total = 0;
-        let mut requests = 0;
-        loop {
-            match self.socket.recv_batch(&mut rx) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            let local_ip = self.socket.local_addr().ip();
-            // A GRO batch can hold a whole send window: answer (ACK) every
-            // `ACK_CHUNK` datagrams rather than after all of them, so the
-            // sender never waits for the batch's end to go on.
-            let mut it = rx.datagrams().peekable();
-            while it.peek().is_some() {
-                {
-                    let mut core = self.lock();
-                    let now = self.now();
-                    let mut mem = HostMemory;
-                    for d in it.by_ref().take(ACK_CHUNK) {
-                        if let Some(c) = &self.capture {
-                            c.record(
-                                d.src,
-                                SocketAddr::new(
-                                    d.dst_ip.unwrap_or(local_ip),
-                                    self.socket.local_addr().port(),
-                                ),
-                                d.data,
-                            );
-                        }
-                        let dg = Datagram {
-                            src: d.src,
-                            dst_ip: d.dst_ip.unwrap_or(local_ip),
-                            payload: d.data,
-                        };
-                        if crate::cm::is_gsi(d.data) {
-                            self.handle_gsi(&mut core, now, &dg);
-                        } else {
-                            core.ep.handle_datagram(now, &dg, &mut mem);
-                        }
-                        requests += u64::from(!is_rc_response(d.data));
-                        total += 1;
-                    }
-                    self.after(&mut core);
-                }
-                if it.peek().is_some() {
-                    self.send_soon();
-                }
-            }
-            let more = rx.messages().len() >= BATCH;
-            if more || mode == Rx::Progress {
-                self.send_soon();
-            } else {
-                self.set_pending();
-            }
-            if !more {
-                break;
-            }
-        }
-        if requests > 0 {
-            self.rx_requests.fetch_add(requests, Ordering::Relaxed);
-        }
-        self.handle_unreachable();
-        total + self.rx_mcast(&mut rx)
-    }
-
-    /// Receives what arrived on multicast group sockets.
-    fn rx_mcast(&self, rx: &mut RecvBatch) -> usize {
-        let socks: Vec<Arc<RoceSocket>> = {
-            let m = self.mcast.lock().unwrap_or_else(|p| p.into_inner());
-            if m.is_empty() {
-                return 0;
-            }
-            m.values().map(|(s, _)| Arc::clone(s)).collect()
-        };
-        let mut total = 0;
-        for sock in socks {
-            while let Ok(n) = sock.recv_batch(rx) {
-                if n == 0 {
-                    break;
-                }
-                let mut core = self.lock();
-                let now = self.now();
-                let mut mem = HostMemory;
-                for d in rx.datagrams() {
-                    let Some(group) = d.dst_ip else { continue };
-                    let dg = Datagram {
-                        src: d.src,
-                        dst_ip: group,
-                        payload: d.data,
-                    };
-                    core.ep.handle_datagram(now, &dg, &mut mem);
-                    total += 1;
-                }
-                self.after(&mut core);
-            }
-        }
-        total
-    }
-
-    /// Feeds a packet for QP1 to the CM (after the same ICRC check as any packet).
-    fn handle_gsi(&self, core: &mut Core, now: Instant, d: &Datagram<'_>) {
-        if !core.ep.icrc_ok(d) {
-            return;
-        }
-        if let Some(mad) = crate::cm::gsi_mad(d.payload) {
-            let Core { ep, cm, .. } = core;
-            cm.handle_mad(now, d.src.ip(), d.dst_ip, mad, &mut EpQps { ep, now });
-        }
-    }
-
-    /// ICMP said nothing listens at some peers any more: their processes are
-    /// gone. Connections to them end now (the CM's liveness rule).
-    fn handle_unreachable(&self) {
-        let gone = self.socket.take_unreachable();
-        if gone.is_empty() {
-            return;
-        }
-        {
-            let mut core = self.lock();
-            let now = self.now();
-            for a in gone {
-                let Core { ep, cm, .. } = &mut *core;
-                cm.peer_unreachable(now, a.ip(), &mut EpQps { ep, now });
-            }
-            self.after(&mut core);
-        }
-        self.flush_tx();
-    }
-
-    /// Routes CM events to their channels and frames outgoing MADs.
-    fn dispatch_cm(&self, core: &mut Core) {
-        while let Some(e) = core.cm.poll_event() {
-            if e.kind == softrdma_cm::EventKind::Established && core.keepalive_at.is_none() {
-                core.keepalive_at = Some(self.now() + KEEPALIVE);
-            }
-            let ch = core.cm_channels.get(&e.id).cloned().or_else(|| {
-                // A connection request arrives on its listener's channel, and
-                // the new id inherits it.
-                let l = e.listen_id?;
-                let c = core.cm_channels.get(&l).cloned()?;
-                core.cm_channels.insert(e.id, c.clone());
-                Some(c)
-            });
-            if let Some(c) = ch {
-                c.push(e);
-            }
-        }
-        let port = core.ep.config().dest_port;
-        while let Some(o) = core.cm.poll_transmit() {
-            let mut pkt = Vec::with_capacity(300);
-            crate::cm::gsi_packet(core.gsi_psn, &o.mad, &mut pkt);
-            core.gsi_psn = (core.gsi_psn + 1) & 0xFF_FFFF;
-            let dst = SocketAddr::new(o.dst, port);
-            core.ep.fill_icrc(o.src, dst, &mut pkt);
-            core.gsi_out.push_back((dst, pkt));
-        }
-    }
-
-    /// Fires the timers that are due and sends what they queued (only then:
-    /// the progress thread runs this at every tick, and an idle flush would
-    /// take the transmit lock from a busy application thread).
-    fn handle_timers(&self) {
-        let fired = {
-            let mut core = self.lock();
-            let now = self.now();
-            let mut fired = false;
-            if core.ep.poll_timeout().is_some_and(|t| t <= now) {
-                core.ep.handle_timeout(now);
-                fired = true;
-            }
-            if core.cm.poll_timeout().is_some_and(|t| t <= now) {
-                let Core { ep, cm, .. } = &mut *core;
-                cm.handle_timeout(now, &mut EpQps { ep, now });
-                fired = true;
-            }
-            if core.keepalive_at.is_some_and(|t| t <= now) {
-                let probed = core.cm.send_keepalives();
-                core.keepalive_at = (probed > 0).then(|| now + KEEPALIVE);
-                fired = true;
-            }
-            self.after(&mut core);
-            fired
-        };
-        if fired {
-            self.send_soon();
-        }
-    }
-}
-
-/// How often the peers of live CM connections are probed. With no kernel to
-/// send a DREQ for a killed process, a probe to its closed port draws an ICMP
-/// "port unreachable", which ends the connection (DISCONNECTED, QP flushed):
-/// a waiting peer learns of the death within about this long.
-const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The earliest deadline of the transport, the CM and the keepalive.
-fn earliest(core: &Core) -> Option<Instant> {
-    [
-        core.ep.poll_timeout(),
-        core.cm.poll_timeout(),
-        core.keepalive_at,
-    ]
-    .into_iter()
-    .flatten()
-    .min()
-}
-
-/// Whether a RoCE packet is an RC response (ACK, READ response, atomic ACK),
-/// which only its requester waits for, rather than a request a responder serves.
-fn is_rc_response(pkt: &[u8]) -> bool {
-    pkt.first().is_some_and(|&op| (0x0D..=0x12).contains(&op))
-}
-
-/// Payload bytes of a send WR.
-fn wr_bytes(wr: &SendWr) -> usize {
-    match &wr.inline {
-        Some(d) => d.len(),
-        None => wr.sgl.iter().map(|s| s.length as usize).sum(),
     }
 }
 
@@ -1124,19 +607,6 @@ fn wr_bytes(wr: &SendWr) -> usize {
 /// rxe's 128, at most 1024 PSNs (4 MiB).
 fn loopback_window(recv_buffer: usize) -> u32 {
     (recv_buffer / 8 / 4096).clamp(128, 1024) as u32
-}
-
-fn wait_writable(sock: &RoceSocket, ms: i32) {
-    use std::os::fd::AsRawFd;
-    let mut p = libc::pollfd {
-        fd: sock.as_raw_fd(),
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: `p` is one valid pollfd for the duration of the call.
-    unsafe {
-        libc::poll(&mut p, 1, ms);
-    }
 }
 
 fn e_kind(e: &softrdma_udp::BindError) -> io::ErrorKind {

@@ -1,0 +1,123 @@
+//! What follows every endpoint call: delivering the endpoint's and the CM's
+//! events to their channels, framing outgoing CM MADs, and firing the
+//! transport, CM and keepalive timers; in one place since every path
+//! (verbs, transmit, receive, progress thread) ends with it.
+
+use super::{Core, Shared};
+use crate::channel::AsyncEvent;
+use crate::cm::EpQps;
+use softrdma_transport::{Event, Instant};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+impl Shared {
+    /// After any endpoint call: deliver events, and wake the progress thread if
+    /// the earliest timer moved before the deadline it sleeps on.
+    pub(super) fn after(&self, core: &mut Core) {
+        let now = self.now();
+        while let Some(e) = core.ep.poll_event() {
+            if let Event::QpAsync(q, t) = e {
+                use softrdma_transport::AsyncEventType as A;
+                let fatal = matches!(t, A::QpFatal | A::QpReqErr | A::QpAccessErr);
+                if matches!(t, A::CommEst) || fatal {
+                    let Core { ep, cm, .. } = core;
+                    cm.qp_event(now, q, fatal, &mut EpQps { ep, now });
+                }
+            }
+            match e {
+                Event::CompletionNotify(cq) => {
+                    if let Some(c) = core.channels.get(&cq) {
+                        c.notify(cq);
+                        self.notifies.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Event::QpAsync(q, t) => self.async_events.push(AsyncEvent::Qp(q, t)),
+                Event::CqAsync(c, t) => self.async_events.push(AsyncEvent::Cq(c, t)),
+                Event::SrqAsync(s, t) => self.async_events.push(AsyncEvent::Srq(s, t)),
+            }
+        }
+        self.dispatch_cm(core);
+        if let Some(t) = earliest(core)
+            && t.as_nanos() < self.sleeping_until.load(Ordering::SeqCst)
+        {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// Routes CM events to their channels and frames outgoing MADs.
+    fn dispatch_cm(&self, core: &mut Core) {
+        while let Some(e) = core.cm.poll_event() {
+            if e.kind == softrdma_cm::EventKind::Established && core.keepalive_at.is_none() {
+                core.keepalive_at = Some(self.now() + KEEPALIVE);
+            }
+            let ch = core.cm_channels.get(&e.id).cloned().or_else(|| {
+                // A connection request arrives on its listener's channel, and
+                // the new id inherits it.
+                let l = e.listen_id?;
+                let c = core.cm_channels.get(&l).cloned()?;
+                core.cm_channels.insert(e.id, c.clone());
+                Some(c)
+            });
+            if let Some(c) = ch {
+                c.push(e);
+            }
+        }
+        let port = core.ep.config().dest_port;
+        while let Some(o) = core.cm.poll_transmit() {
+            let mut pkt = Vec::with_capacity(300);
+            crate::cm::gsi_packet(core.gsi_psn, &o.mad, &mut pkt);
+            core.gsi_psn = (core.gsi_psn + 1) & 0xFF_FFFF;
+            let dst = SocketAddr::new(o.dst, port);
+            core.ep.fill_icrc(o.src, dst, &mut pkt);
+            core.gsi_out.push_back((dst, pkt));
+        }
+    }
+
+    /// Fires the timers that are due and sends what they queued (only then:
+    /// the progress thread runs this at every tick, and an idle flush would
+    /// take the transmit lock from a busy application thread).
+    pub(super) fn handle_timers(&self) {
+        let fired = {
+            let mut core = self.lock();
+            let now = self.now();
+            let mut fired = false;
+            if core.ep.poll_timeout().is_some_and(|t| t <= now) {
+                core.ep.handle_timeout(now);
+                fired = true;
+            }
+            if core.cm.poll_timeout().is_some_and(|t| t <= now) {
+                let Core { ep, cm, .. } = &mut *core;
+                cm.handle_timeout(now, &mut EpQps { ep, now });
+                fired = true;
+            }
+            if core.keepalive_at.is_some_and(|t| t <= now) {
+                let probed = core.cm.send_keepalives();
+                core.keepalive_at = (probed > 0).then(|| now + KEEPALIVE);
+                fired = true;
+            }
+            self.after(&mut core);
+            fired
+        };
+        if fired {
+            self.send_soon();
+        }
+    }
+}
+
+/// How often the peers of live CM connections are probed. With no kernel to
+/// send a DREQ for a killed process, a probe to its closed port draws an ICMP
+/// "port unreachable", which ends the connection (DISCONNECTED, QP flushed):
+/// a waiting peer learns of the death within about this long.
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The earliest deadline of the transport, the CM and the keepalive.
+pub(super) fn earliest(core: &Core) -> Option<Instant> {
+    [
+        core.ep.poll_timeout(),
+        core.cm.poll_timeout(),
+        core.keepalive_at,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+}

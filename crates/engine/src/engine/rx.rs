@@ -1,0 +1,167 @@
+//! The receive path: bursts off the device socket and the multicast group
+//! sockets, QP1 (CM) packets and ICMP "port unreachable" reports, kept apart
+//! from the transmit path and the public API.
+
+use super::{BATCH, Core, Shared};
+use crate::cm::EpQps;
+use crate::memory::HostMemory;
+use softrdma_transport::{Datagram, Instant};
+use softrdma_udp::{RecvBatch, RoceSocket};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Received datagrams processed between two sends of their answers.
+const ACK_CHUNK: usize = 32;
+
+/// Who runs a receive burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rx {
+    /// The progress thread: sends the answers at once.
+    Progress,
+    /// An application thread busy-polling its CQ: leaves the last answers to
+    /// its caller, which hands completions over first.
+    Poller,
+}
+
+impl Shared {
+    /// Receives what is waiting on the socket and processes it; returns
+    /// datagrams handled. The answers are sent after each full batch, and
+    /// after the last one too unless a busy poller runs it ([`Rx::Poller`]:
+    /// then they are left to the caller, `tx_pending`).
+    pub(super) fn rx_burst(&self, mode: Rx) -> usize {
+        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        let mut total = 0;
+        let mut requests = 0;
+        loop {
+            match self.socket.recv_batch(&mut rx) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let local_ip = self.socket.local_addr().ip();
+            // A GRO batch can hold a whole send window: answer (ACK) every
+            // `ACK_CHUNK` datagrams rather than after all of them, so the
+            // sender never waits for the batch's end to go on.
+            let mut it = rx.datagrams().peekable();
+            while it.peek().is_some() {
+                {
+                    let mut core = self.lock();
+                    let now = self.now();
+                    let mut mem = HostMemory;
+                    for d in it.by_ref().take(ACK_CHUNK) {
+                        if let Some(c) = &self.capture {
+                            c.record(
+                                d.src,
+                                SocketAddr::new(
+                                    d.dst_ip.unwrap_or(local_ip),
+                                    self.socket.local_addr().port(),
+                                ),
+                                d.data,
+                            );
+                        }
+                        let dg = Datagram {
+                            src: d.src,
+                            dst_ip: d.dst_ip.unwrap_or(local_ip),
+                            payload: d.data,
+                        };
+                        if crate::cm::is_gsi(d.data) {
+                            self.handle_gsi(&mut core, now, &dg);
+                        } else {
+                            core.ep.handle_datagram(now, &dg, &mut mem);
+                        }
+                        requests += u64::from(!is_rc_response(d.data));
+                        total += 1;
+                    }
+                    self.after(&mut core);
+                }
+                if it.peek().is_some() {
+                    self.send_soon();
+                }
+            }
+            let more = rx.messages().len() >= BATCH;
+            if more || mode == Rx::Progress {
+                self.send_soon();
+            } else {
+                self.set_pending();
+            }
+            if !more {
+                break;
+            }
+        }
+        if requests > 0 {
+            self.rx_requests.fetch_add(requests, Ordering::Relaxed);
+        }
+        self.handle_unreachable();
+        total + self.rx_mcast(&mut rx)
+    }
+
+    /// Receives what arrived on multicast group sockets.
+    pub(super) fn rx_mcast(&self, rx: &mut RecvBatch) -> usize {
+        let socks: Vec<Arc<RoceSocket>> = {
+            let m = self.mcast.lock().unwrap_or_else(|p| p.into_inner());
+            if m.is_empty() {
+                return 0;
+            }
+            m.values().map(|(s, _)| Arc::clone(s)).collect()
+        };
+        let mut total = 0;
+        for sock in socks {
+            while let Ok(n) = sock.recv_batch(rx) {
+                if n == 0 {
+                    break;
+                }
+                let mut core = self.lock();
+                let now = self.now();
+                let mut mem = HostMemory;
+                for d in rx.datagrams() {
+                    let Some(group) = d.dst_ip else { continue };
+                    let dg = Datagram {
+                        src: d.src,
+                        dst_ip: group,
+                        payload: d.data,
+                    };
+                    core.ep.handle_datagram(now, &dg, &mut mem);
+                    total += 1;
+                }
+                self.after(&mut core);
+            }
+        }
+        total
+    }
+
+    /// Feeds a packet for QP1 to the CM (after the same ICRC check as any packet).
+    fn handle_gsi(&self, core: &mut Core, now: Instant, d: &Datagram<'_>) {
+        if !core.ep.icrc_ok(d) {
+            return;
+        }
+        if let Some(mad) = crate::cm::gsi_mad(d.payload) {
+            let Core { ep, cm, .. } = core;
+            cm.handle_mad(now, d.src.ip(), d.dst_ip, mad, &mut EpQps { ep, now });
+        }
+    }
+
+    /// ICMP said nothing listens at some peers any more: their processes are
+    /// gone. Connections to them end now (the CM's liveness rule).
+    fn handle_unreachable(&self) {
+        let gone = self.socket.take_unreachable();
+        if gone.is_empty() {
+            return;
+        }
+        {
+            let mut core = self.lock();
+            let now = self.now();
+            for a in gone {
+                let Core { ep, cm, .. } = &mut *core;
+                cm.peer_unreachable(now, a.ip(), &mut EpQps { ep, now });
+            }
+            self.after(&mut core);
+        }
+        self.flush_tx();
+    }
+}
+
+/// Whether a RoCE packet is an RC response (ACK, READ response, atomic ACK),
+/// which only its requester waits for, rather than a request a responder serves.
+fn is_rc_response(pkt: &[u8]) -> bool {
+    pkt.first().is_some_and(|&op| (0x0D..=0x12).contains(&op))
+}

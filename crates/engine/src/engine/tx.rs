@@ -1,0 +1,197 @@
+//! The transmit path: a post's doorbell, the flushes of what the endpoint
+//! and the CM queued, and the batched (GSO) socket sends, kept apart from
+//! the receive path and the public API.
+
+use super::{BATCH, Shared};
+use crate::memory::HostMemory;
+use softrdma_transport::SendWr;
+use softrdma_udp::{RoceSocket, Transmit};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+/// Posted bytes a busy poller's next call may gather before they are sent anyway.
+const DEFER_MAX_BYTES: usize = 256 << 10;
+/// BTH opcode of an RC ACK/NAK.
+const RC_ACKNOWLEDGE: u8 = 0x11;
+
+#[derive(Debug)]
+pub(super) struct Tx {
+    pub(super) bufs: Vec<Vec<u8>>,
+    pub(super) dst: Vec<SocketAddr>,
+}
+
+impl Shared {
+    /// After a post: sends what it queued now, or leaves it for a busy
+    /// poller's next call (see [`Engine::post_send_many`](super::Engine::post_send_many)).
+    pub(super) fn doorbell(&self, bytes: usize) {
+        let now = self.now().as_nanos();
+        // A burst of posts from a spinning application: the previous call
+        // was a moment ago, and the last empty poll not long before.
+        let burst = self.app_spinning(now) && self.app_spinner(now);
+        self.note_busy(now);
+        if self.busy_poll && burst {
+            let queued = self.deferred_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            if queued < DEFER_MAX_BYTES {
+                self.set_pending();
+                self.ensure_tick();
+                return;
+            }
+        }
+        self.send_soon();
+        // Sending a large batch takes a while: that was device work too.
+        self.note_busy(self.now().as_nanos());
+    }
+
+    /// Sends what a busy poller or a post left for later, if anything (hands
+    /// it to a thread already sending, like [`Shared::send_soon`]).
+    pub(super) fn flush_pending(&self) {
+        if self.tx_pending.load(Ordering::Relaxed) {
+            self.send_soon();
+        }
+    }
+
+    /// Like `flush_pending`, but returns only once it was sent (before a QP
+    /// may go away with its queued answers).
+    pub(super) fn flush_pending_sync(&self) {
+        if self.tx_pending.load(Ordering::Relaxed) {
+            self.flush_tx();
+        }
+    }
+
+    /// Builds and sends everything the endpoint wants to transmit; waits for
+    /// a thread that is sending already.
+    pub(super) fn flush_tx(&self) {
+        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        self.drain_tx(&mut tx);
+        drop(tx);
+        if self.tx_again.load(Ordering::SeqCst) {
+            self.send_soon();
+        }
+    }
+
+    /// Builds and sends everything the endpoint wants to transmit, or, if
+    /// another thread is doing that right now, has it do this too (it looks
+    /// at `tx_again` after releasing the transmit lock) instead of waiting for
+    /// it: waiting costs a futex sleep and a context switch, and the packets
+    /// would leave no sooner.
+    pub(super) fn send_soon(&self) {
+        loop {
+            self.tx_again.store(true, Ordering::SeqCst);
+            let Ok(mut tx) = self.tx.try_lock() else {
+                // The holder sees `tx_again` after it releases the lock.
+                return;
+            };
+            self.drain_tx(&mut tx);
+            drop(tx);
+            if !self.tx_again.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    /// The body of every flush, under the transmit lock.
+    fn drain_tx(&self, tx: &mut Tx) {
+        // Everything queued so far is sent below (whoever set these flags
+        // queued its packets before setting them).
+        self.tx_again.store(false, Ordering::SeqCst);
+        self.tx_pending.store(false, Ordering::Relaxed);
+        self.deferred_bytes.store(0, Ordering::Relaxed);
+        loop {
+            tx.dst.clear();
+            {
+                let mut core = self.lock();
+                let now = self.now();
+                let mut mem = HostMemory;
+                while tx.dst.len() < BATCH {
+                    let Some((dst, pkt)) = core.gsi_out.pop_front() else {
+                        break;
+                    };
+                    let i = tx.dst.len();
+                    tx.bufs[i].clear();
+                    tx.bufs[i].extend_from_slice(&pkt);
+                    tx.dst.push(dst);
+                }
+                while tx.dst.len() < BATCH {
+                    let i = tx.dst.len();
+                    match core.ep.poll_transmit(now, &mut mem, &mut tx.bufs[i]) {
+                        Some(t) => {
+                            tx.bufs[i].truncate(t.len);
+                            tx.dst.push(t.dst);
+                        }
+                        None => break,
+                    }
+                }
+                self.after(&mut core);
+            }
+            let n = tx.dst.len();
+            if n == 0 {
+                return;
+            }
+            if let Some(c) = &self.capture {
+                let src = self.socket.local_addr();
+                for i in 0..n {
+                    c.record(src, tx.dst[i], &tx.bufs[i]);
+                }
+            }
+            // Requests and responses first, plain ACKs after them: on loopback
+            // every datagram is delivered inside the send call, so an ACK put
+            // first would delay the request a ping-pong peer waits for. (An
+            // ACK only ever moves later, so it never overtakes the READ
+            // response it follows.)
+            let is_ack = |b: &[u8]| b.first() == Some(&RC_ACKNOWLEDGE);
+            let batch: Vec<Transmit<'_>> = (0..n)
+                .filter(|&i| !is_ack(&tx.bufs[i]))
+                .chain((0..n).filter(|&i| is_ack(&tx.bufs[i])))
+                .map(|i| Transmit {
+                    dst: tx.dst[i],
+                    payload: &tx.bufs[i],
+                })
+                .collect();
+            let batch = match &self.faults {
+                Some(f) => f.apply(batch),
+                None => batch,
+            };
+            let mut sent = 0;
+            let mut stalls = 0;
+            while sent < batch.len() {
+                match self.socket.send_batch(&batch[sent..]) {
+                    Ok(0) => {
+                        // Socket buffer full: wait briefly for room; after that,
+                        // drop (RC retransmits; UD is unreliable by contract).
+                        stalls += 1;
+                        if stalls > 100 {
+                            break;
+                        }
+                        wait_writable(&self.socket, 10);
+                    }
+                    Ok(k) => sent += k,
+                    Err(_) => break,
+                }
+            }
+            if n < BATCH {
+                return;
+            }
+        }
+    }
+}
+
+/// Payload bytes of a send WR.
+pub(super) fn wr_bytes(wr: &SendWr) -> usize {
+    match &wr.inline {
+        Some(d) => d.len(),
+        None => wr.sgl.iter().map(|s| s.length as usize).sum(),
+    }
+}
+
+fn wait_writable(sock: &RoceSocket, ms: i32) {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: `p` is one valid pollfd for the duration of the call.
+    unsafe {
+        libc::poll(&mut p, 1, ms);
+    }
+}
