@@ -38,6 +38,36 @@ pub fn ffi_guard<R>(on_panic: impl FnOnce() -> R, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// The frame of an export that needs one argument: inside [`ffi_guard`], `f`
+/// runs on what `get` finds (a live object, a non-NULL struct). When `get`
+/// finds nothing the export fails with EINVAL, when anything panics with
+/// EIO, both reported by `fail` in the export's convention ([`ret::pos`],
+/// [`ret::neg`], [`ret::null`], ...).
+pub fn with_arg<A, R>(
+    get: impl FnOnce() -> Option<A>,
+    fail: fn(c_int) -> R,
+    f: impl FnOnce(A) -> R,
+) -> R {
+    ffi_guard(
+        || fail(libc::EIO),
+        || match get() {
+            Some(a) => f(a),
+            None => fail(libc::EINVAL),
+        },
+    )
+}
+
+/// [`with_arg`] for a struct the caller passes by pointer to be read and
+/// written (`ibv_create_qp`'s attributes, ...): NULL is EINVAL.
+///
+/// # Safety
+///
+/// `p` must be NULL or valid for reads and writes during the call.
+pub unsafe fn with_struct<T, R>(p: *mut T, fail: fn(c_int) -> R, f: impl FnOnce(&mut T) -> R) -> R {
+    // SAFETY: NULL or valid for reads and writes, per the contract.
+    with_arg(|| unsafe { p.as_mut() }, fail, f)
+}
+
 /// Sets the calling thread's `errno`.
 pub fn set_errno(e: c_int) {
     // SAFETY: `__errno_location` returns a valid pointer to this thread's errno.

@@ -229,6 +229,32 @@ int main(void)
 			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	munmap(hole, 16 * page);
 	NULLP(ibv_reg_mr(pd, hole, 16 * page, IBV_ACCESS_LOCAL_WRITE), EFAULT);
+	/* ibv_rereg_mr onto that hole, or adding write rights to read-only
+	 * memory, fails the same way and leaves the region as it was. */
+	{
+		static const char ro[8192] __attribute__((aligned(4096))) = "ro";
+		struct ibv_mr *rmr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+		check(rmr != NULL, "ibv_reg_mr for rereg", "errno %d", errno);
+		errno = 0;
+		int r = ibv_rereg_mr(rmr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, hole,
+				  16 * page, 0);
+		check(r == IBV_REREG_MR_ERR_CMD && errno == EFAULT,
+		      "ibv_rereg_mr onto unmapped memory", "rc %d errno %d", r, errno);
+		struct ibv_mr *romr = ibv_reg_mr(pd, (void *)ro, sizeof(ro), 0);
+		check(romr != NULL, "ibv_reg_mr of read-only memory without write rights",
+		      "errno %d", errno);
+		errno = 0;
+		r = ibv_rereg_mr(romr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				  IBV_ACCESS_LOCAL_WRITE);
+		check(r == IBV_REREG_MR_ERR_CMD && errno == EFAULT,
+		      "ibv_rereg_mr adding LOCAL_WRITE to read-only memory",
+		      "rc %d errno %d", r, errno);
+		check(rmr->addr == buf && rmr->length == 4096,
+		      "a failed rereg leaves the region", "addr %p length %zu",
+		      rmr->addr, rmr->length);
+		check(ibv_dereg_mr(romr) == 0 && ibv_dereg_mr(rmr) == 0,
+		      "deregister both", "failed");
+	}
 
 	struct ibv_qp_init_attr qa = {
 		.send_cq = cq,
@@ -375,6 +401,15 @@ int main(void)
 	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
 	struct ibv_srq_attr sattr = { .srq_limit = 100 };
 	RC(ibv_modify_srq(srq, &sattr, IBV_SRQ_LIMIT), EINVAL);
+	/* As for the QP above: more SGEs than max_sge, refused unread. */
+	rwr.sg_list = last;
+	rwr.num_sge = 1000;
+	rbad = NULL;
+	rc = ibv_post_srq_recv(srq, &rwr, &rbad);
+	check(rc == EINVAL && rbad == &rwr,
+	      "ibv_post_srq_recv with num_sge 1000 > max_sge (list ends at a guard page)",
+	      "rc %d bad %p", rc, (void *)rbad);
+	rwr.num_sge = 1;
 
 	/* Out-of-range enums have names. */
 	check(ibv_wc_status_str((enum ibv_wc_status)9999) != NULL,

@@ -5,7 +5,7 @@ use core::ffi::{c_char, c_int, c_uint};
 use super::{
     IBV_SYSFS_NAME_MAX, IBV_SYSFS_PATH_MAX, assert_layout, ibv_atomic_cap, ibv_context, ibv_cq,
     ibv_event_type, ibv_mtu, ibv_node_type, ibv_port_state, ibv_qp, ibv_srq, ibv_transport_type,
-    ibv_wq, union_debug, zeroable,
+    ibv_wq, prefixed_structs, union_debug, zeroable,
 };
 
 /// `union ibv_gid`: 16 raw bytes, or the (big-endian) subnet prefix + interface id.
@@ -224,63 +224,39 @@ pub struct ibv_device_attr_ex {
     pub phys_port_cnt_ex: u32,
 }
 
-/// `struct ibv_port_attr` (52 bytes, as the inline `ibv_query_port` passes to
-/// `verbs_context::query_port`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_port_attr {
-    pub state: ibv_port_state,
-    pub max_mtu: ibv_mtu,
-    pub active_mtu: ibv_mtu,
-    pub gid_tbl_len: c_int,
-    pub port_cap_flags: u32,
-    pub max_msg_sz: u32,
-    pub bad_pkey_cntr: u32,
-    pub qkey_viol_cntr: u32,
-    pub pkey_tbl_len: u16,
-    pub lid: u16,
-    pub sm_lid: u16,
-    pub lmc: u8,
-    pub max_vl_num: u8,
-    pub sm_sl: u8,
-    pub subnet_timeout: u8,
-    pub init_type_reply: u8,
-    pub active_width: u8,
-    pub active_speed: u8,
-    pub phys_state: u8,
-    pub link_layer: u8,
-    pub flags: u8,
-    pub port_cap_flags2: u16,
-}
-
-/// `struct _compat_ibv_port_attr`: the 48-byte prefix of [`ibv_port_attr`]
-/// (no `port_cap_flags2`). The exported `ibv_query_port@IBVERBS_1.1` must write
-/// only this much: libmlx5 and old binaries pass 48-byte buffers. Only forward
-/// declared in the public header, so it is not in `tests/layout.rs`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct _compat_ibv_port_attr {
-    pub state: ibv_port_state,
-    pub max_mtu: ibv_mtu,
-    pub active_mtu: ibv_mtu,
-    pub gid_tbl_len: c_int,
-    pub port_cap_flags: u32,
-    pub max_msg_sz: u32,
-    pub bad_pkey_cntr: u32,
-    pub qkey_viol_cntr: u32,
-    pub pkey_tbl_len: u16,
-    pub lid: u16,
-    pub sm_lid: u16,
-    pub lmc: u8,
-    pub max_vl_num: u8,
-    pub sm_sl: u8,
-    pub subnet_timeout: u8,
-    pub init_type_reply: u8,
-    pub active_width: u8,
-    pub active_speed: u8,
-    pub phys_state: u8,
-    pub link_layer: u8,
-    pub flags: u8,
+prefixed_structs! {
+    /// `struct _compat_ibv_port_attr`: the 48-byte prefix of [`ibv_port_attr`]
+    /// (no `port_cap_flags2`). The exported `ibv_query_port@IBVERBS_1.1` must write
+    /// only this much: libmlx5 and old binaries pass 48-byte buffers. Only forward
+    /// declared in the public header, so it is not in `tests/layout.rs`.
+    pub struct _compat_ibv_port_attr {
+        pub state: ibv_port_state,
+        pub max_mtu: ibv_mtu,
+        pub active_mtu: ibv_mtu,
+        pub gid_tbl_len: c_int,
+        pub port_cap_flags: u32,
+        pub max_msg_sz: u32,
+        pub bad_pkey_cntr: u32,
+        pub qkey_viol_cntr: u32,
+        pub pkey_tbl_len: u16,
+        pub lid: u16,
+        pub sm_lid: u16,
+        pub lmc: u8,
+        pub max_vl_num: u8,
+        pub sm_sl: u8,
+        pub subnet_timeout: u8,
+        pub init_type_reply: u8,
+        pub active_width: u8,
+        pub active_speed: u8,
+        pub phys_state: u8,
+        pub link_layer: u8,
+        pub flags: u8,
+    }
+    /// `struct ibv_port_attr` (52 bytes, as the inline `ibv_query_port` passes to
+    /// `verbs_context::query_port`).
+    pub struct ibv_port_attr: _compat_ibv_port_attr {
+        pub port_cap_flags2: u16,
+    }
 }
 
 /// `ibv_async_event.element`.

@@ -65,6 +65,57 @@ macro_rules! assert_layout {
 }
 pub(crate) use assert_layout;
 
+/// Declares a `#[repr(C)]` struct and the ones that begin with its fields,
+/// the way C declares an extended struct (`ibv_cq_ex`) that starts with the
+/// fields of the plain one (`ibv_cq`). The fields stay flat, each under its
+/// C name; each extended struct gets `base` and `from_base` to convert.
+///
+/// `prefixed_structs! { pub struct a { fields, } pub struct a_ex: a { own fields } ... }`
+macro_rules! prefixed_structs {
+    (
+        $(#[$m:meta])* pub struct $base:ident $fields:tt
+        $($(#[$xm:meta])* pub struct $ext:ident: $of:ident { $($own:tt)* })+
+    ) => {
+        $crate::prefixed_structs!(@base $(#[$m])* $base $fields);
+        $($crate::prefixed_structs!(@ext $(#[$xm])* $ext $of $fields { $($own)* });)+
+    };
+    (@base $(#[$m:meta])* $name:ident { $($(#[$fm:meta])* pub $f:ident: $t:ty,)+ }) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name {
+            $($(#[$fm])* pub $f: $t,)+
+        }
+    };
+    (
+        @ext $(#[$m:meta])* $name:ident $base:ident
+        { $($(#[$fm:meta])* pub $f:ident: $t:ty,)+ } { $($own:tt)* }
+    ) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name {
+            $($(#[$fm])* pub $f: $t,)+
+            $($own)*
+        }
+
+        impl $name {
+            #[doc = concat!("The fields it begins with, as a [`", stringify!($base), "`].")]
+            pub fn base(&self) -> $base {
+                $base { $($f: self.$f,)+ }
+            }
+
+            /// A zeroed struct that begins with the fields of `b`.
+            pub fn from_base(b: &$base) -> Self {
+                let mut s = <Self as $crate::Zeroable>::zeroed();
+                $(s.$f = b.$f;)+
+                s
+            }
+        }
+    };
+}
+pub(crate) use prefixed_structs;
+
 /// Declares an opaque C type that is only ever used behind a pointer.
 macro_rules! opaque_type {
     ($(#[$m:meta])* $name:ident) => {

@@ -200,22 +200,6 @@ pub struct ibv_comp_channel {
     pub refcnt: c_int,
 }
 
-/// `struct ibv_cq` (128 bytes). Binaries touch only `context` (inline
-/// `ibv_poll_cq`/`ibv_req_notify_cq` go through `cq->context->ops`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_cq {
-    pub context: *mut ibv_context,
-    pub channel: *mut ibv_comp_channel,
-    pub cq_context: *mut c_void,
-    pub handle: u32,
-    pub cqe: c_int,
-    pub mutex: pthread_mutex_t,
-    pub cond: pthread_cond_t,
-    pub comp_events_completed: u32,
-    pub async_events_completed: u32,
-}
-
 /// `struct ibv_poll_cq_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -231,44 +215,50 @@ pub struct ibv_wc_tm_info {
     pub priv_: u32,
 }
 
-/// `struct ibv_cq_ex`: an [`ibv_cq`] prefix followed by the extended-poll
-/// function table (`ibv_start_poll`, `ibv_next_poll`, `ibv_wc_read_*`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_cq_ex {
-    pub context: *mut ibv_context,
-    pub channel: *mut ibv_comp_channel,
-    pub cq_context: *mut c_void,
-    pub handle: u32,
-    pub cqe: c_int,
-    pub mutex: pthread_mutex_t,
-    pub cond: pthread_cond_t,
-    pub comp_events_completed: u32,
-    pub async_events_completed: u32,
-    pub comp_mask: u32,
-    pub status: ibv_wc_status,
-    pub wr_id: u64,
-    pub start_poll:
-        Option<unsafe extern "C" fn(current: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int>,
-    pub next_poll: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> c_int>,
-    pub end_poll: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex)>,
-    pub read_opcode: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> ibv_wc_opcode>,
-    pub read_vendor_err: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
-    pub read_byte_len: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
-    /// Returns big-endian immediate data.
-    pub read_imm_data: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
-    pub read_qp_num: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
-    pub read_src_qp: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
-    pub read_wc_flags: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> c_uint>,
-    pub read_slid: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
-    pub read_sl: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u8>,
-    pub read_dlid_path_bits: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u8>,
-    pub read_completion_ts: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u64>,
-    pub read_cvlan: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u16>,
-    pub read_flow_tag: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
-    pub read_tm_info:
-        Option<unsafe extern "C" fn(current: *mut ibv_cq_ex, tm_info: *mut ibv_wc_tm_info)>,
-    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u64>,
+prefixed_structs! {
+    /// `struct ibv_cq` (128 bytes). Binaries touch only `context` (inline
+    /// `ibv_poll_cq`/`ibv_req_notify_cq` go through `cq->context->ops`).
+    pub struct ibv_cq {
+        pub context: *mut ibv_context,
+        pub channel: *mut ibv_comp_channel,
+        pub cq_context: *mut c_void,
+        pub handle: u32,
+        pub cqe: c_int,
+        pub mutex: pthread_mutex_t,
+        pub cond: pthread_cond_t,
+        pub comp_events_completed: u32,
+        pub async_events_completed: u32,
+    }
+    /// `struct ibv_cq_ex`: an [`ibv_cq`] prefix followed by the extended-poll
+    /// function table (`ibv_start_poll`, `ibv_next_poll`, `ibv_wc_read_*`).
+    pub struct ibv_cq_ex: ibv_cq {
+        pub comp_mask: u32,
+        pub status: ibv_wc_status,
+        pub wr_id: u64,
+        pub start_poll: Option<
+            unsafe extern "C" fn(current: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int,
+        >,
+        pub next_poll: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> c_int>,
+        pub end_poll: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex)>,
+        pub read_opcode: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> ibv_wc_opcode>,
+        pub read_vendor_err: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
+        pub read_byte_len: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
+        /// Returns big-endian immediate data.
+        pub read_imm_data: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
+        pub read_qp_num: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
+        pub read_src_qp: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
+        pub read_wc_flags: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> c_uint>,
+        pub read_slid: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
+        pub read_sl: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u8>,
+        pub read_dlid_path_bits: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u8>,
+        pub read_completion_ts: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u64>,
+        pub read_cvlan: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u16>,
+        pub read_flow_tag: Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u32>,
+        pub read_tm_info:
+            Option<unsafe extern "C" fn(current: *mut ibv_cq_ex, tm_info: *mut ibv_wc_tm_info)>,
+        pub read_completion_wallclock_ns:
+            Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u64>,
+    }
 }
 
 /// `struct ibv_cq_init_attr_ex`.
@@ -313,14 +303,6 @@ pub struct ibv_srq_attr {
     pub srq_limit: u32,
 }
 
-/// `struct ibv_srq_init_attr`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_srq_init_attr {
-    pub srq_context: *mut c_void,
-    pub attr: ibv_srq_attr,
-}
-
 /// `struct ibv_tm_cap`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -329,18 +311,21 @@ pub struct ibv_tm_cap {
     pub max_ops: u32,
 }
 
-/// `struct ibv_srq_init_attr_ex`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_srq_init_attr_ex {
-    pub srq_context: *mut c_void,
-    pub attr: ibv_srq_attr,
-    pub comp_mask: u32,
-    pub srq_type: ibv_srq_type,
-    pub pd: *mut ibv_pd,
-    pub xrcd: *mut ibv_xrcd,
-    pub cq: *mut ibv_cq,
-    pub tm_cap: ibv_tm_cap,
+prefixed_structs! {
+    /// `struct ibv_srq_init_attr`.
+    pub struct ibv_srq_init_attr {
+        pub srq_context: *mut c_void,
+        pub attr: ibv_srq_attr,
+    }
+    /// `struct ibv_srq_init_attr_ex`.
+    pub struct ibv_srq_init_attr_ex: ibv_srq_init_attr {
+        pub comp_mask: u32,
+        pub srq_type: ibv_srq_type,
+        pub pd: *mut ibv_pd,
+        pub xrcd: *mut ibv_xrcd,
+        pub cq: *mut ibv_cq,
+        pub tm_cap: ibv_tm_cap,
+    }
 }
 
 /// `struct ibv_srq` (128 bytes).
@@ -440,19 +425,6 @@ pub struct ibv_qp_cap {
     pub max_inline_data: u32,
 }
 
-/// `struct ibv_qp_init_attr` (`ibv_create_qp`; `cap` is written back).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_qp_init_attr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    pub qp_type: ibv_qp_type,
-    pub sq_sig_all: c_int,
-}
-
 /// `struct ibv_rx_hash_conf`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -463,28 +435,31 @@ pub struct ibv_rx_hash_conf {
     pub rx_hash_fields_mask: u64,
 }
 
-/// `struct ibv_qp_init_attr_ex` (`ibv_create_qp_ex`, `rdma_create_qp_ex`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_qp_init_attr_ex {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    pub qp_type: ibv_qp_type,
-    pub sq_sig_all: c_int,
-    /// `enum ibv_qp_init_attr_mask`.
-    pub comp_mask: u32,
-    pub pd: *mut ibv_pd,
-    pub xrcd: *mut ibv_xrcd,
-    pub create_flags: u32,
-    pub max_tso_header: u16,
-    pub rwq_ind_tbl: *mut ibv_rwq_ind_table,
-    pub rx_hash_conf: ibv_rx_hash_conf,
-    pub source_qpn: u32,
-    /// `enum ibv_qp_create_send_ops_flags`.
-    pub send_ops_flags: u64,
+prefixed_structs! {
+    /// `struct ibv_qp_init_attr` (`ibv_create_qp`; `cap` is written back).
+    pub struct ibv_qp_init_attr {
+        pub qp_context: *mut c_void,
+        pub send_cq: *mut ibv_cq,
+        pub recv_cq: *mut ibv_cq,
+        pub srq: *mut ibv_srq,
+        pub cap: ibv_qp_cap,
+        pub qp_type: ibv_qp_type,
+        pub sq_sig_all: c_int,
+    }
+    /// `struct ibv_qp_init_attr_ex` (`ibv_create_qp_ex`, `rdma_create_qp_ex`).
+    pub struct ibv_qp_init_attr_ex: ibv_qp_init_attr {
+        /// `enum ibv_qp_init_attr_mask`.
+        pub comp_mask: u32,
+        pub pd: *mut ibv_pd,
+        pub xrcd: *mut ibv_xrcd,
+        pub create_flags: u32,
+        pub max_tso_header: u16,
+        pub rwq_ind_tbl: *mut ibv_rwq_ind_table,
+        pub rx_hash_conf: ibv_rx_hash_conf,
+        pub source_qpn: u32,
+        /// `enum ibv_qp_create_send_ops_flags`.
+        pub send_ops_flags: u64,
+    }
 }
 
 /// `struct ibv_qp_open_attr`.

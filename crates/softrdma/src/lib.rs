@@ -26,3 +26,9 @@ mod error;
 pub mod verbs;
 
 pub use error::{Error, Result};
+
+/// Conversions between rdma-core's C structs and softrdma's types, which
+/// the C ABI crate (`softrdma-capi`) shares with the rdma-core backend. Not
+/// part of the API: no stability promise.
+#[doc(hidden)]
+pub use backend::rdma_core::conv as rdma_core_conv;

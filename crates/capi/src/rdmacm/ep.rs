@@ -1,7 +1,7 @@
 //! Address information and endpoints: `rdma_getaddrinfo`, `rdma_create_ep`,
 //! `rdma_get_request`, `rdma_destroy_ep`.
 
-use super::event::{complete, id_obj, next_event};
+use super::event::{complete, id_obj, move_to_channel, next_event, with_id};
 use super::sock;
 use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
@@ -281,13 +281,10 @@ pub unsafe extern "C" fn __softrdma_rdma_create_ep(
 /// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_destroy_ep(id: *mut rdma_cm_id) {
-    ffi_guard(
-        || (),
-        || {
-            // SAFETY: registry-checked.
-            if unsafe { id_obj(id) }.is_none() {
-                return;
-            }
+    with_id(
+        id,
+        |_| (),
+        |_| {
             // SAFETY: a live id.
             unsafe {
                 super::qp::__softrdma_rdma_destroy_qp(id);
@@ -310,91 +307,76 @@ pub unsafe extern "C" fn __softrdma_rdma_get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(l) = (unsafe { id_obj(listen) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            if id.is_null() {
-                return ret::neg(libc::EINVAL);
+    with_id(listen, ret::neg, |l| {
+        if id.is_null() {
+            return ret::neg(libc::EINVAL);
+        }
+        let (sync, chan, attr, pd) = {
+            let st = l.state();
+            (st.sync, st.chan.clone(), st.ep_attr, st.ep_pd)
+        };
+        if !sync {
+            return ret::neg(libc::EINVAL);
+        }
+        // SAFETY: live id.
+        let prev = unsafe { (*listen).event };
+        if !prev.is_null() {
+            // SAFETY: the listener's own event.
+            unsafe {
+                super::event::free_event(prev);
+                (*listen).event = core::ptr::null_mut();
             }
-            let (sync, chan, attr, pd) = {
-                let st = l.state();
-                (st.sync, st.chan.clone(), st.ep_attr, st.ep_pd)
-            };
-            if !sync {
-                return ret::neg(libc::EINVAL);
-            }
-            // SAFETY: live id.
-            let prev = unsafe { (*listen).event };
-            if !prev.is_null() {
-                // SAFETY: the listener's own event.
-                unsafe {
-                    super::event::free_event(prev);
-                    (*listen).event = core::ptr::null_mut();
-                }
-            }
-            let ev = match next_event(&chan) {
-                Ok(e) => e,
-                Err(e) => return ret::neg(e),
-            };
-            // SAFETY: just made.
-            let (kind, status, child) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
-            let bad = if kind == RDMA_CM_EVENT_REJECTED {
-                Some(libc::ECONNREFUSED)
-            } else if status != 0 {
-                Some(status.abs())
-            } else if kind != RDMA_CM_EVENT_CONNECT_REQUEST {
-                Some(libc::EINVAL)
+        }
+        let ev = match next_event(&chan) {
+            Ok(e) => e,
+            Err(e) => return ret::neg(e),
+        };
+        // SAFETY: just made.
+        let (kind, status, child) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
+        let bad = if kind == RDMA_CM_EVENT_REJECTED {
+            Some(libc::ECONNREFUSED)
+        } else if status != 0 {
+            Some(status.abs())
+        } else if kind != RDMA_CM_EVENT_CONNECT_REQUEST {
+            Some(libc::EINVAL)
+        } else {
+            None
+        };
+        if let Some(e) = bad {
+            // SAFETY: live listener.
+            unsafe { (*listen).event = ev };
+            return ret::neg(e);
+        }
+        // The new id is synchronous too: give it a channel of its own.
+        let priv_ch = super::event::__softrdma_rdma_create_event_channel();
+        // SAFETY: registry-checked.
+        if let (Some(cobj), Some(ch)) = (unsafe { id_obj(child) }, unsafe {
+            o::obj::<super::objects::Chan>(priv_ch.cast(), Kind::CmChannel)
+        }) {
+            move_to_channel(child, cobj, priv_ch, ch, true);
+        }
+        if let Some(mut a) = attr {
+            let p = if pd.is_null() {
+                // SAFETY: live listener; `a` is a local copy.
+                unsafe { (*listen).pd }
             } else {
-                None
+                pd
             };
-            if let Some(e) = bad {
+            // SAFETY: live child id, local attr.
+            if unsafe { super::qp::__softrdma_rdma_create_qp(child, p, &mut a) } != 0 {
+                let e = crate::guard::errno();
                 // SAFETY: live listener.
                 unsafe { (*listen).event = ev };
                 return ret::neg(e);
             }
-            // The new id is synchronous too: give it a channel of its own.
-            let priv_ch = super::event::__softrdma_rdma_create_event_channel();
-            // SAFETY: registry-checked.
-            if let (Some(cobj), Some(ch)) = (unsafe { id_obj(child) }, unsafe {
-                o::obj::<super::objects::Chan>(priv_ch.cast(), Kind::CmChannel)
-            }) {
-                let mut st = cobj.state();
-                st.chan = ch.inner.clone();
-                st.sync = true;
-                if let (Some(e), Some(h)) = (&st.engine, st.h) {
-                    e.cm_set_channel(h, ch.inner.clone());
-                }
-                drop(st);
-                // SAFETY: live child id.
-                unsafe { (*child).channel = priv_ch };
-            }
-            if let Some(mut a) = attr {
-                let p = if pd.is_null() {
-                    // SAFETY: live listener; `a` is a local copy.
-                    unsafe { (*listen).pd }
-                } else {
-                    pd
-                };
-                // SAFETY: live child id, local attr.
-                if unsafe { super::qp::__softrdma_rdma_create_qp(child, p, &mut a) } != 0 {
-                    let e = crate::guard::errno();
-                    // SAFETY: live listener.
-                    unsafe { (*listen).event = ev };
-                    return ret::neg(e);
-                }
-            }
-            // SAFETY: live child id; non-NULL output.
-            unsafe {
-                (*child).event = ev;
-                id.write(child);
-            }
-            0
-        },
-    )
+        }
+        // SAFETY: live child id; non-NULL output.
+        unsafe {
+            (*child).event = ev;
+            id.write(child);
+        }
+        0
+    })
 }
 
 /// Keeps `complete` reachable for callers elsewhere.

@@ -8,6 +8,7 @@ use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
 use crate::verbs::objects::{self as o, Kind};
 use core::ffi::c_int;
+use softrdma::rdma_core_conv::{conn_param_to_c, ud_param_to_c};
 use softrdma_engine::cm_proto::{Event, EventKind, EventParam, IdHandle};
 use softrdma_engine::{CmChannel, Engine};
 use std::sync::{Arc, Mutex};
@@ -88,6 +89,26 @@ pub(crate) fn set_route(
     r.addr.ibaddr.pkey = 0xFFFF;
 }
 
+/// Sends the events of the live id `id` (`obj`) to `channel` (`ch`);
+/// `sync` says it is the id's private channel (a synchronous id).
+pub(crate) fn move_to_channel(
+    id: *mut rdma_cm_id,
+    obj: &Id,
+    channel: *mut rdma_event_channel,
+    ch: &Chan,
+    sync: bool,
+) {
+    let mut st = obj.state();
+    st.chan = ch.inner.clone();
+    st.sync = sync;
+    if let (Some(e), Some(h)) = (&st.engine, st.h) {
+        e.cm_set_channel(h, ch.inner.clone());
+    }
+    drop(st);
+    // SAFETY: `id` is live (callers checked); applications read `channel`.
+    unsafe { (*id).channel = channel };
+}
+
 /// Gives a C id the device (`verbs`, default `pd`, port 1).
 pub(crate) fn attach_device(id: *mut rdma_cm_id, engine: &Arc<Engine>) {
     let (ctx, pd) = super::dev::device(engine);
@@ -131,26 +152,12 @@ pub(crate) fn convert(e: Event) -> Option<*mut rdma_cm_event> {
     match e.param {
         EventParam::None => {}
         EventParam::Conn(p) => {
+            ev.ev.param.conn = conn_param_to_c(&p);
             ev.private_data = p.private_data;
-            let mut c = rdma_conn_param::zeroed();
-            c.private_data_len = ev.private_data.len().min(255) as u8;
-            c.responder_resources = p.responder_resources;
-            c.initiator_depth = p.initiator_depth;
-            c.flow_control = u8::from(p.flow_control);
-            c.retry_count = p.retry_count;
-            c.rnr_retry_count = p.rnr_retry_count;
-            c.srq = u8::from(p.srq);
-            c.qp_num = p.qp_num;
-            ev.ev.param.conn = c;
         }
         EventParam::Ud(u) => {
+            ev.ev.param.ud = ud_param_to_c(&u);
             ev.private_data = u.private_data;
-            let mut d = rdma_ud_param::zeroed();
-            d.private_data_len = ev.private_data.len().min(255) as u8;
-            d.ah_attr = crate::verbs::conv_av_to_c(&u.ah_attr);
-            d.qp_num = u.qp_num;
-            d.qkey = u.qkey;
-            ev.ev.param.ud = d;
         }
     }
     let pd_ptr = if ev.private_data.is_empty() {
@@ -158,7 +165,7 @@ pub(crate) fn convert(e: Event) -> Option<*mut rdma_cm_event> {
     } else {
         ev.private_data.as_ptr().cast()
     };
-    // Both union members start with the private data pointer.
+    // The event's own copy (both union members start with the pointer).
     ev.ev.param.conn.private_data = pd_ptr;
     if e.kind == EventKind::MulticastJoin {
         super::mcast::joined(obj, &engine);
@@ -184,21 +191,7 @@ fn new_child(listener: *mut Id, h: IdHandle) -> Option<*mut Id> {
     c.ps = l.id.ps;
     c.qp_type = l.id.qp_type;
     c.port_num = 1;
-    let obj = Id::new(
-        c,
-        IdState {
-            engine: Some(engine),
-            h: Some(h),
-            chan,
-            sync,
-            own_send_cq: false,
-            own_recv_cq: false,
-            ep_pd: core::ptr::null_mut(),
-            ep_attr: None,
-            own_srq: false,
-            mcast: Vec::new(),
-        },
-    );
+    let obj = Id::new(c, IdState::new(Some((engine, h)), chan, sync));
     let p = o::publish(obj, Kind::CmId);
     co::map_id(h, Some(p as usize));
     Some(p)
@@ -330,7 +323,7 @@ pub(crate) fn complete(id: *mut rdma_cm_id, obj: &Id) -> c_int {
     0
 }
 
-/// Ids that are not `IdState`-owned channels: helper to fetch an id object.
+/// The id object behind a C id.
 ///
 /// # Safety
 ///
@@ -338,4 +331,10 @@ pub(crate) fn complete(id: *mut rdma_cm_id, obj: &Id) -> c_int {
 pub(crate) unsafe fn id_obj<'a>(id: *mut rdma_cm_id) -> Option<&'a Id> {
     // SAFETY: forwarded.
     unsafe { o::obj::<Id>(id.cast(), Kind::CmId) }
+}
+
+/// The frame of a librdmacm call on one id ([`o::with_obj`]): `f` runs on the
+/// live id `id`; anything else is EINVAL, reported by `fail`.
+pub(crate) fn with_id<R>(id: *mut rdma_cm_id, fail: fn(c_int) -> R, f: impl FnOnce(&Id) -> R) -> R {
+    o::with_obj(id.cast(), Kind::CmId, fail, f)
 }

@@ -1,7 +1,7 @@
 //! CM ids: create/destroy, addresses, listen, connect/accept/reject,
 //! disconnect, establish, options.
 
-use super::event::{attach_device, complete, id_obj, set_route};
+use super::event::{attach_device, complete, move_to_channel, set_route, with_id};
 use super::objects::{self as co, Chan, Id, IdState};
 use super::sock;
 use crate::ffi::*;
@@ -18,8 +18,17 @@ use std::sync::Arc;
 /// RDMA_MAX_INIT_DEPTH resolve to).
 const MAX_RD_ATOMIC: u8 = 16;
 
-pub(crate) fn cm_errno(e: &CmError) -> c_int {
-    e.errno()
+/// 0, or -1 with the errno of a CM error.
+pub(crate) fn cm_ret(r: Result<(), CmError>) -> c_int {
+    cm_then(r, || 0)
+}
+
+/// `then()`, or -1 with the errno of a CM error.
+fn cm_then(r: Result<(), CmError>, then: impl FnOnce() -> c_int) -> c_int {
+    match r {
+        Ok(()) => then(),
+        Err(e) => ret::neg(e.errno()),
+    }
 }
 
 /// The engine and engine-side id of a C id, created on first need with `hint`
@@ -48,6 +57,28 @@ pub(crate) fn ensure(
     st.engine = Some(engine.clone());
     st.h = Some(h);
     Ok((engine, h))
+}
+
+/// `f` on the engine and engine-side id of a C id ([`ensure`]); -1 with
+/// errno if there is no device.
+pub(crate) fn with_engine(
+    id: *mut rdma_cm_id,
+    obj: &Id,
+    hint: Option<IpAddr>,
+    f: impl FnOnce(Arc<Engine>, IdHandle) -> c_int,
+) -> c_int {
+    match ensure(id, obj, hint) {
+        Ok((engine, h)) => f(engine, h),
+        Err(e) => ret::neg(e),
+    }
+}
+
+/// The frame of the calls that act on a C id's engine-side id at once
+/// ([`with_id`], then [`with_engine`] on the device it has or the default).
+fn on_engine(id: *mut rdma_cm_id, f: impl FnOnce(&Id, Arc<Engine>, IdHandle) -> c_int) -> c_int {
+    with_id(id, ret::neg, |obj| {
+        with_engine(id, obj, None, |engine, h| f(obj, engine, h))
+    })
 }
 
 /// The local address the kernel routes from toward `dst` (no packet is sent).
@@ -123,21 +154,7 @@ pub(crate) unsafe fn create_id(
     c.ps = ps;
     c.qp_type = qp_type;
     c.port_num = 1;
-    let obj = Id::new(
-        c,
-        IdState {
-            engine: None,
-            h: None,
-            chan: chan.inner.clone(),
-            sync,
-            own_send_cq: false,
-            own_recv_cq: false,
-            ep_pd: core::ptr::null_mut(),
-            ep_attr: None,
-            own_srq: false,
-            mcast: Vec::new(),
-        },
-    );
+    let obj = Id::new(c, IdState::new(None, chan.inner.clone(), sync));
     let p = o::publish(obj, Kind::CmId);
     // SAFETY: non-NULL, writable per the contract.
     unsafe { id.write(p.cast()) };
@@ -151,42 +168,35 @@ pub(crate) unsafe fn create_id(
 /// `id` must not be used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            let (engine, h, sync) = {
-                let st = obj.state();
-                (st.engine.clone(), st.h, st.sync)
-            };
-            if let (Some(e), Some(h)) = (engine, h) {
-                super::mcast::leave_all(obj, &e);
-                e.cm_destroy_id(h);
-                co::map_id(h, None);
-            }
-            // SAFETY: live id.
-            let ev = unsafe { (*id).event };
-            if !ev.is_null() {
-                // SAFETY: the id's own event.
-                unsafe { super::event::free_event(ev) };
-            }
-            // Events already handed out keep pointing at this id (and another
-            // thread may be between get and ack): wait like librdmacm.
-            obj.wait_acked();
-            // SAFETY: live id.
-            let chan = unsafe { (*id).channel };
-            // SAFETY: the registry confirmed a live Id from `publish`.
-            unsafe { o::retire(id.cast::<Id>()) };
-            if sync {
-                // SAFETY: the private channel this id created.
-                unsafe { super::event::__softrdma_rdma_destroy_event_channel(chan) };
-            }
-            0
-        },
-    )
+    with_id(id, ret::neg, |obj| {
+        let (engine, h, sync) = {
+            let st = obj.state();
+            (st.engine.clone(), st.h, st.sync)
+        };
+        if let (Some(e), Some(h)) = (engine, h) {
+            super::mcast::leave_all(obj, &e);
+            e.cm_destroy_id(h);
+            co::map_id(h, None);
+        }
+        // SAFETY: live id.
+        let ev = unsafe { (*id).event };
+        if !ev.is_null() {
+            // SAFETY: the id's own event.
+            unsafe { super::event::free_event(ev) };
+        }
+        // Events already handed out keep pointing at this id (and another
+        // thread may be between get and ack): wait like librdmacm.
+        obj.wait_acked();
+        // SAFETY: live id.
+        let chan = unsafe { (*id).channel };
+        // SAFETY: the registry confirmed a live Id from `publish`.
+        unsafe { o::retire(id.cast::<Id>()) };
+        if sync {
+            // SAFETY: the private channel this id created.
+            unsafe { super::event::__softrdma_rdma_destroy_event_channel(chan) };
+        }
+        0
+    })
 }
 
 /// `int rdma_bind_addr(struct rdma_cm_id *, struct sockaddr *)`.
@@ -199,21 +209,12 @@ pub unsafe extern "C" fn __softrdma_rdma_bind_addr(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            // SAFETY: forwarded contract.
-            let Some(a) = (unsafe { sock::from_c(addr) }) else {
-                return ret::neg(libc::EAFNOSUPPORT);
-            };
-            let (engine, h) = match ensure(id, obj, Some(a.ip())) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
+    with_id(id, ret::neg, |obj| {
+        // SAFETY: forwarded contract.
+        let Some(a) = (unsafe { sock::from_c(addr) }) else {
+            return ret::neg(libc::EAFNOSUPPORT);
+        };
+        with_engine(id, obj, Some(a.ip()), |engine, h| {
             match engine.with_cm(|cm, _, _| cm.bind(h, a).map(|()| cm.addrs_of(h).0)) {
                 Ok(local) => {
                     set_route(id, local, None);
@@ -222,10 +223,10 @@ pub unsafe extern "C" fn __softrdma_rdma_bind_addr(
                     }
                     0
                 }
-                Err(e) => ret::neg(cm_errno(&e)),
+                Err(e) => ret::neg(e.errno()),
             }
-        },
-    )
+        })
+    })
 }
 
 /// `int rdma_resolve_addr(id, src, dst, timeout_ms)`: ADDR_RESOLVED (or
@@ -241,37 +242,27 @@ pub unsafe extern "C" fn __softrdma_rdma_resolve_addr(
     dst_addr: *mut libc::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            // SAFETY: forwarded contract.
-            let (src, dst) = unsafe { (sock::from_c(src_addr), sock::from_c(dst_addr)) };
-            let Some(dst) = dst else {
-                return ret::neg(libc::EINVAL);
-            };
-            // No source address: like the kernel's rdma_cm, take the one the
-            // routing table picks toward `dst` (a loopback `dst` keeps the
-            // default 127.0.0.N device, so processes on one host stay distinct).
-            let hint = src
-                .map(|s| s.ip())
-                .or_else(|| route_source(dst.ip()).filter(|_| !dst.ip().is_loopback()));
-            let (engine, h) = match ensure(id, obj, hint) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
+    with_id(id, ret::neg, |obj| {
+        // SAFETY: forwarded contract.
+        let (src, dst) = unsafe { (sock::from_c(src_addr), sock::from_c(dst_addr)) };
+        let Some(dst) = dst else {
+            return ret::neg(libc::EINVAL);
+        };
+        // No source address: like the kernel's rdma_cm, take the one the
+        // routing table picks toward `dst` (a loopback `dst` keeps the
+        // default 127.0.0.N device, so processes on one host stay distinct).
+        let hint = src
+            .map(|s| s.ip())
+            .or_else(|| route_source(dst.ip()).filter(|_| !dst.ip().is_loopback()));
+        with_engine(id, obj, hint, |engine, h| {
             let bound = engine.with_cm(|cm, _, _| cm.addrs_of(h).0.is_some());
             let src = if bound { None } else { src };
-            if let Err(e) = engine.cm_resolve_addr(h, src, dst) {
-                return ret::neg(cm_errno(&e));
-            }
-            set_route(id, None, Some(dst));
-            complete(id, obj)
-        },
-    )
+            cm_then(engine.cm_resolve_addr(h, src, dst), || {
+                set_route(id, None, Some(dst));
+                complete(id, obj)
+            })
+        })
+    })
 }
 
 /// `int rdma_resolve_route(id, timeout_ms)`: ROUTE_RESOLVED follows.
@@ -285,23 +276,11 @@ pub unsafe extern "C" fn __softrdma_rdma_resolve_route(
     id: *mut rdma_cm_id,
     _timeout_ms: c_int,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            let (engine, h) = match ensure(id, obj, None) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
-            if let Err(e) = engine.with_cm(|cm, _, _| cm.resolve_route(h)) {
-                return ret::neg(cm_errno(&e));
-            }
+    on_engine(id, |obj, engine, h| {
+        cm_then(engine.with_cm(|cm, _, _| cm.resolve_route(h)), || {
             complete(id, obj)
-        },
-    )
+        })
+    })
 }
 
 /// `int rdma_listen(struct rdma_cm_id *, int backlog)`.
@@ -312,26 +291,15 @@ pub unsafe extern "C" fn __softrdma_rdma_resolve_route(
 /// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            let (engine, h) = match ensure(id, obj, None) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
-            match engine.with_cm(|cm, _, _| cm.listen(h).map(|()| cm.addrs_of(h).0)) {
-                Ok(local) => {
-                    set_route(id, local, None);
-                    0
-                }
-                Err(e) => ret::neg(cm_errno(&e)),
+    on_engine(id, |_, engine, h| {
+        match engine.with_cm(|cm, _, _| cm.listen(h).map(|()| cm.addrs_of(h).0)) {
+            Ok(local) => {
+                set_route(id, local, None);
+                0
             }
-        },
-    )
+            Err(e) => ret::neg(e.errno()),
+        }
+    })
 }
 
 fn clamp_rd(v: u8) -> u8 {
@@ -417,6 +385,58 @@ fn qp_num_of(id: *mut rdma_cm_id) -> u32 {
     }
 }
 
+/// `rdma_connect` (`accept` false) and `rdma_accept`: the parameters a NULL
+/// `conn_param` leaves out are librdmacm's defaults (when accepting, within
+/// what the request offered).
+///
+/// # Safety
+///
+/// `conn_param` must be NULL or readable.
+unsafe fn connect(id: *mut rdma_cm_id, conn_param: *const rdma_conn_param, accept: bool) -> c_int {
+    on_engine(id, |obj, engine, h| {
+        let peer = if accept {
+            engine.with_cm(|cm, _, _| cm.peer_param(h))
+        } else {
+            None
+        };
+        // SAFETY: forwarded contract.
+        let p = unsafe { read_conn_param(conn_param, qp_num_of(id), peer.as_ref()) };
+        let r = engine.with_cm(|cm, qps, now| {
+            if accept {
+                cm.accept(now, h, &p, qps)
+            } else {
+                cm.connect(now, h, &p, qps)
+            }
+        });
+        if let Err(e) = r {
+            if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                let call = if accept {
+                    "rdma_accept"
+                } else {
+                    "rdma_connect"
+                };
+                eprintln!("softrdma: {call}: {e}");
+            }
+            return ret::neg(e.errno());
+        }
+        // SAFETY: live id.
+        if accept && unsafe { (*id).qp_type } == IBV_QPT_UD {
+            // UD accepts have no ESTABLISHED event: drop the request event.
+            // SAFETY: live id; its event is ours.
+            let ev = unsafe { (*id).event };
+            if obj.state().sync && !ev.is_null() {
+                // SAFETY: as above.
+                unsafe {
+                    super::event::free_event(ev);
+                    (*id).event = core::ptr::null_mut();
+                }
+            }
+            return 0;
+        }
+        complete(id, obj)
+    })
+}
+
 /// `int rdma_connect(struct rdma_cm_id *, struct rdma_conn_param *)`.
 ///
 /// # Safety
@@ -427,28 +447,8 @@ pub unsafe extern "C" fn __softrdma_rdma_connect(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            let (engine, h) = match ensure(id, obj, None) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
-            // SAFETY: forwarded contract.
-            let p = unsafe { read_conn_param(conn_param, qp_num_of(id), None) };
-            if let Err(e) = engine.with_cm(|cm, qps, now| cm.connect(now, h, &p, qps)) {
-                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
-                    eprintln!("softrdma: rdma_connect: {e}");
-                }
-                return ret::neg(cm_errno(&e));
-            }
-            complete(id, obj)
-        },
-    )
+    // SAFETY: forwarded contract.
+    unsafe { connect(id, conn_param, false) }
 }
 
 /// `int rdma_accept(struct rdma_cm_id *, struct rdma_conn_param *)`.
@@ -461,64 +461,22 @@ pub unsafe extern "C" fn __softrdma_rdma_accept(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            let (engine, h) = match ensure(id, obj, None) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
-            let peer = engine.with_cm(|cm, _, _| cm.peer_param(h));
-            // SAFETY: forwarded contract.
-            let p = unsafe { read_conn_param(conn_param, qp_num_of(id), peer.as_ref()) };
-            if let Err(e) = engine.with_cm(|cm, qps, now| cm.accept(now, h, &p, qps)) {
-                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
-                    eprintln!("softrdma: rdma_accept: {e}");
-                }
-                return ret::neg(cm_errno(&e));
-            }
-            // SAFETY: live id.
-            if unsafe { (*id).qp_type } == IBV_QPT_UD {
-                // UD accepts have no ESTABLISHED event: drop the request event.
-                // SAFETY: live id; its event is ours.
-                let ev = unsafe { (*id).event };
-                if obj.state().sync && !ev.is_null() {
-                    // SAFETY: as above.
-                    unsafe {
-                        super::event::free_event(ev);
-                        (*id).event = core::ptr::null_mut();
-                    }
-                }
-                return 0;
-            }
-            complete(id, obj)
-        },
-    )
+    // SAFETY: forwarded contract.
+    unsafe { connect(id, conn_param, true) }
 }
 
+/// `rdma_reject` and `rdma_reject_ece`.
 fn reject(id: *mut rdma_cm_id, private_data: *const c_void, len: u8) -> c_int {
-    // SAFETY: registry-checked.
-    let Some(obj) = (unsafe { id_obj(id) }) else {
-        return ret::neg(libc::EINVAL);
-    };
-    let (engine, h) = match ensure(id, obj, None) {
-        Ok(v) => v,
-        Err(e) => return ret::neg(e),
-    };
-    let pd = if private_data.is_null() || len == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the application passes `len` readable bytes.
-        unsafe { core::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(len)) }.to_vec()
-    };
-    match engine.with_cm(|cm, _, _| cm.reject(h, &pd)) {
-        Ok(()) => 0,
-        Err(e) => ret::neg(cm_errno(&e)),
-    }
+    on_engine(id, |_, engine, h| {
+        let pd = if private_data.is_null() || len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the application passes `len` readable bytes.
+            unsafe { core::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(len)) }
+                .to_vec()
+        };
+        cm_ret(engine.with_cm(|cm, _, _| cm.reject(h, &pd)))
+    })
 }
 
 /// `int rdma_reject(struct rdma_cm_id *, const void *private_data, uint8_t len)`.
@@ -532,7 +490,7 @@ pub unsafe extern "C" fn __softrdma_rdma_reject(
     private_data: *const c_void,
     len: u8,
 ) -> c_int {
-    ffi_guard(|| ret::neg(libc::EIO), || reject(id, private_data, len))
+    reject(id, private_data, len)
 }
 
 /// `int rdma_reject_ece(...)`: as `rdma_reject` (no ECE).
@@ -546,7 +504,7 @@ pub unsafe extern "C" fn __softrdma_rdma_reject_ece(
     private_data: *const c_void,
     len: u8,
 ) -> c_int {
-    ffi_guard(|| ret::neg(libc::EIO), || reject(id, private_data, len))
+    reject(id, private_data, len)
 }
 
 /// `int rdma_disconnect(struct rdma_cm_id *)`: the QP goes to ERR (its
@@ -558,23 +516,12 @@ pub unsafe extern "C" fn __softrdma_rdma_reject_ece(
 /// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            let (engine, h) = match ensure(id, obj, None) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
-            if let Err(e) = engine.with_cm(|cm, qps, now| cm.disconnect(now, h, qps)) {
-                return ret::neg(cm_errno(&e));
-            }
-            complete(id, obj)
-        },
-    )
+    on_engine(id, |obj, engine, h| {
+        cm_then(
+            engine.with_cm(|cm, qps, now| cm.disconnect(now, h, qps)),
+            || complete(id, obj),
+        )
+    })
 }
 
 /// `int rdma_establish(struct rdma_cm_id *)`: after CONNECT_RESPONSE on an id
@@ -586,27 +533,15 @@ pub unsafe extern "C" fn __softrdma_rdma_disconnect(id: *mut rdma_cm_id) -> c_in
 /// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            // SAFETY: live id.
-            if !unsafe { (*id).qp }.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            let (engine, h) = match ensure(id, obj, None) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
-            match engine.with_cm(|cm, _, now| cm.establish(now, h)) {
-                Ok(()) => 0,
-                Err(e) => ret::neg(cm_errno(&e)),
-            }
-        },
-    )
+    with_id(id, ret::neg, |obj| {
+        // SAFETY: live id.
+        if !unsafe { (*id).qp }.is_null() {
+            return ret::neg(libc::EINVAL);
+        }
+        with_engine(id, obj, None, |engine, h| {
+            cm_ret(engine.with_cm(|cm, _, now| cm.establish(now, h)))
+        })
+    })
 }
 
 /// `int rdma_migrate_id(struct rdma_cm_id *, struct rdma_event_channel *)`.
@@ -620,27 +555,14 @@ pub unsafe extern "C" fn __softrdma_rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let (Some(obj), Some(ch)) = (unsafe { id_obj(id) }, unsafe {
-                o::obj::<Chan>(channel.cast(), Kind::CmChannel)
-            }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            let mut st = obj.state();
-            st.chan = ch.inner.clone();
-            st.sync = false;
-            if let (Some(e), Some(h)) = (&st.engine, st.h) {
-                e.cm_set_channel(h, ch.inner.clone());
-            }
-            drop(st);
-            // SAFETY: live id; applications read `channel`.
-            unsafe { (*id).channel = channel };
-            0
-        },
-    )
+    with_id(id, ret::neg, |obj| {
+        // SAFETY: registry-checked.
+        let Some(ch) = (unsafe { o::obj::<Chan>(channel.cast(), Kind::CmChannel) }) else {
+            return ret::neg(libc::EINVAL);
+        };
+        move_to_channel(id, obj, channel, ch, false);
+        0
+    })
 }
 
 /// `int rdma_set_option(id, level, optname, optval, optlen)`: TOS, REUSEADDR,
@@ -658,26 +580,17 @@ pub unsafe extern "C" fn __softrdma_rdma_set_option(
     _optval: *mut c_void,
     _optlen: usize,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            if unsafe { id_obj(id) }.is_none() {
-                return ret::neg(libc::EINVAL);
-            }
-            match (level, optname) {
-                (
-                    RDMA_OPTION_ID,
-                    RDMA_OPTION_ID_TOS
-                    | RDMA_OPTION_ID_REUSEADDR
-                    | RDMA_OPTION_ID_AFONLY
-                    | RDMA_OPTION_ID_ACK_TIMEOUT,
-                ) => 0,
-                (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => 0,
-                _ => ret::neg(libc::ENOSYS),
-            }
-        },
-    )
+    with_id(id, ret::neg, |_| match (level, optname) {
+        (
+            RDMA_OPTION_ID,
+            RDMA_OPTION_ID_TOS
+            | RDMA_OPTION_ID_REUSEADDR
+            | RDMA_OPTION_ID_AFONLY
+            | RDMA_OPTION_ID_ACK_TIMEOUT,
+        ) => 0,
+        (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => 0,
+        _ => ret::neg(libc::ENOSYS),
+    })
 }
 
 /// `int rdma_notify(struct rdma_cm_id *, enum ibv_event_type)`: nothing to do.
@@ -691,17 +604,7 @@ pub unsafe extern "C" fn __softrdma_rdma_notify(
     id: *mut rdma_cm_id,
     _event: ibv_event_type,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            if unsafe { id_obj(id) }.is_none() {
-                ret::neg(libc::EINVAL)
-            } else {
-                0
-            }
-        },
-    )
+    with_id(id, ret::neg, |_| 0)
 }
 
 /// `int rdma_init_qp_attr(id, struct ibv_qp_attr *, int *mask)`: the attributes
@@ -717,20 +620,11 @@ pub unsafe extern "C" fn __softrdma_rdma_init_qp_attr(
     qp_attr_mask: *mut c_int,
 ) -> c_int {
     use softrdma_engine::transport::QpAttrMask as M;
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            if qp_attr.is_null() || qp_attr_mask.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            let (engine, h) = match ensure(id, obj, None) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
+    with_id(id, ret::neg, |obj| {
+        if qp_attr.is_null() || qp_attr_mask.is_null() {
+            return ret::neg(libc::EINVAL);
+        }
+        with_engine(id, obj, None, |engine, h| {
             // SAFETY: non-NULL, readable and writable per the contract.
             let a = unsafe { &mut *qp_attr };
             // SAFETY: live id.
@@ -760,7 +654,7 @@ pub unsafe extern "C" fn __softrdma_rdma_init_qp_attr(
                         return ret::neg(libc::EINVAL);
                     };
                     if a.qp_state == IBV_QPS_RTR {
-                        a.ah_attr = crate::verbs::conv_av_to_c(&p.av);
+                        a.ah_attr = softrdma::rdma_core_conv::av_to_c(&p.av);
                         a.path_mtu = p.mtu.as_u32();
                         a.dest_qp_num = p.remote_qpn;
                         a.rq_psn = p.rq_psn;
@@ -799,24 +693,27 @@ pub unsafe extern "C" fn __softrdma_rdma_init_qp_attr(
             // SAFETY: non-NULL, writable per the contract.
             unsafe { qp_attr_mask.write(mask.0 as c_int) };
             0
-        },
-    )
+        })
+    })
 }
 
+/// `rdma_get_src_port` (`src`) and `rdma_get_dst_port`: 0 for anything but a live id.
 fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
-    // SAFETY: registry-checked.
-    if unsafe { id_obj(id) }.is_none() {
-        return 0;
-    }
-    // SAFETY: live id; the route holds socket addresses this library wrote.
-    let a = unsafe {
-        if src {
-            sock::from_c(&raw const (*id).route.addr.src.src_addr)
-        } else {
-            sock::from_c(&raw const (*id).route.addr.dst.dst_addr)
-        }
-    };
-    a.map_or(0, |a| a.port().to_be())
+    with_id(
+        id,
+        |_| 0,
+        |_| {
+            // SAFETY: live id; the route holds socket addresses this library wrote.
+            let a = unsafe {
+                if src {
+                    sock::from_c(&raw const (*id).route.addr.src.src_addr)
+                } else {
+                    sock::from_c(&raw const (*id).route.addr.dst.dst_addr)
+                }
+            };
+            a.map_or(0, |a| a.port().to_be())
+        },
+    )
 }
 
 /// `__be16 rdma_get_src_port(struct rdma_cm_id *)`.
@@ -827,7 +724,7 @@ fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
 /// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    ffi_guard(|| 0, || port_of(id, true))
+    port_of(id, true)
 }
 
 /// `__be16 rdma_get_dst_port(struct rdma_cm_id *)`.
@@ -838,7 +735,7 @@ pub unsafe extern "C" fn __softrdma_rdma_get_src_port(id: *mut rdma_cm_id) -> u1
 /// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    ffi_guard(|| 0, || port_of(id, false))
+    port_of(id, false)
 }
 
 /// `rdma_set_local_ece` / `rdma_get_remote_ece`: ECE is not offered.

@@ -1,11 +1,11 @@
 //! Multicast: `rdma_join_multicast(_ex)`, `rdma_leave_multicast`.
 
-use super::event::id_obj;
-use super::id::{cm_errno, ensure};
+use super::event::with_id;
+use super::id::{cm_ret, with_engine};
 use super::objects::Id;
 use super::sock;
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::{ret, with_arg};
 use core::ffi::{c_int, c_void};
 use softrdma_engine::Engine;
 use std::net::IpAddr;
@@ -52,27 +52,21 @@ pub(crate) fn leave_all(obj: &Id, _engine: &Arc<Engine>) {
     }
 }
 
+/// `rdma_join_multicast` and `rdma_join_multicast_ex`.
 fn join(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
-    // SAFETY: registry-checked.
-    let Some(obj) = (unsafe { id_obj(id) }) else {
-        return ret::neg(libc::EINVAL);
-    };
-    // SAFETY: the caller passes a valid socket address.
-    let Some(a) = (unsafe { sock::from_c(addr) }) else {
-        return ret::neg(libc::EINVAL);
-    };
-    if !a.ip().is_multicast() {
-        return ret::neg(libc::EINVAL);
-    }
-    let (engine, h) = match ensure(id, obj, None) {
-        Ok(v) => v,
-        Err(e) => return ret::neg(e),
-    };
-    obj.state().mcast.push(a.ip());
-    match engine.with_cm(|cm, _, _| cm.join_multicast(h, a.ip())) {
-        Ok(()) => 0,
-        Err(e) => ret::neg(cm_errno(&e)),
-    }
+    with_id(id, ret::neg, |obj| {
+        // SAFETY: the caller passes a valid socket address.
+        let Some(a) = (unsafe { sock::from_c(addr) }) else {
+            return ret::neg(libc::EINVAL);
+        };
+        if !a.ip().is_multicast() {
+            return ret::neg(libc::EINVAL);
+        }
+        with_engine(id, obj, None, |engine, h| {
+            obj.state().mcast.push(a.ip());
+            cm_ret(engine.with_cm(|cm, _, _| cm.join_multicast(h, a.ip())))
+        })
+    })
 }
 
 /// `int rdma_join_multicast(id, struct sockaddr *addr, void *context)`.
@@ -86,7 +80,7 @@ pub unsafe extern "C" fn __softrdma_rdma_join_multicast(
     addr: *mut libc::sockaddr,
     _context: *mut c_void,
 ) -> c_int {
-    ffi_guard(|| ret::neg(libc::EIO), || join(id, addr))
+    join(id, addr)
 }
 
 /// `int rdma_join_multicast_ex(id, struct rdma_cm_join_mc_attr_ex *, void *context)`.
@@ -100,14 +94,11 @@ pub unsafe extern "C" fn __softrdma_rdma_join_multicast_ex(
     attr: *mut rdma_cm_join_mc_attr_ex,
     _context: *mut c_void,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            if attr.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, readable per the contract.
-            let a = unsafe { &*attr };
+    // SAFETY: NULL or readable per the contract.
+    with_arg(
+        || unsafe { attr.as_ref() },
+        ret::neg,
+        |a| {
             if a.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0 {
                 return ret::neg(libc::EINVAL);
             }
@@ -126,25 +117,18 @@ pub unsafe extern "C" fn __softrdma_rdma_leave_multicast(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            // SAFETY: the caller passes a valid socket address.
-            let Some(a) = (unsafe { sock::from_c(addr) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            let mut st = obj.state();
-            let before = st.mcast.len();
-            st.mcast.retain(|g| *g != a.ip());
-            if st.mcast.len() == before {
-                ret::neg(libc::EADDRNOTAVAIL)
-            } else {
-                0
-            }
-        },
-    )
+    with_id(id, ret::neg, |obj| {
+        // SAFETY: the caller passes a valid socket address.
+        let Some(a) = (unsafe { sock::from_c(addr) }) else {
+            return ret::neg(libc::EINVAL);
+        };
+        let mut st = obj.state();
+        let before = st.mcast.len();
+        st.mcast.retain(|g| *g != a.ip());
+        if st.mcast.len() == before {
+            ret::neg(libc::EADDRNOTAVAIL)
+        } else {
+            0
+        }
+    })
 }

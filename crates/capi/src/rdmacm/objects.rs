@@ -35,6 +35,30 @@ pub(crate) struct IdState {
     pub(crate) mcast: Vec<std::net::IpAddr>,
 }
 
+impl IdState {
+    /// A new id's state: on `engine` (with its engine-side id) if the device
+    /// is known already, with no QP, SRQ or multicast group of its own.
+    pub(crate) fn new(
+        engine: Option<(Arc<Engine>, IdHandle)>,
+        chan: Arc<CmChannel>,
+        sync: bool,
+    ) -> IdState {
+        let (engine, h) = engine.unzip();
+        IdState {
+            engine,
+            h,
+            chan,
+            sync,
+            own_send_cq: false,
+            own_recv_cq: false,
+            ep_pd: core::ptr::null_mut(),
+            ep_attr: None,
+            own_srq: false,
+            mcast: Vec::new(),
+        }
+    }
+}
+
 /// `struct rdma_cm_id` plus [`IdState`].
 #[repr(C)]
 pub(crate) struct Id {

@@ -1,10 +1,10 @@
 //! QPs and SRQs on CM ids (`rdma_create_qp`, `rdma_create_srq`, ...): the
 //! verbs objects are made by this library's own libibverbs functions.
 
-use super::event::id_obj;
-use super::id::ensure;
+use super::event::with_id;
+use super::id::{ensure, with_engine};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::{ret, with_struct};
 use crate::verbs::cq::{
     ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq,
 };
@@ -102,24 +102,15 @@ pub unsafe extern "C" fn __softrdma_rdma_create_qp_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            if attr.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            // SAFETY: live id.
-            if !unsafe { (*id).qp }.is_null() || unsafe { (*id).verbs }.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            let (engine, h) = match ensure(id, obj, None) {
-                Ok(v) => v,
-                Err(e) => return ret::neg(e),
-            };
+    with_id(id, ret::neg, |obj| {
+        if attr.is_null() {
+            return ret::neg(libc::EINVAL);
+        }
+        // SAFETY: live id.
+        if !unsafe { (*id).qp }.is_null() || unsafe { (*id).verbs }.is_null() {
+            return ret::neg(libc::EINVAL);
+        }
+        with_engine(id, obj, None, |engine, h| {
             // SAFETY: non-NULL, valid per the contract.
             let a = unsafe { &mut *attr };
             if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
@@ -167,14 +158,9 @@ pub unsafe extern "C" fn __softrdma_rdma_create_qp_ex(
                 }
             }
             let mut basic = ibv_qp_init_attr {
-                qp_context: a.qp_context,
-                send_cq: a.send_cq,
-                recv_cq: a.recv_cq,
-                srq: a.srq,
-                cap: a.cap,
                 // SAFETY: live id.
                 qp_type: unsafe { (*id).qp_type },
-                sq_sig_all: a.sq_sig_all,
+                ..a.base()
             };
             // SAFETY: `basic` is a local; the PD is the application's or ours.
             let qp = unsafe { ibv_create_qp(a.pd, &mut basic) };
@@ -199,8 +185,8 @@ pub unsafe extern "C" fn __softrdma_rdma_create_qp_ex(
                 (*id).pd = a.pd;
             }
             0
-        },
-    )
+        })
+    })
 }
 
 /// `int rdma_create_qp(struct rdma_cm_id *, struct ibv_pd *, struct ibv_qp_init_attr *)`:
@@ -215,33 +201,18 @@ pub unsafe extern "C" fn __softrdma_rdma_create_qp(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            if qp_init_attr.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, valid per the contract.
-            let b = unsafe { &mut *qp_init_attr };
-            let mut ex = ibv_qp_init_attr_ex::zeroed();
-            ex.qp_context = b.qp_context;
-            ex.send_cq = b.send_cq;
-            ex.recv_cq = b.recv_cq;
-            ex.srq = b.srq;
-            ex.cap = b.cap;
-            ex.qp_type = b.qp_type;
-            ex.sq_sig_all = b.sq_sig_all;
-            ex.comp_mask = IBV_QP_INIT_ATTR_PD;
-            ex.pd = pd;
-            // SAFETY: `ex` is a local.
-            let r = unsafe { __softrdma_rdma_create_qp_ex(id, &mut ex) };
-            b.send_cq = ex.send_cq;
-            b.recv_cq = ex.recv_cq;
-            b.srq = ex.srq;
-            b.cap = ex.cap;
-            r
-        },
-    )
+    let create = |b: &mut ibv_qp_init_attr| {
+        let mut ex = ibv_qp_init_attr_ex::from_base(b);
+        ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+        ex.pd = pd;
+        // SAFETY: `ex` is a local.
+        let r = unsafe { __softrdma_rdma_create_qp_ex(id, &mut ex) };
+        // What the call filled in: the CQs and SRQ it chose, the capacities.
+        *b = ex.base();
+        r
+    };
+    // SAFETY: NULL or valid for reads and writes, per the contract.
+    unsafe { with_struct(qp_init_attr, ret::neg, create) }
 }
 
 /// `void rdma_destroy_qp(struct rdma_cm_id *)`.
@@ -252,13 +223,10 @@ pub unsafe extern "C" fn __softrdma_rdma_create_qp(
 /// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_destroy_qp(id: *mut rdma_cm_id) {
-    ffi_guard(
-        || (),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return;
-            };
+    with_id(
+        id,
+        |_| (),
+        |obj| {
             // SAFETY: live id.
             let qp = unsafe { (*id).qp };
             if !qp.is_null() {
@@ -286,43 +254,33 @@ pub unsafe extern "C" fn __softrdma_rdma_create_srq_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_srq_init_attr_ex,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            if attr.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, valid per the contract.
-            let a = unsafe { &mut *attr };
-            if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC {
-                return ret::neg(libc::EOPNOTSUPP);
-            }
-            let pd = if a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 && !a.pd.is_null() {
-                a.pd
-            } else {
-                // SAFETY: live id.
-                unsafe { (*id).pd }
-            };
-            let mut basic = ibv_srq_init_attr {
-                srq_context: a.srq_context,
-                attr: a.attr,
-            };
-            // SAFETY: `basic` is a local.
-            let srq = unsafe { ibv_create_srq(pd, &mut basic) };
-            if srq.is_null() {
-                return -1;
-            }
-            a.attr = basic.attr;
-            obj.state().own_srq = true;
+    with_id(id, ret::neg, |obj| {
+        if attr.is_null() {
+            return ret::neg(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, valid per the contract.
+        let a = unsafe { &mut *attr };
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC {
+            return ret::neg(libc::EOPNOTSUPP);
+        }
+        let pd = if a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 && !a.pd.is_null() {
+            a.pd
+        } else {
             // SAFETY: live id.
-            unsafe { (*id).srq = srq };
-            0
-        },
-    )
+            unsafe { (*id).pd }
+        };
+        let mut basic = a.base();
+        // SAFETY: `basic` is a local.
+        let srq = unsafe { ibv_create_srq(pd, &mut basic) };
+        if srq.is_null() {
+            return -1;
+        }
+        a.attr = basic.attr;
+        obj.state().own_srq = true;
+        // SAFETY: live id.
+        unsafe { (*id).srq = srq };
+        0
+    })
 }
 
 /// `int rdma_create_srq(struct rdma_cm_id *, struct ibv_pd *, struct ibv_srq_init_attr *)`.
@@ -336,26 +294,19 @@ pub unsafe extern "C" fn __softrdma_rdma_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            if attr.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, valid per the contract.
-            let b = unsafe { &mut *attr };
-            let mut ex = ibv_srq_init_attr_ex::zeroed();
-            ex.srq_context = b.srq_context;
-            ex.attr = b.attr;
-            ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-            ex.srq_type = IBV_SRQT_BASIC;
-            ex.pd = pd;
-            // SAFETY: `ex` is a local.
-            let r = unsafe { __softrdma_rdma_create_srq_ex(id, &mut ex) };
-            b.attr = ex.attr;
-            r
-        },
-    )
+    let create = |b: &mut ibv_srq_init_attr| {
+        let mut ex = ibv_srq_init_attr_ex::from_base(b);
+        ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+        ex.srq_type = IBV_SRQT_BASIC;
+        ex.pd = pd;
+        // SAFETY: `ex` is a local.
+        let r = unsafe { __softrdma_rdma_create_srq_ex(id, &mut ex) };
+        // What the call filled in: the actual sizes.
+        *b = ex.base();
+        r
+    };
+    // SAFETY: NULL or valid for reads and writes, per the contract.
+    unsafe { with_struct(attr, ret::neg, create) }
 }
 
 /// `void rdma_destroy_srq(struct rdma_cm_id *)`.
@@ -366,13 +317,10 @@ pub unsafe extern "C" fn __softrdma_rdma_create_srq(
 /// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_destroy_srq(id: *mut rdma_cm_id) {
-    ffi_guard(
-        || (),
-        || {
-            // SAFETY: registry-checked.
-            let Some(obj) = (unsafe { id_obj(id) }) else {
-                return;
-            };
+    with_id(
+        id,
+        |_| (),
+        |obj| {
             // SAFETY: live id.
             let srq = unsafe { (*id).srq };
             if !srq.is_null() {

@@ -11,7 +11,7 @@
 //! command/response buffers, ...) are `void` pointers.
 //!
 //! `ibv_query_gid_type` is PRIVATE_34 too but is a real verb used by
-//! `ibv_devinfo`; it lives in [`super::device`].
+//! `ibv_devinfo`; it lives in `verbs::device`.
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::AtomicBool;

@@ -1,6 +1,6 @@
 //! Address handles.
 
-use super::conv::{av_from_c, av_to_c, wc_from_c};
+use super::conv::{av_from_c, av_to_c};
 use super::objects::{self as o, Ah, Kind, Pd};
 use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
@@ -23,16 +23,14 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
                 return ret::null(libc::EINVAL);
             }
             // SAFETY: non-NULL, readable per the contract.
-            create(pd, av_from_c(unsafe { &*attr }))
+            let av = av_from_c(unsafe { &*attr });
+            o::with_obj(pd.cast(), Kind::Pd, ret::null, |p: &Pd| create(p, pd, av))
         },
     )
 }
 
-fn create(pd: *mut ibv_pd, av: AddressVector) -> *mut ibv_ah {
-    // SAFETY: registry-checked.
-    let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
-        return ret::null(libc::EINVAL);
-    };
+/// An AH on `p` (`pd` is its pointer).
+fn create(p: &Pd, pd: *mut ibv_pd, av: AddressVector) -> *mut ibv_ah {
     // RoCE needs a GRH; the device has port 1 only (the kernel's
     // rdma_check_ah_attr: EINVAL for any other port).
     if !av.is_global || av.port_num != 1 || usize::from(av.sgid_index) >= p.engine.gids().len() {
@@ -63,23 +61,14 @@ fn create(pd: *mut ibv_pd, av: AddressVector) -> *mut ibv_ah {
 /// `ah` must not be used after a successful call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(a) = (unsafe { o::obj::<Ah>(ah.cast(), Kind::Ah) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            // SAFETY: the AH's PD outlives it (dealloc is EBUSY while the AH is counted).
-            if let Some(p) = unsafe { o::obj::<Pd>(a.ah.pd.cast(), Kind::Pd) } {
-                let h = p.h;
-                p.engine.with(|ep, _| ep.pd_release(h));
-            }
-            // SAFETY: live Ah from `publish`.
-            unsafe { o::retire(ah.cast::<Ah>()) };
-            0
-        },
-    )
+    o::destroy(ah.cast(), Kind::Ah, |a: &Ah| {
+        // SAFETY: the AH's PD outlives it (dealloc is EBUSY while the AH is counted).
+        if let Some(p) = unsafe { o::obj::<Pd>(a.ah.pd.cast(), Kind::Pd) } {
+            let h = p.h;
+            p.engine.with(|ep, _| ep.pd_release(h));
+        }
+        Ok(())
+    })
 }
 
 /// The reply address vector for a UD receive: the sender's address from the
@@ -126,33 +115,25 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     grh: *mut ibv_grh,
     ah_attr: *mut ibv_ah_attr,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            if wc.is_null() || grh.is_null() || ah_attr.is_null() || port_num != 1 {
-                return ret::neg(libc::EINVAL);
+    o::with_ctx(context, ret::neg, |c| {
+        if wc.is_null() || grh.is_null() || ah_attr.is_null() || port_num != 1 {
+            return ret::neg(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, readable per the contract.
+        if !WcFlags(unsafe { (*wc).wc_flags }).contains(WcFlags::GRH) {
+            return ret::neg(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, 40 readable bytes per the contract.
+        let g = unsafe { grh_bytes(grh) };
+        match reply_av(&c.engine.gids(), &g) {
+            Some(av) => {
+                // SAFETY: non-NULL, writable per the contract.
+                unsafe { ah_attr.write(av_to_c(&av)) };
+                0
             }
-            // SAFETY: non-NULL, readable per the contract.
-            let w = wc_from_c(unsafe { &*wc });
-            if !w.wc_flags.contains(WcFlags::GRH) {
-                return ret::neg(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, 40 readable bytes per the contract.
-            let g = unsafe { grh_bytes(grh) };
-            match reply_av(&c.engine.gids(), &g) {
-                Some(av) => {
-                    // SAFETY: non-NULL, writable per the contract.
-                    unsafe { ah_attr.write(av_to_c(&av)) };
-                    0
-                }
-                None => ret::neg(libc::EINVAL),
-            }
-        },
-    )
+            None => ret::neg(libc::EINVAL),
+        }
+    })
 }
 
 /// `struct ibv_ah *ibv_create_ah_from_wc(pd, wc, grh, port)`.
@@ -167,19 +148,12 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     grh: *mut ibv_grh,
     port_num: u8,
 ) -> *mut ibv_ah {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
-                return ret::null(libc::EINVAL);
-            };
-            let mut attr = ibv_ah_attr::zeroed();
-            // SAFETY: forwarded contract; `attr` is a local.
-            if unsafe { ibv_init_ah_from_wc(p.pd.context, port_num, wc, grh, &mut attr) } != 0 {
-                return core::ptr::null_mut();
-            }
-            create(pd, av_from_c(&attr))
-        },
-    )
+    o::with_obj(pd.cast(), Kind::Pd, ret::null, |p: &Pd| {
+        let mut attr = ibv_ah_attr::zeroed();
+        // SAFETY: forwarded contract; `attr` is a local.
+        if unsafe { ibv_init_ah_from_wc(p.pd.context, port_num, wc, grh, &mut attr) } != 0 {
+            return core::ptr::null_mut();
+        }
+        create(p, pd, av_from_c(&attr))
+    })
 }

@@ -3,8 +3,9 @@
 
 use super::objects::{self as o, Channel, Cq, Ctx, Kind};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::ret;
 use core::ffi::{c_int, c_uint, c_void};
+use softrdma_engine::transport::VerbsError;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -75,33 +76,26 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     context: *mut ibv_context,
 ) -> *mut ibv_comp_channel {
     use std::os::fd::AsRawFd;
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::null(libc::EINVAL);
-            };
-            let inner = match c.engine.create_comp_channel() {
-                Ok(ch) => ch,
-                Err(e) => return ret::null(e.raw_os_error().unwrap_or(libc::ENOMEM)),
-            };
-            let ch = ibv_comp_channel {
-                context,
-                fd: inner.as_raw_fd(),
-                refcnt: 0,
-            };
-            o::publish(
-                Channel {
-                    ch,
-                    inner,
-                    users: AtomicU32::new(0),
-                },
-                Kind::Channel,
-            )
-            .cast()
-        },
-    )
+    o::with_ctx(context, ret::null, |c| {
+        let inner = match c.engine.create_comp_channel() {
+            Ok(ch) => ch,
+            Err(e) => return ret::null(e.raw_os_error().unwrap_or(libc::ENOMEM)),
+        };
+        let ch = ibv_comp_channel {
+            context,
+            fd: inner.as_raw_fd(),
+            refcnt: 0,
+        };
+        o::publish(
+            Channel {
+                ch,
+                inner,
+                users: AtomicU32::new(0),
+            },
+            Kind::Channel,
+        )
+        .cast()
+    })
 }
 
 /// `int ibv_destroy_comp_channel(struct ibv_comp_channel *)`: EBUSY while CQs use it.
@@ -111,21 +105,12 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
 /// `channel` must not be used after a successful call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(ch) = (unsafe { o::obj::<Channel>(channel.cast(), Kind::Channel) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if ch.users.load(Ordering::SeqCst) > 0 {
-                return ret::pos(libc::EBUSY);
-            }
-            // SAFETY: live Channel from `publish`, unused by any CQ.
-            unsafe { o::retire(channel.cast::<Channel>()) };
-            0
-        },
-    )
+    o::destroy(channel.cast(), Kind::Channel, |ch: &Channel| {
+        if ch.users.load(Ordering::SeqCst) > 0 {
+            return Err(VerbsError::Busy("CQs use the channel".into()));
+        }
+        Ok(())
+    })
 }
 
 /// `struct ibv_cq *ibv_create_cq(ctx, int cqe, void *cq_context, channel, int comp_vector)`.
@@ -142,16 +127,9 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::null(libc::EINVAL);
-            };
-            new_cq(c, context, cqe, cq_context, channel, comp_vector).cast()
-        },
-    )
+    o::with_ctx(context, ret::null, |c| {
+        new_cq(c, context, cqe, cq_context, channel, comp_vector).cast()
+    })
 }
 
 /// `int ibv_resize_cq(struct ibv_cq *, int cqe)`.
@@ -161,27 +139,20 @@ pub unsafe extern "C" fn ibv_create_cq(
 /// `cq` must be a CQ of this library (checked) that no other thread destroys concurrently.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if cqe <= 0 {
-                return ret::pos(libc::EINVAL);
+    o::with_obj(cq.cast(), Kind::Cq, ret::pos, |q: &Cq| {
+        if cqe <= 0 {
+            return ret::pos(libc::EINVAL);
+        }
+        let h = q.h;
+        match q.engine.with(|ep, _| ep.resize_cq(h, cqe as u32)) {
+            Ok(n) => {
+                // SAFETY: live CQ; `cqe` is a plain field applications only read.
+                unsafe { (*cq).cqe = n as c_int };
+                0
             }
-            let h = q.h;
-            match q.engine.with(|ep, _| ep.resize_cq(h, cqe as u32)) {
-                Ok(n) => {
-                    // SAFETY: live CQ; `cqe` is a plain field applications only read.
-                    unsafe { (*cq).cqe = n as c_int };
-                    0
-                }
-                Err(e) => ret::pos(e.errno()),
-            }
-        },
-    )
+            Err(e) => ret::pos(e.errno()),
+        }
+    })
 }
 
 /// `int ibv_destroy_cq(struct ibv_cq *)`: EBUSY while a QP uses it.
@@ -191,28 +162,17 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 /// `cq` must not be used after a successful call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            let h = q.h;
-            if let Err(e) = q.engine.with(|ep, _| ep.destroy_cq(h)) {
-                return ret::pos(e.errno());
-            }
-            q.engine.set_cq_channel(h, None);
-            // SAFETY: the channel outlives its CQs (destroy is EBUSY while users > 0).
-            if let Some(ch) = unsafe { o::obj::<Channel>(q.channel.cast(), Kind::Channel) } {
-                ch.users.fetch_sub(1, Ordering::SeqCst);
-            }
-            o::map_cq(h, None);
-            // SAFETY: live Cq from `publish`, destroyed in the engine above.
-            unsafe { o::retire(cq.cast::<Cq>()) };
-            0
-        },
-    )
+    o::destroy(cq.cast(), Kind::Cq, |q: &Cq| {
+        let h = q.h;
+        q.engine.with(|ep, _| ep.destroy_cq(h))?;
+        q.engine.set_cq_channel(h, None);
+        // SAFETY: the channel outlives its CQs (destroy is EBUSY while users > 0).
+        if let Some(ch) = unsafe { o::obj::<Channel>(q.channel.cast(), Kind::Channel) } {
+            ch.users.fetch_sub(1, Ordering::SeqCst);
+        }
+        o::map_cq(h, None);
+        Ok(())
+    })
 }
 
 /// `int ibv_get_cq_event(channel, struct ibv_cq **cq, void **cq_context)`:
@@ -227,39 +187,32 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(ch) = (unsafe { o::obj::<Channel>(channel.cast(), Kind::Channel) }) else {
-                return ret::neg(libc::EINVAL);
+    o::with_obj(channel.cast(), Kind::Channel, ret::neg, |ch: &Channel| {
+        if cq.is_null() || cq_context.is_null() {
+            return ret::neg(libc::EINVAL);
+        }
+        let inner = ch.inner.clone();
+        // SAFETY: registry-checked; the channel's context is live while the channel is.
+        if let Some(c) = unsafe { o::ctx(ch.ch.context) } {
+            c.engine.before_block();
+        }
+        loop {
+            let h = match inner.get_event() {
+                Ok(h) => h,
+                Err(e) => return ret::neg(e.raw_os_error().unwrap_or(libc::EIO)),
             };
-            if cq.is_null() || cq_context.is_null() {
-                return ret::neg(libc::EINVAL);
+            let Some(p) = o::cq_ptr(h) else { continue };
+            // SAFETY: the CQ map holds live CQ objects.
+            let q = unsafe { &*(p as *const Cq) };
+            q.events.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: non-NULL outputs, writable per the contract.
+            unsafe {
+                cq.write(p as *mut ibv_cq);
+                cq_context.write(q.cq.cq_context);
             }
-            let inner = ch.inner.clone();
-            // SAFETY: registry-checked; the channel's context is live while the channel is.
-            if let Some(c) = unsafe { o::ctx(ch.ch.context) } {
-                c.engine.before_block();
-            }
-            loop {
-                let h = match inner.get_event() {
-                    Ok(h) => h,
-                    Err(e) => return ret::neg(e.raw_os_error().unwrap_or(libc::EIO)),
-                };
-                let Some(p) = o::cq_ptr(h) else { continue };
-                // SAFETY: the CQ map holds live CQ objects.
-                let q = unsafe { &*(p as *const Cq) };
-                q.events.fetch_add(1, Ordering::SeqCst);
-                // SAFETY: non-NULL outputs, writable per the contract.
-                unsafe {
-                    cq.write(p as *mut ibv_cq);
-                    cq_context.write(q.cq.cq_context);
-                }
-                return 0;
-            }
-        },
-    )
+            return 0;
+        }
+    })
 }
 
 /// `void ibv_ack_cq_events(struct ibv_cq *, unsigned int nevents)`.
@@ -269,16 +222,15 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 /// `cq` must be a CQ of this library (checked).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
-    ffi_guard(
-        || (),
-        || {
-            // SAFETY: registry-checked.
-            if unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) }.is_some() {
-                // SAFETY: live CQ; the counter is a plain field applications may read.
-                unsafe {
-                    (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents)
-                };
-            }
+    o::with_obj(
+        cq.cast(),
+        Kind::Cq,
+        |_| (),
+        |_: &Cq| {
+            // SAFETY: live CQ; the counter is a plain field applications may read.
+            unsafe {
+                (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents)
+            };
         },
     )
 }

@@ -28,50 +28,41 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
     context: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
+    o::with_ctx(context, ret::null, |c| {
+        if attr.is_null() {
+            return ret::null(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, readable per the caller's contract.
+        let a = unsafe { *attr };
+        if a.comp_mask & !KNOWN_COMP_MASK != 0 {
+            return ret::null(libc::EINVAL);
+        }
+        if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
+            return ret::null(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 && a.flags & !SUPPORTED_CREATE_FLAGS != 0
+        {
+            return ret::null(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
             // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::null(libc::EINVAL);
-            };
-            if attr.is_null() {
+            let pd = unsafe { o::obj::<Pd>(a.parent_domain.cast(), Kind::Pd) };
+            if !pd.is_some_and(|p| p.role == PdRole::Parent) {
                 return ret::null(libc::EINVAL);
             }
-            // SAFETY: non-NULL, readable per the caller's contract.
-            let a = unsafe { *attr };
-            if a.comp_mask & !KNOWN_COMP_MASK != 0 {
-                return ret::null(libc::EINVAL);
-            }
-            if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
-                return ret::null(libc::EOPNOTSUPP);
-            }
-            if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
-                && a.flags & !SUPPORTED_CREATE_FLAGS != 0
-            {
-                return ret::null(libc::EOPNOTSUPP);
-            }
-            if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
-                // SAFETY: registry-checked.
-                let pd = unsafe { o::obj::<Pd>(a.parent_domain.cast(), Kind::Pd) };
-                if !pd.is_some_and(|p| p.role == PdRole::Parent) {
-                    return ret::null(libc::EINVAL);
-                }
-            }
-            let (Ok(cqe), Ok(vector)) = (c_int::try_from(a.cqe), c_int::try_from(a.comp_vector))
-            else {
-                return ret::null(libc::EINVAL);
-            };
-            let p = new_cq(c, context, cqe, a.cq_context, a.channel, vector);
-            if p.is_null() {
-                return core::ptr::null_mut();
-            }
-            // SAFETY: `p` was just created and is not yet visible to the
-            // application: nothing else reads these fields now.
-            unsafe { install(&raw mut (*p).cq, a.wc_flags) };
-            p.cast()
-        },
-    )
+        }
+        let (Ok(cqe), Ok(vector)) = (c_int::try_from(a.cqe), c_int::try_from(a.comp_vector)) else {
+            return ret::null(libc::EINVAL);
+        };
+        let p = new_cq(c, context, cqe, a.cq_context, a.channel, vector);
+        if p.is_null() {
+            return core::ptr::null_mut();
+        }
+        // SAFETY: `p` was just created and is not yet visible to the
+        // application: nothing else reads these fields now.
+        unsafe { install(&raw mut (*p).cq, a.wc_flags) };
+        p.cast()
+    })
 }
 
 /// Fills the poll functions of a new extended CQ (those for fields not asked
@@ -168,27 +159,27 @@ unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
 }
 
 unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
-    ffi_guard(
-        || (),
-        || {
-            // SAFETY: registry-checked.
-            if let Some(q) = unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) } {
-                *q.cur.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            }
+    o::with_obj(
+        cq.cast(),
+        Kind::Cq,
+        |_| (),
+        |q: &Cq| {
+            *q.cur.lock().unwrap_or_else(|p| p.into_inner()) = None;
         },
     )
 }
 
 /// Reads a field of the current completion (0 if there is none).
 fn read<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> R) -> R {
-    ffi_guard(R::default, || {
-        // SAFETY: registry-checked.
-        let Some(q) = (unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) }) else {
-            return R::default();
-        };
-        let cur = q.cur.lock().unwrap_or_else(|p| p.into_inner());
-        cur.as_ref().map(f).unwrap_or_default()
-    })
+    o::with_obj(
+        cq.cast(),
+        Kind::Cq,
+        |_| R::default(),
+        |q: &Cq| {
+            let cur = q.cur.lock().unwrap_or_else(|p| p.into_inner());
+            cur.as_ref().map(f).unwrap_or_default()
+        },
+    )
 }
 
 unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {

@@ -4,7 +4,7 @@
 use super::conv::{device_attr as to_c_device_attr, port_attr, put_str};
 use super::objects::{self as o, Ctx, Kind};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::{ffi_guard, ret, with_arg};
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use softrdma_engine::device::DEVICE_NAME;
 use softrdma_engine::{AsyncEvent, Engine};
@@ -41,8 +41,10 @@ pub(crate) fn the_device() -> *mut ibv_device {
     device()
 }
 
-fn is_device(d: *const ibv_device) -> bool {
-    !d.is_null() && d == device().cast_const()
+/// [`with_arg`] for calls on a device: `f` runs if `d` is the one device.
+fn with_device<R>(d: *mut ibv_device, fail: fn(c_int) -> R, f: impl FnOnce() -> R) -> R {
+    let is_device = || (!d.is_null() && d == device()).then_some(());
+    with_arg(is_device, fail, |()| f())
 }
 
 /// `struct ibv_device **ibv_get_device_list(int *num_devices)`: one device.
@@ -91,16 +93,10 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
 /// other pointers must be valid as for the rdma-core call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
-    ffi_guard(
-        || ret::null_const(libc::EIO),
-        || {
-            if !is_device(device) {
-                return ret::null_const(libc::EINVAL);
-            }
-            // SAFETY: the one static device, never freed.
-            unsafe { (*device).name.as_ptr() }
-        },
-    )
+    with_device(device, ret::null_const, || {
+        // SAFETY: the one static device, never freed.
+        unsafe { (*device).name.as_ptr() }
+    })
 }
 
 /// `int ibv_get_device_index(struct ibv_device *device)`.
@@ -111,16 +107,7 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
 /// other pointers must be valid as for the rdma-core call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
-    ffi_guard(
-        || -1,
-        || {
-            if is_device(device) {
-                0
-            } else {
-                ret::neg(libc::EINVAL)
-            }
-        },
-    )
+    with_device(device, ret::neg, || 0)
 }
 
 /// `__be64 ibv_get_device_guid(struct ibv_device *device)`: the node GUID,
@@ -132,16 +119,13 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
 /// other pointers must be valid as for the rdma-core call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
-    ffi_guard(
-        || 0,
-        || {
-            if !is_device(device) {
-                crate::guard::set_errno(libc::EINVAL);
-                return 0;
-            }
-            Engine::global().map_or(0, |e| e.info().node_guid.to_be())
-        },
-    )
+    let fail = |e| {
+        crate::guard::set_errno(e);
+        0
+    };
+    with_device(device, fail, || {
+        Engine::global().map_or(0, |e| e.info().node_guid.to_be())
+    })
 }
 
 /// `struct ibv_context *ibv_open_device(struct ibv_device *device)`.
@@ -152,22 +136,16 @@ pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
 /// other pointers must be valid as for the rdma-core call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            if !is_device(device) {
-                return ret::null(libc::EINVAL);
+    with_device(device, ret::null, || {
+        let engine = match Engine::global() {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("{e}");
+                return ret::null(libc::ENODEV);
             }
-            let engine = match Engine::global() {
-                Ok(e) => e,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ret::null(libc::ENODEV);
-                }
-            };
-            open_context(engine, device)
-        },
-    )
+        };
+        open_context(engine, device)
+    })
 }
 
 /// Builds a context over `engine` (also used by librdmacm through the engine).
@@ -218,19 +196,12 @@ pub(crate) fn open_context_with(
 /// `context` must be NULL or from `ibv_open_device`, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            if unsafe { o::ctx(context) }.is_none() {
-                return ret::pos(libc::EINVAL);
-            }
-            let base = (context as usize - o::CTX_OFFSET) as *mut Ctx;
-            // SAFETY: the registry confirmed `base` is a live Ctx from `publish`.
-            unsafe { o::retire(base) };
-            0
-        },
-    )
+    o::with_ctx(context, ret::pos, |_| {
+        let base = (context as usize - o::CTX_OFFSET) as *mut Ctx;
+        // SAFETY: the registry confirmed `base` is a live Ctx from `publish`.
+        unsafe { o::retire(base) };
+        0
+    })
 }
 
 /// `int ibv_query_device(struct ibv_context *, struct ibv_device_attr *)`.
@@ -243,25 +214,44 @@ pub unsafe extern "C" fn ibv_query_device(
     context: *mut ibv_context,
     device_attr: *mut ibv_device_attr,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if device_attr.is_null() {
-                return ret::pos(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, writable per the contract.
-            unsafe { device_attr.write(to_c_device_attr(&c.engine.info().attr())) };
-            0
-        },
-    )
+    o::with_ctx(context, ret::pos, |c| {
+        if device_attr.is_null() {
+            return ret::pos(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, writable per the contract.
+        unsafe { device_attr.write(to_c_device_attr(c.engine.info().attr())) };
+        0
+    })
 }
 
-fn port(c: &Ctx) -> ibv_port_attr {
-    port_attr(&c.engine.info().port_attr(c.engine.gids().len()))
+/// Copies the first `len` bytes of `src` (all of it at most) to `dst`: the
+/// queries that fill a caller's buffer of a size the caller names.
+///
+/// # Safety
+///
+/// `dst` must be valid for `len` bytes of writes.
+unsafe fn write_prefix<T>(src: &T, dst: *mut u8, len: usize) {
+    let n = len.min(size_of::<T>());
+    // SAFETY: `src` is `size_of::<T>()` readable bytes; `dst` holds `len`
+    // writable ones per the contract.
+    unsafe { core::ptr::copy_nonoverlapping((src as *const T).cast::<u8>(), dst, n) };
+}
+
+/// Writes the first `len` bytes of port 1's `struct ibv_port_attr` to `dst`.
+///
+/// # Safety
+///
+/// `dst` must be NULL or valid for `len` bytes of writes.
+unsafe fn query_port(context: *mut ibv_context, port_num: u8, dst: *mut u8, len: usize) -> c_int {
+    o::with_ctx(context, ret::pos, |c| {
+        if port_num != 1 || dst.is_null() {
+            return ret::pos(libc::EINVAL);
+        }
+        let full = port_attr(&c.engine.info().port_attr(c.engine.gids().len()));
+        // SAFETY: non-NULL, `len` writable bytes per the contract.
+        unsafe { write_prefix(&full, dst, len) };
+        0
+    })
 }
 
 /// `ibv_query_port@IBVERBS_1.1`: writes the 48-byte compat struct only.
@@ -275,29 +265,16 @@ pub unsafe extern "C" fn ibv_query_port(
     port_num: u8,
     port_attr: *mut _compat_ibv_port_attr,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if port_num != 1 || port_attr.is_null() {
-                return ret::pos(libc::EINVAL);
-            }
-            let full = port(c);
-            // SAFETY: the compat struct is the 48-byte prefix of ibv_port_attr;
-            // the destination is valid for that many bytes per the contract.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    (&raw const full).cast::<u8>(),
-                    port_attr.cast::<u8>(),
-                    size_of::<_compat_ibv_port_attr>(),
-                )
-            };
-            0
-        },
-    )
+    // SAFETY: the compat struct is the 48-byte prefix of ibv_port_attr; the
+    // destination is NULL or valid for that many bytes per the contract.
+    unsafe {
+        query_port(
+            context,
+            port_num,
+            port_attr.cast(),
+            size_of::<_compat_ibv_port_attr>(),
+        )
+    }
 }
 
 /// `verbs_context::query_port`: writes `min(len, sizeof(ibv_port_attr))` bytes.
@@ -307,29 +284,8 @@ unsafe extern "C" fn vctx_query_port(
     port_attr: *mut ibv_port_attr,
     port_attr_len: usize,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if port_num != 1 || port_attr.is_null() {
-                return ret::pos(libc::EINVAL);
-            }
-            let full = port(c);
-            let n = port_attr_len.min(size_of::<ibv_port_attr>());
-            // SAFETY: the caller's buffer holds `port_attr_len` bytes.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    (&raw const full).cast::<u8>(),
-                    port_attr.cast::<u8>(),
-                    n,
-                )
-            };
-            0
-        },
-    )
+    // SAFETY: the caller's buffer is NULL or holds `port_attr_len` bytes.
+    unsafe { query_port(context, port_num, port_attr.cast(), port_attr_len) }
 }
 
 /// `verbs_context::query_device_ex`: the legacy attributes plus zeroed extensions.
@@ -339,27 +295,17 @@ unsafe extern "C" fn vctx_query_device_ex(
     attr: *mut ibv_device_attr_ex,
     attr_size: usize,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
-                return ret::pos(libc::EINVAL);
-            }
-            let mut ex = ibv_device_attr_ex::zeroed();
-            ex.orig_attr = to_c_device_attr(&c.engine.info().attr());
-            ex.phys_port_cnt_ex = 1;
-            let n = attr_size.min(size_of::<ibv_device_attr_ex>());
-            // SAFETY: the caller's buffer holds `attr_size` bytes.
-            unsafe {
-                core::ptr::copy_nonoverlapping((&raw const ex).cast::<u8>(), attr.cast::<u8>(), n)
-            };
-            0
-        },
-    )
+    o::with_ctx(context, ret::pos, |c| {
+        if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
+            return ret::pos(libc::EINVAL);
+        }
+        let mut ex = ibv_device_attr_ex::zeroed();
+        ex.orig_attr = to_c_device_attr(c.engine.info().attr());
+        ex.phys_port_cnt_ex = 1;
+        // SAFETY: the caller's buffer holds `attr_size` bytes.
+        unsafe { write_prefix(&ex, attr.cast(), attr_size) };
+        0
+    })
 }
 
 fn gid_at(c: &Ctx, port_num: u32, index: usize) -> Result<[u8; 16], c_int> {
@@ -384,26 +330,19 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            if gid.is_null() || index < 0 {
-                return ret::neg(libc::EINVAL);
+    o::with_ctx(context, ret::neg, |c| {
+        if gid.is_null() || index < 0 {
+            return ret::neg(libc::EINVAL);
+        }
+        match gid_at(c, u32::from(port_num), index as usize) {
+            Ok(raw) => {
+                // SAFETY: non-NULL, writable per the contract.
+                unsafe { gid.write(ibv_gid { raw }) };
+                0
             }
-            match gid_at(c, u32::from(port_num), index as usize) {
-                Ok(raw) => {
-                    // SAFETY: non-NULL, writable per the contract.
-                    unsafe { gid.write(ibv_gid { raw }) };
-                    0
-                }
-                Err(e) => ret::neg(e),
-            }
-        },
-    )
+            Err(e) => ret::neg(e),
+        }
+    })
 }
 
 fn gid_entry(c: &Ctx, port_num: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
@@ -431,29 +370,22 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     _flags: u32,
     entry_size: usize,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if entry.is_null() || entry_size < size_of::<ibv_gid_entry>() {
-                return ret::pos(libc::EINVAL);
+    o::with_ctx(context, ret::pos, |c| {
+        if entry.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+            return ret::pos(libc::EINVAL);
+        }
+        if port_num != 1 {
+            return ret::pos(libc::EINVAL);
+        }
+        match gid_entry(c, port_num, gid_index) {
+            Ok(e) => {
+                // SAFETY: non-NULL, at least one entry's worth of bytes.
+                unsafe { entry.write(e) };
+                0
             }
-            if port_num != 1 {
-                return ret::pos(libc::EINVAL);
-            }
-            match gid_entry(c, port_num, gid_index) {
-                Ok(e) => {
-                    // SAFETY: non-NULL, at least one entry's worth of bytes.
-                    unsafe { entry.write(e) };
-                    0
-                }
-                Err(e) => ret::pos(e),
-            }
-        },
-    )
+            Err(e) => ret::pos(e),
+        }
+    })
 }
 
 /// `_ibv_query_gid_table`: the number of entries written, or a negative errno.
@@ -469,36 +401,30 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     _flags: u32,
     entry_size: usize,
 ) -> isize {
-    ffi_guard(
-        || -(libc::EIO as isize),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return -(libc::EINVAL as isize);
+    let neg = |e: c_int| -(e as isize);
+    o::with_ctx(context, neg, |c| {
+        if entries.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+            return neg(libc::EINVAL);
+        }
+        let n = c.engine.gids().len();
+        if n > max_entries {
+            return neg(libc::EINVAL);
+        }
+        for i in 0..n {
+            let Ok(e) = gid_entry(c, 1, i as u32) else {
+                break;
             };
-            if entries.is_null() || entry_size < size_of::<ibv_gid_entry>() {
-                return -(libc::EINVAL as isize);
-            }
-            let n = c.engine.gids().len();
-            if n > max_entries {
-                return -(libc::EINVAL as isize);
-            }
-            for i in 0..n {
-                let Ok(e) = gid_entry(c, 1, i as u32) else {
-                    break;
-                };
-                // SAFETY: within the caller's `max_entries` entries of `entry_size` bytes.
-                unsafe {
-                    entries
-                        .cast::<u8>()
-                        .add(i * entry_size)
-                        .cast::<ibv_gid_entry>()
-                        .write_unaligned(e)
-                };
-            }
-            n as isize
-        },
-    )
+            // SAFETY: within the caller's `max_entries` entries of `entry_size` bytes.
+            unsafe {
+                entries
+                    .cast::<u8>()
+                    .add(i * entry_size)
+                    .cast::<ibv_gid_entry>()
+                    .write_unaligned(e)
+            };
+        }
+        n as isize
+    })
 }
 
 /// `ibv_query_gid_type`: RoCEv2 for every entry; 0, or -1 with errno.
@@ -513,26 +439,19 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     index: c_uint,
     type_: *mut ibv_gid_type_sysfs,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            if type_.is_null() || port_num != 1 {
-                return ret::neg(libc::EINVAL);
-            }
-            let t = if (index as usize) < c.engine.gids().len() {
-                IBV_GID_TYPE_SYSFS_ROCE_V2
-            } else {
-                IBV_GID_TYPE_SYSFS_IB_ROCE_V1
-            };
-            // SAFETY: non-NULL, writable per the contract.
-            unsafe { type_.write(t) };
-            0
-        },
-    )
+    o::with_ctx(context, ret::neg, |c| {
+        if type_.is_null() || port_num != 1 {
+            return ret::neg(libc::EINVAL);
+        }
+        let t = if (index as usize) < c.engine.gids().len() {
+            IBV_GID_TYPE_SYSFS_ROCE_V2
+        } else {
+            IBV_GID_TYPE_SYSFS_IB_ROCE_V1
+        };
+        // SAFETY: non-NULL, writable per the contract.
+        unsafe { type_.write(t) };
+        0
+    })
 }
 
 /// `ibv_query_pkey`: the default P_Key 0xFFFF (big-endian) at index 0.
@@ -547,19 +466,14 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            if unsafe { o::ctx(context) }.is_none() || pkey.is_null() || port_num != 1 || index != 0
-            {
-                return ret::neg(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, writable per the contract.
-            unsafe { pkey.write(0xFFFFu16.to_be()) };
-            0
-        },
-    )
+    o::with_ctx(context, ret::neg, |_| {
+        if pkey.is_null() || port_num != 1 || index != 0 {
+            return ret::neg(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, writable per the contract.
+        unsafe { pkey.write(0xFFFFu16.to_be()) };
+        0
+    })
 }
 
 /// `ibv_get_pkey_index`: 0 for the default P_Key, else -1 with ENOENT.
@@ -574,20 +488,16 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     port_num: u8,
     pkey: u16,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            if unsafe { o::ctx(context) }.is_none() || port_num != 1 {
-                return ret::neg(libc::EINVAL);
-            }
-            if u16::from_be(pkey) & 0x7FFF == 0x7FFF {
-                0
-            } else {
-                ret::neg(libc::ENOENT)
-            }
-        },
-    )
+    o::with_ctx(context, ret::neg, |_| {
+        if port_num != 1 {
+            return ret::neg(libc::EINVAL);
+        }
+        if u16::from_be(pkey) & 0x7FFF == 0x7FFF {
+            0
+        } else {
+            ret::neg(libc::ENOENT)
+        }
+    })
 }
 
 /// `ibv_get_async_event`: blocks until an async event arrives.
@@ -600,63 +510,43 @@ pub unsafe extern "C" fn ibv_get_async_event(
     context: *mut ibv_context,
     event: *mut ibv_async_event,
 ) -> c_int {
-    ffi_guard(
-        || ret::neg(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::neg(libc::EINVAL);
+    o::with_ctx(context, ret::neg, |c| {
+        if event.is_null() {
+            return ret::neg(libc::EINVAL);
+        }
+        loop {
+            let e = match c.engine.async_channel().get_event() {
+                Ok(e) => e,
+                Err(e) => return ret::neg(e.raw_os_error().unwrap_or(libc::EIO)),
             };
-            if event.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            loop {
-                let e = match c.engine.async_channel().get_event() {
-                    Ok(e) => e,
-                    Err(e) => return ret::neg(e.raw_os_error().unwrap_or(libc::EIO)),
-                };
-                let (element, t) = match e {
-                    AsyncEvent::Qp(q, t) => match o::qp_ptr(q) {
-                        Some(p) => (
-                            ibv_async_event_element {
-                                qp: p as *mut ibv_qp,
-                            },
-                            t,
-                        ),
-                        None => continue,
-                    },
-                    AsyncEvent::Cq(h, t) => match o::cq_ptr(h) {
-                        Some(p) => (
-                            ibv_async_event_element {
-                                cq: p as *mut ibv_cq,
-                            },
-                            t,
-                        ),
-                        None => continue,
-                    },
-                    AsyncEvent::Srq(h, t) => match o::srq_ptr(h) {
-                        Some(p) => (
-                            ibv_async_event_element {
-                                srq: p as *mut ibv_srq,
-                            },
-                            t,
-                        ),
-                        None => continue,
-                    },
-                };
-                // The transport numbers its events as `enum ibv_event_type`.
-                let event_type = t as u32;
-                // SAFETY: non-NULL, writable per the contract.
-                unsafe {
-                    event.write(ibv_async_event {
-                        element,
-                        event_type,
-                    })
-                };
-                return 0;
-            }
-        },
-    )
+            // Events of objects destroyed since are dropped.
+            let (element, t) = match e {
+                AsyncEvent::Qp(q, t) => (
+                    o::qp_ptr(q).map(|p| ibv_async_event_element { qp: p as *mut _ }),
+                    t,
+                ),
+                AsyncEvent::Cq(h, t) => (
+                    o::cq_ptr(h).map(|p| ibv_async_event_element { cq: p as *mut _ }),
+                    t,
+                ),
+                AsyncEvent::Srq(h, t) => (
+                    o::srq_ptr(h).map(|p| ibv_async_event_element { srq: p as *mut _ }),
+                    t,
+                ),
+            };
+            let Some(element) = element else { continue };
+            // The transport numbers its events as `enum ibv_event_type`.
+            let event_type = t as u32;
+            // SAFETY: non-NULL, writable per the contract.
+            unsafe {
+                event.write(ibv_async_event {
+                    element,
+                    event_type,
+                })
+            };
+            return 0;
+        }
+    })
 }
 
 /// `ibv_ack_async_event`: nothing to release.

@@ -13,7 +13,7 @@
 use super::device::open_context_with;
 use super::objects::{self as o, Ctx, Kind, Mr, Pd, PdRole};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::{ffi_guard, ret, set_errno};
 use core::ffi::c_int;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -75,37 +75,18 @@ pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
 /// `context` is checked against the registry.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::null(libc::EINVAL);
-            };
-            let h = softrdma_engine::transport::PdHandle(pd_handle);
-            // The PD must exist: take a reference and give it back.
-            if let Err(e) = c.engine.with(|ep, _| {
-                ep.pd_acquire(h)?;
-                ep.pd_release(h);
-                Ok::<(), softrdma_engine::transport::VerbsError>(())
-            }) {
-                return ret::null(e.errno());
-            }
-            o::publish(
-                Pd {
-                    pd: ibv_pd {
-                        context,
-                        handle: pd_handle,
-                    },
-                    h,
-                    engine: c.engine.clone(),
-                    role: PdRole::Imported,
-                },
-                Kind::Pd,
-            )
-            .cast()
-        },
-    )
+    o::with_ctx(context, ret::null, |c| {
+        let h = softrdma_engine::transport::PdHandle(pd_handle);
+        // The PD must exist: take a reference and give it back.
+        if let Err(e) = c.engine.with(|ep, _| {
+            ep.pd_acquire(h)?;
+            ep.pd_release(h);
+            Ok::<(), softrdma_engine::transport::VerbsError>(())
+        }) {
+            return ret::null(e.errno());
+        }
+        Pd::publish(context, h, &c.engine, PdRole::Imported)
+    })
 }
 
 /// `void ibv_unimport_pd(struct ibv_pd *)`: forgets this handle; the PD stays.
@@ -115,19 +96,13 @@ pub unsafe extern "C" fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32
 /// `pd` is checked against the registry and must not be used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_unimport_pd(pd: *mut ibv_pd) {
-    ffi_guard(
-        || (),
-        || {
-            // SAFETY: registry-checked.
-            match unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) } {
-                Some(p) if p.role != PdRole::Parent => {
-                    // SAFETY: a live Pd from `publish`; only the handle goes.
-                    unsafe { o::retire(pd.cast::<Pd>()) }
-                }
-                _ => crate::guard::set_errno(libc::EINVAL),
-            }
-        },
-    )
+    o::with_obj(pd.cast(), Kind::Pd, set_errno, |p: &Pd| {
+        if p.role == PdRole::Parent {
+            return set_errno(libc::EINVAL);
+        }
+        // SAFETY: a live Pd from `publish`; only the handle goes.
+        unsafe { o::retire(pd.cast::<Pd>()) }
+    })
 }
 
 /// `struct ibv_mr *ibv_import_mr(struct ibv_pd *, uint32_t mr_handle)`: the
@@ -139,37 +114,14 @@ pub unsafe extern "C" fn ibv_unimport_pd(pd: *mut ibv_pd) {
 /// `pd` is checked against the registry.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
-                return ret::null(libc::EINVAL);
-            };
-            let found = p.engine.with(|ep, _| ep.query_mr(mr_handle));
-            let Some(m) = found.filter(|m| m.pd == p.h) else {
-                return ret::null(libc::EINVAL);
-            };
-            let mr = ibv_mr {
-                context: p.pd.context,
-                pd,
-                addr: core::ptr::null_mut(),
-                length: m.length as usize,
-                handle: mr_handle,
-                lkey: m.lkey,
-                rkey: m.rkey,
-            };
-            o::publish(
-                Mr {
-                    mr,
-                    engine: p.engine.clone(),
-                    imported: true,
-                },
-                Kind::Mr,
-            )
-            .cast()
-        },
-    )
+    o::with_obj(pd.cast(), Kind::Pd, ret::null, |p: &Pd| {
+        let found = p.engine.with(|ep, _| ep.query_mr(mr_handle));
+        let Some(m) = found.filter(|m| m.pd == p.h) else {
+            return ret::null(libc::EINVAL);
+        };
+        let addr = core::ptr::null_mut();
+        p.publish_mr(pd, addr, m.length as usize, mr_handle, &m, true)
+    })
 }
 
 /// `void ibv_unimport_mr(struct ibv_mr *)`: forgets this handle; the region stays.
@@ -179,16 +131,8 @@ pub unsafe extern "C" fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut 
 /// `mr` is checked against the registry and must not be used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
-    ffi_guard(
-        || (),
-        || {
-            // SAFETY: registry-checked.
-            if unsafe { o::obj::<Mr>(mr.cast(), Kind::Mr) }.is_some() {
-                // SAFETY: a live Mr from `publish`; only the handle goes.
-                unsafe { o::retire(mr.cast::<Mr>()) }
-            } else {
-                crate::guard::set_errno(libc::EINVAL);
-            }
-        },
-    )
+    o::with_obj(mr.cast(), Kind::Mr, set_errno, |_: &Mr| {
+        // SAFETY: a live Mr from `publish`; only the handle goes.
+        unsafe { o::retire(mr.cast::<Mr>()) }
+    })
 }

@@ -12,7 +12,7 @@
 use super::conv::access_from_c;
 use super::objects::{self as o, Kind, Mr, Mw, Pd, Qp};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::ret;
 use core::ffi::c_int;
 use softrdma_engine::transport::{Access, MwBind, MwType, SendFlags, SendWr, WrOpcode};
 
@@ -69,95 +69,67 @@ pub(crate) fn note_bound(mw: *mut ibv_mw, rkey: u32) {
 
 /// `ops.alloc_mw`: type 1 or 2 (any other type is EINVAL).
 unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type) -> *mut ibv_mw {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
-                return ret::null(libc::EINVAL);
-            };
-            let Some(t) = MwType::from_u32(type_) else {
-                return ret::null(libc::EINVAL);
-            };
-            let h = p.h;
-            match p.engine.with(|ep, _| ep.alloc_mw(h, t)) {
-                Ok(rkey) => o::publish(
-                    Mw {
-                        mw: ibv_mw {
-                            context: p.pd.context,
-                            pd,
-                            rkey,
-                            handle: rkey >> 8,
-                            type_,
-                        },
-                        engine: p.engine.clone(),
+    o::with_obj(pd.cast(), Kind::Pd, ret::null, |p: &Pd| {
+        let Some(t) = MwType::from_u32(type_) else {
+            return ret::null(libc::EINVAL);
+        };
+        let h = p.h;
+        match p.engine.with(|ep, _| ep.alloc_mw(h, t)) {
+            Ok(rkey) => o::publish(
+                Mw {
+                    mw: ibv_mw {
+                        context: p.pd.context,
+                        pd,
+                        rkey,
+                        handle: rkey >> 8,
+                        type_,
                     },
-                    Kind::Mw,
-                )
-                .cast(),
-                Err(e) => ret::null(e.errno()),
-            }
-        },
-    )
+                    engine: p.engine.clone(),
+                },
+                Kind::Mw,
+            )
+            .cast(),
+            Err(e) => ret::null(e.errno()),
+        }
+    })
 }
 
 /// `ops.bind_mw` (`ibv_bind_mw`, type 1; the inline wrapper checked the
 /// type and the region's context and PD): posts a BIND_MW work request and
 /// moves `mw->rkey` to the next key.
 unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bind: *mut ibv_mw_bind) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            // SAFETY: registry-checked.
-            let Some(w) = (unsafe { o::obj::<Mw>(mw.cast(), Kind::Mw) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if mw_bind.is_null() {
-                return ret::pos(libc::EINVAL);
+    o::with_obj(qp.cast(), Kind::Qp, ret::pos, |q: &Qp| {
+        // SAFETY: registry-checked.
+        let Some(w) = (unsafe { o::obj::<Mw>(mw.cast(), Kind::Mw) }) else {
+            return ret::pos(libc::EINVAL);
+        };
+        if mw_bind.is_null() {
+            return ret::pos(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, readable per the verbs contract.
+        let b = unsafe { *mw_bind };
+        let new_rkey = inc_rkey(w.mw.rkey);
+        let bind = match bind_from_c(mw, new_rkey, &b.bind_info) {
+            Ok(v) => v,
+            Err(e) => return ret::pos(e),
+        };
+        let mut wr = SendWr::new(b.wr_id, WrOpcode::BindMw);
+        wr.flags = SendFlags(b.send_flags);
+        wr.bind = Some(bind);
+        match q.engine.post_send_many(q.qpn, [wr]) {
+            Ok(()) => {
+                note_bound(mw, new_rkey);
+                0
             }
-            // SAFETY: non-NULL, readable per the verbs contract.
-            let b = unsafe { *mw_bind };
-            let new_rkey = inc_rkey(w.mw.rkey);
-            let bind = match bind_from_c(mw, new_rkey, &b.bind_info) {
-                Ok(v) => v,
-                Err(e) => return ret::pos(e),
-            };
-            let mut wr = SendWr::new(b.wr_id, WrOpcode::BindMw);
-            wr.flags = SendFlags(b.send_flags);
-            wr.bind = Some(bind);
-            match q.engine.post_send_many(q.qpn, [wr]) {
-                Ok(()) => {
-                    note_bound(mw, new_rkey);
-                    0
-                }
-                Err((_, e)) => ret::pos(e.errno()),
-            }
-        },
-    )
+            Err((_, e)) => ret::pos(e.errno()),
+        }
+    })
 }
 
 /// `ops.dealloc_mw`: a bound window stops granting access at once.
 unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(w) = (unsafe { o::obj::<Mw>(mw.cast(), Kind::Mw) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            let key = w.mw.rkey;
-            match w.engine.with(|ep, _| ep.dealloc_mw(key)) {
-                Ok(()) => {
-                    // SAFETY: live Mw from `publish`, freed in the engine above.
-                    unsafe { o::retire(mw.cast::<Mw>()) };
-                    0
-                }
-                Err(e) => ret::pos(e.errno()),
-            }
-        },
-    )
+    o::destroy(mw.cast(), Kind::Mw, |w: &Mw| {
+        let key = w.mw.rkey;
+        w.engine.with(|ep, _| ep.dealloc_mw(key))
+    })
 }

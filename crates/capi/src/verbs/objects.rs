@@ -8,7 +8,10 @@
 //! EINVAL instead of a crash.
 
 use crate::ffi::*;
-use softrdma_engine::transport::{AddressVector, CqHandle, PdHandle, QpType, Qpn, SrqHandle, Wc};
+use crate::guard::{ret, with_arg};
+use softrdma_engine::transport::{
+    AddressVector, CqHandle, Mr as TransportMr, PdHandle, QpType, Qpn, SrqHandle, VerbsError, Wc,
+};
 use softrdma_engine::{CompChannel, Engine};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -142,6 +145,65 @@ pub(crate) struct Pd {
     pub(crate) role: PdRole,
 }
 
+impl Pd {
+    /// Hands out a pointer for the engine's PD `h`, opened on `context`.
+    pub(crate) fn publish(
+        context: *mut ibv_context,
+        h: PdHandle,
+        engine: &Arc<Engine>,
+        role: PdRole,
+    ) -> *mut ibv_pd {
+        let pd = ibv_pd {
+            context,
+            handle: h.0,
+        };
+        let engine = engine.clone();
+        publish(
+            Pd {
+                pd,
+                h,
+                engine,
+                role,
+            },
+            Kind::Pd,
+        )
+        .cast()
+    }
+
+    /// Hands out a pointer for the engine's region `m` of this PD (`pd` is
+    /// this PD's pointer): `addr` and `length` as the application sees them,
+    /// `handle` what `ibv_import_mr` takes.
+    pub(crate) fn publish_mr(
+        &self,
+        pd: *mut ibv_pd,
+        addr: *mut core::ffi::c_void,
+        length: usize,
+        handle: u32,
+        m: &TransportMr,
+        imported: bool,
+    ) -> *mut ibv_mr {
+        let mr = ibv_mr {
+            context: self.pd.context,
+            pd,
+            addr,
+            length,
+            handle,
+            lkey: m.lkey,
+            rkey: m.rkey,
+        };
+        let engine = self.engine.clone();
+        publish(
+            Mr {
+                mr,
+                engine,
+                imported,
+            },
+            Kind::Mr,
+        )
+        .cast()
+    }
+}
+
 #[repr(C)]
 pub(crate) struct Mr {
     pub(crate) mr: ibv_mr,
@@ -201,6 +263,9 @@ pub(crate) struct Srq {
     pub(crate) srq: ibv_srq,
     pub(crate) h: SrqHandle,
     pub(crate) engine: Arc<Engine>,
+    /// The SGEs a receive may have (fixed at creation): checked before an
+    /// application's SGE list is read.
+    pub(crate) max_sge: u32,
 }
 
 #[repr(C)]
@@ -255,6 +320,48 @@ pub(crate) unsafe fn ctx<'a>(c: *const ibv_context) -> Option<&'a Ctx> {
     }
     // SAFETY: the registry holds the address of a live Ctx whose ibv_context is `c`.
     Some(unsafe { &*(base as *const Ctx) })
+}
+
+/// The frame of an export that acts on one object ([`with_arg`]): `f` runs
+/// on the live object of `kind` behind `p`; anything else is EINVAL.
+pub(crate) fn with_obj<T, R>(
+    p: *const core::ffi::c_void,
+    kind: Kind,
+    fail: fn(core::ffi::c_int) -> R,
+    f: impl FnOnce(&T) -> R,
+) -> R {
+    // SAFETY: registry-checked (`obj`); the object is the application's to
+    // keep alive during the call, as in rdma-core.
+    with_arg(|| unsafe { obj::<T>(p, kind) }, fail, f)
+}
+
+/// [`with_obj`] for a context (`ibv_context *`).
+pub(crate) fn with_ctx<R>(
+    c: *const ibv_context,
+    fail: fn(core::ffi::c_int) -> R,
+    f: impl FnOnce(&Ctx) -> R,
+) -> R {
+    // SAFETY: registry-checked (`ctx`), as in `with_obj`.
+    with_arg(|| unsafe { ctx(c) }, fail, f)
+}
+
+/// The frame of `ibv_destroy_*`, `ibv_dealloc_*` and `ibv_dereg_mr` on the
+/// live object of `kind` behind `p`: `release` gives back what the engine
+/// holds for it (an error refuses, e.g. EBUSY), then the object is freed.
+/// 0, or a positive errno (EINVAL for anything but a live object).
+pub(crate) fn destroy<T>(
+    p: *mut core::ffi::c_void,
+    kind: Kind,
+    release: impl FnOnce(&T) -> Result<(), VerbsError>,
+) -> core::ffi::c_int {
+    with_obj(p, kind, ret::pos, |o: &T| match release(o) {
+        Ok(()) => {
+            // SAFETY: a live `T` from `publish` (checked above), released.
+            unsafe { retire(p.cast::<T>()) };
+            0
+        }
+        Err(e) => ret::pos(e.errno()),
+    })
 }
 
 // SAFETY: the raw pointers inside the C structs are only dereferenced by the

@@ -11,7 +11,7 @@
 
 use super::objects::{self as o, Kind, Pd, PdRole};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::ret;
 use core::ffi::c_int;
 
 /// Extended-context slots for thread and parent domains.
@@ -31,84 +31,50 @@ unsafe extern "C" fn alloc_td(
     context: *mut ibv_context,
     attr: *mut ibv_td_init_attr,
 ) -> *mut ibv_td {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let live = unsafe { o::ctx(context) }.is_some();
-            // SAFETY: `attr` is NULL or readable (verbs contract).
-            if !live || (!attr.is_null() && unsafe { (*attr).comp_mask } != 0) {
-                return ret::null(libc::EINVAL);
-            }
-            o::publish(
-                Td {
-                    td: ibv_td { context },
-                },
-                Kind::Td,
-            )
-            .cast()
-        },
-    )
+    o::with_ctx(context, ret::null, |_| {
+        // SAFETY: `attr` is NULL or readable (verbs contract).
+        if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+            return ret::null(libc::EINVAL);
+        }
+        o::publish(
+            Td {
+                td: ibv_td { context },
+            },
+            Kind::Td,
+        )
+        .cast()
+    })
 }
 
 unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            if !o::is_live(td as usize, Kind::Td) {
-                return ret::pos(libc::EINVAL);
-            }
-            // SAFETY: a live Td from `publish`.
-            unsafe { o::retire(td.cast::<Td>()) };
-            0
-        },
-    )
+    o::destroy(td.cast(), Kind::Td, |_: &Td| Ok(()))
 }
 
 unsafe extern "C" fn alloc_parent_domain(
     context: *mut ibv_context,
     attr: *mut ibv_parent_domain_init_attr,
 ) -> *mut ibv_pd {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            if unsafe { o::ctx(context) }.is_none() || attr.is_null() {
-                return ret::null(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, readable per the verbs contract.
-            let a = unsafe { *attr };
-            let known =
-                IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
-            if a.comp_mask & !known != 0
-                || (!a.td.is_null() && !o::is_live(a.td as usize, Kind::Td))
-            {
-                return ret::null(libc::EINVAL);
-            }
-            // SAFETY: registry-checked.
-            let Some(p) = (unsafe { o::obj::<Pd>(a.pd.cast(), Kind::Pd) }) else {
-                return ret::null(libc::EINVAL);
-            };
-            if p.role == PdRole::Parent {
-                return ret::null(libc::EINVAL);
-            }
-            let h = p.h;
-            if let Err(e) = p.engine.with(|ep, _| ep.pd_acquire(h)) {
-                return ret::null(e.errno());
-            }
-            o::publish(
-                Pd {
-                    pd: ibv_pd {
-                        context,
-                        handle: h.0,
-                    },
-                    h,
-                    engine: p.engine.clone(),
-                    role: PdRole::Parent,
-                },
-                Kind::Pd,
-            )
-            .cast()
-        },
-    )
+    o::with_ctx(context, ret::null, |_| {
+        if attr.is_null() {
+            return ret::null(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, readable per the verbs contract.
+        let a = unsafe { *attr };
+        let known = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+        if a.comp_mask & !known != 0 || (!a.td.is_null() && !o::is_live(a.td as usize, Kind::Td)) {
+            return ret::null(libc::EINVAL);
+        }
+        // SAFETY: registry-checked.
+        let Some(p) = (unsafe { o::obj::<Pd>(a.pd.cast(), Kind::Pd) }) else {
+            return ret::null(libc::EINVAL);
+        };
+        if p.role == PdRole::Parent {
+            return ret::null(libc::EINVAL);
+        }
+        let h = p.h;
+        if let Err(e) = p.engine.with(|ep, _| ep.pd_acquire(h)) {
+            return ret::null(e.errno());
+        }
+        Pd::publish(context, h, &p.engine, PdRole::Parent)
+    })
 }

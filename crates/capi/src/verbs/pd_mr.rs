@@ -3,7 +3,7 @@
 use super::conv::access_from_c;
 use super::objects::{self as o, Kind, Mr, Pd, PdRole};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::ret;
 use core::ffi::{c_int, c_uint, c_void};
 
 /// `struct ibv_pd *ibv_alloc_pd(struct ibv_context *)`.
@@ -14,33 +14,12 @@ use core::ffi::{c_int, c_uint, c_void};
 /// other pointers must be valid as for the rdma-core call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::ctx(context) }) else {
-                return ret::null(libc::EINVAL);
-            };
-            match c.engine.with(|ep, _| ep.alloc_pd()) {
-                Ok(h) => {
-                    let p = o::publish(
-                        Pd {
-                            pd: ibv_pd {
-                                context,
-                                handle: h.0,
-                            },
-                            h,
-                            engine: c.engine.clone(),
-                            role: PdRole::Owned,
-                        },
-                        Kind::Pd,
-                    );
-                    p.cast()
-                }
-                Err(e) => ret::null(e.errno()),
-            }
-        },
-    )
+    o::with_ctx(context, ret::null, |c| {
+        match c.engine.with(|ep, _| ep.alloc_pd()) {
+            Ok(h) => Pd::publish(context, h, &c.engine, PdRole::Owned),
+            Err(e) => ret::null(e.errno()),
+        }
+    })
 }
 
 /// `int ibv_dealloc_pd(struct ibv_pd *)`: EBUSY while objects use the PD
@@ -51,87 +30,15 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 /// `pd` must not be used after a successful call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            let h = p.h;
-            let r = match p.role {
-                // A parent domain gives back the reference it held on its PD.
-                PdRole::Parent => p.engine.with(|ep, _| {
-                    ep.pd_release(h);
-                    Ok(())
-                }),
-                PdRole::Owned | PdRole::Imported => p.engine.with(|ep, _| ep.dealloc_pd(h)),
-            };
-            match r {
-                Ok(()) => {
-                    // SAFETY: live Pd from `publish`, released by the engine above.
-                    unsafe { o::retire(pd.cast::<Pd>()) };
-                    0
-                }
-                Err(e) => ret::pos(e.errno()),
-            }
-        },
-    )
-}
-
-fn reg(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    iova: u64,
-    access: c_uint,
-) -> *mut ibv_mr {
-    // SAFETY: registry-checked.
-    let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
-        return ret::null(libc::EINVAL);
-    };
-    let access = access_from_c(access);
-    if access.contains(softrdma_engine::transport::Access::ON_DEMAND) {
-        // No page faults to resolve in user space: ODP is not offered.
-        return ret::null(libc::EOPNOTSUPP);
-    }
-    // As the kernel pins the pages for rdma-core: EFAULT for memory that is
-    // not there (or read-only, for writable rights), so no peer can fault us.
-    {
-        use softrdma_engine::transport::Access as A;
-        let write =
-            access.intersects(A::LOCAL_WRITE | A::REMOTE_WRITE | A::REMOTE_ATOMIC | A::MW_BIND);
-        if let Err(e) = softrdma_engine::check_mapped(addr as u64, length as u64, write) {
-            return ret::null(e);
+    o::destroy(pd.cast(), Kind::Pd, |p: &Pd| {
+        let h = p.h;
+        match p.role {
+            // A parent domain gives back the reference it held on its PD.
+            PdRole::Parent => p.engine.with(|ep, _| ep.pd_release(h)),
+            PdRole::Owned | PdRole::Imported => p.engine.with(|ep, _| ep.dealloc_pd(h))?,
         }
-    }
-    let h = p.h;
-    match p
-        .engine
-        .with(|ep, _| ep.reg_mr(h, addr as u64, length as u64, iova, access))
-    {
-        Ok(m) => {
-            let mr = ibv_mr {
-                context: p.pd.context,
-                pd,
-                addr,
-                length,
-                handle: m.lkey,
-                lkey: m.lkey,
-                rkey: m.rkey,
-            };
-            o::publish(
-                Mr {
-                    mr,
-                    engine: p.engine.clone(),
-                    imported: false,
-                },
-                Kind::Mr,
-            )
-            .cast()
-        }
-        Err(e) => ret::null(e.errno()),
-    }
+        Ok(())
+    })
 }
 
 /// `ibv_reg_mr@IBVERBS_1.1`: registers `[addr, addr+length)` addressed as itself.
@@ -149,10 +56,8 @@ pub unsafe extern "C" fn ibv_reg_mr(
     length: usize,
     access: c_int,
 ) -> *mut ibv_mr {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || reg(pd, addr, length, addr as u64, access as c_uint),
-    )
+    // SAFETY: the same contract.
+    unsafe { ibv_reg_mr_iova2(pd, addr, length, addr as u64, access as c_uint) }
 }
 
 /// `ibv_reg_mr_iova`: registers `[addr, addr+length)` addressed as `iova`.
@@ -169,10 +74,8 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || reg(pd, addr, length, iova, access as c_uint),
-    )
+    // SAFETY: the same contract.
+    unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as c_uint) }
 }
 
 /// `ibv_reg_mr_iova2` (what the `ibv_reg_mr` macro calls with non-constant flags).
@@ -189,10 +92,28 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || reg(pd, addr, length, iova, access),
-    )
+    o::with_obj(pd.cast(), Kind::Pd, ret::null, |p: &Pd| {
+        let access = access_from_c(access);
+        if access.contains(softrdma_engine::transport::Access::ON_DEMAND) {
+            // No page faults to resolve in user space: ODP is not offered.
+            return ret::null(libc::EOPNOTSUPP);
+        }
+        // As the kernel pins the pages for rdma-core: EFAULT for memory that is
+        // not there (or read-only, for writable rights), so no peer can fault us.
+        if let Err(e) =
+            softrdma_engine::check_mapped(addr as u64, length as u64, writes_memory(access))
+        {
+            return ret::null(e);
+        }
+        let h = p.h;
+        match p
+            .engine
+            .with(|ep, _| ep.reg_mr(h, addr as u64, length as u64, iova, access))
+        {
+            Ok(m) => p.publish_mr(pd, addr, length, m.lkey, &m, false),
+            Err(e) => ret::null(e.errno()),
+        }
+    })
 }
 
 /// `int ibv_dereg_mr(struct ibv_mr *)`.
@@ -202,24 +123,10 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 /// `mr` must not be used after a successful call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(m) = (unsafe { o::obj::<Mr>(mr.cast(), Kind::Mr) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            let key = m.mr.lkey;
-            match m.engine.with(|ep, _| ep.dereg_mr(key)) {
-                Ok(()) => {
-                    // SAFETY: live Mr from `publish`, deregistered above.
-                    unsafe { o::retire(mr.cast::<Mr>()) };
-                    0
-                }
-                Err(e) => ret::pos(e.errno()),
-            }
-        },
-    )
+    o::destroy(mr.cast(), Kind::Mr, |m: &Mr| {
+        let key = m.mr.lkey;
+        m.engine.with(|ep, _| ep.dereg_mr(key))
+    })
 }
 
 /// Extended-context slots for memory regions.
@@ -240,42 +147,40 @@ unsafe extern "C" fn advise_mr(
     num_sges: u32,
 ) -> c_int {
     use softrdma_engine::transport::Access;
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            let need = match advice {
-                IBV_ADVISE_MR_ADVICE_PREFETCH | IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => {
-                    Access::EMPTY
-                }
-                IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => Access::LOCAL_WRITE,
-                _ => return ret::pos(libc::EOPNOTSUPP),
-            };
-            if flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0
-                || num_sges == 0
-                || num_sges > 1024
-                || sg_list.is_null()
-            {
-                return ret::pos(libc::EINVAL);
-            }
-            // SAFETY: the verbs contract: `num_sges` readable entries.
-            let sges = unsafe { core::slice::from_raw_parts(sg_list, num_sges as usize) };
-            let h = p.h;
-            let ok = p.engine.with(|ep, _| {
-                sges.iter().all(|s| {
-                    ep.query_mr(s.lkey).is_some_and(|m| {
-                        let end = s.addr.checked_add(u64::from(s.length));
-                        m.pd == h
-                            && m.access.contains(need)
-                            && s.addr >= m.iova
-                            && end.is_some_and(|e| e <= m.iova.saturating_add(m.length))
-                    })
+    o::with_obj(pd.cast(), Kind::Pd, ret::pos, |p: &Pd| {
+        let need = match advice {
+            IBV_ADVISE_MR_ADVICE_PREFETCH | IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => Access::EMPTY,
+            IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => Access::LOCAL_WRITE,
+            _ => return ret::pos(libc::EOPNOTSUPP),
+        };
+        if flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0
+            || num_sges == 0
+            || num_sges > 1024
+            || sg_list.is_null()
+        {
+            return ret::pos(libc::EINVAL);
+        }
+        // SAFETY: the verbs contract: `num_sges` readable entries.
+        let sges = unsafe { core::slice::from_raw_parts(sg_list, num_sges as usize) };
+        let h = p.h;
+        let ok = p.engine.with(|ep, _| {
+            sges.iter().all(|s| {
+                ep.query_mr(s.lkey).is_some_and(|m| {
+                    let end = s.addr.checked_add(u64::from(s.length));
+                    m.pd == h
+                        && m.access.contains(need)
+                        && s.addr >= m.iova
+                        && end.is_some_and(|e| e <= m.iova.saturating_add(m.length))
                 })
-            });
-            if ok { 0 } else { ret::pos(libc::EINVAL) }
-        },
-    )
+            })
+        });
+        if ok { 0 } else { ret::pos(libc::EINVAL) }
+    })
+}
+
+/// Whether a region with `access` may have its memory written (by the
+/// device or through a window), so it must be mapped writable.
+pub(super) fn writes_memory(access: softrdma_engine::transport::Access) -> bool {
+    use softrdma_engine::transport::Access as A;
+    access.intersects(A::LOCAL_WRITE | A::REMOTE_WRITE | A::REMOTE_ATOMIC | A::MW_BIND)
 }

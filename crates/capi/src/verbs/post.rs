@@ -7,7 +7,7 @@ use super::objects::{self as o, Ah, Cq, Kind, Qp, Srq};
 use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
 use core::ffi::c_int;
-use softrdma_engine::transport::{RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
+use softrdma_engine::transport::{RecvWr, SendFlags, SendWr, Sge, UdDest, VerbsError, WrOpcode};
 
 /// Fills the live slots of a context's ops table.
 pub(crate) fn install_ops(ops: &mut ibv_context_ops) {
@@ -127,23 +127,53 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     Ok(r)
 }
 
-/// `ops.post_send`: 0, or a positive errno with `*bad_wr` at the first refused WR.
-unsafe extern "C" fn post_send(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad_wr: *mut *mut ibv_send_wr,
+/// A list of work requests as C links them.
+trait Chained {
+    fn next(&self) -> *mut Self;
+}
+
+impl Chained for ibv_send_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+}
+
+impl Chained for ibv_recv_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+}
+
+/// The post verbs: converts the chain `wr` up to the first request `conv`
+/// refuses, posts what it converted with `post` (which also gets their
+/// pointers, and says which request the QP or SRQ refused), and returns 0,
+/// or a positive errno with `*bad_wr` at the first request not posted. The
+/// requests go to the live object of `kind` behind `target`; anything else
+/// fails at `wr` with EINVAL.
+///
+/// # Safety
+///
+/// `wr` must be NULL or a readable chain and `bad_wr` NULL or writable
+/// (the verbs contract).
+unsafe fn post_chain<T, W: Chained, R>(
+    target: *mut core::ffi::c_void,
+    kind: Kind,
+    wr: *mut W,
+    bad_wr: *mut *mut W,
+    mut conv: impl FnMut(&T, &W) -> Result<R, c_int>,
+    post: impl FnOnce(&T, Vec<R>, &[*mut W]) -> Result<(), (usize, VerbsError)>,
 ) -> c_int {
     ffi_guard(
         || ret::pos(libc::EIO),
         || {
-            let set_bad = |w: *mut ibv_send_wr| {
+            let set_bad = |w: *mut W| {
                 if !bad_wr.is_null() {
                     // SAFETY: the caller passes a writable `bad_wr`.
                     unsafe { bad_wr.write(w) };
                 }
             };
             // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
+            let Some(t) = (unsafe { o::obj::<T>(target, kind) }) else {
                 set_bad(wr);
                 return ret::pos(libc::EINVAL);
             };
@@ -155,8 +185,7 @@ unsafe extern "C" fn post_send(
             while !p.is_null() {
                 // SAFETY: application-owned chain of readable WRs (verbs contract).
                 let w = unsafe { &*p };
-                // SAFETY: as above.
-                match unsafe { send_wr(q, w) } {
+                match conv(t, w) {
                     Ok(r) => {
                         wrs.push(r);
                         ptrs.push(p);
@@ -166,20 +195,9 @@ unsafe extern "C" fn post_send(
                         break;
                     }
                 }
-                p = w.next;
+                p = w.next();
             }
-            let posted = q.engine.post_send_many(q.qpn, wrs);
-            let n = posted.as_ref().map_or_else(|(i, _)| *i, |()| ptrs.len());
-            for &p in &ptrs[..n] {
-                // SAFETY: the application's chain, still readable.
-                let w = unsafe { &*p };
-                if w.opcode == IBV_WR_BIND_MW {
-                    // SAFETY: reading the bind member of an IBV_WR_BIND_MW request.
-                    let b = unsafe { w.ext.bind_mw };
-                    super::mw::note_bound(b.mw, b.rkey);
-                }
-            }
-            if let Err((i, e)) = posted {
+            if let Err((i, e)) = post(t, wrs, &ptrs) {
                 set_bad(ptrs[i]);
                 return e.errno();
             }
@@ -192,42 +210,49 @@ unsafe extern "C" fn post_send(
     )
 }
 
-/// Reads a chain of receive WRs.
+/// `ops.post_send`: 0, or a positive errno with `*bad_wr` at the first refused WR.
+unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: each request of the chain is readable, with its SGEs and inline
+    // data (the verbs contract `post_chain` relies on too).
+    let conv = |q: &Qp, w: &ibv_send_wr| unsafe { send_wr(q, w) };
+    let post = |q: &Qp, wrs, ptrs: &[*mut ibv_send_wr]| {
+        let posted = q.engine.post_send_many(q.qpn, wrs);
+        let n = posted.as_ref().map_or_else(|(i, _)| *i, |()| ptrs.len());
+        for &p in &ptrs[..n] {
+            // SAFETY: the application's chain, still readable.
+            let w = unsafe { &*p };
+            if w.opcode == IBV_WR_BIND_MW {
+                // SAFETY: reading the bind member of an IBV_WR_BIND_MW request.
+                let b = unsafe { w.ext.bind_mw };
+                super::mw::note_bound(b.mw, b.rkey);
+            }
+        }
+        posted
+    };
+    // SAFETY: application-owned chain and `bad_wr` (verbs contract).
+    unsafe { post_chain(qp.cast(), Kind::Qp, wr, bad_wr, conv, post) }
+}
+
+/// Converts one `ibv_recv_wr` (not its `next`): EINVAL for more than
+/// `max_sge` SGEs.
 ///
 /// # Safety
 ///
-/// `wr` must be a readable chain.
-unsafe fn recv_chain(
-    wr: *mut ibv_recv_wr,
-    max_sge: u32,
-) -> (
-    Vec<*mut ibv_recv_wr>,
-    Vec<RecvWr>,
-    Option<(*mut ibv_recv_wr, c_int)>,
-) {
-    let mut ptrs = Vec::new();
-    let mut wrs = Vec::new();
-    let mut p = wr;
-    while !p.is_null() {
-        // SAFETY: application-owned readable chain.
-        let w = unsafe { &*p };
-        if i64::from(w.num_sge) > i64::from(max_sge) {
-            return (ptrs, wrs, Some((p, libc::EINVAL)));
-        }
-        // SAFETY: as above.
-        match unsafe { sges(w.sg_list, w.num_sge) } {
-            Ok(sgl) => {
-                wrs.push(RecvWr {
-                    wr_id: w.wr_id,
-                    sgl,
-                });
-                ptrs.push(p);
-            }
-            Err(e) => return (ptrs, wrs, Some((p, e))),
-        }
-        p = w.next;
+/// `w`'s SGE list must be readable.
+unsafe fn recv_wr(w: &ibv_recv_wr, max_sge: u32) -> Result<RecvWr, c_int> {
+    if i64::from(w.num_sge) > i64::from(max_sge) {
+        return Err(libc::EINVAL);
     }
-    (ptrs, wrs, None)
+    // SAFETY: forwarded contract.
+    let sgl = unsafe { sges(w.sg_list, w.num_sge) }?;
+    Ok(RecvWr {
+        wr_id: w.wr_id,
+        sgl,
+    })
 }
 
 /// `ops.post_recv`.
@@ -236,33 +261,11 @@ unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            let set_bad = |w: *mut ibv_recv_wr| {
-                if !bad_wr.is_null() {
-                    // SAFETY: the caller passes a writable `bad_wr`.
-                    unsafe { bad_wr.write(w) };
-                }
-            };
-            // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
-                set_bad(wr);
-                return ret::pos(libc::EINVAL);
-            };
-            // SAFETY: application-owned chain.
-            let (ptrs, wrs, err) = unsafe { recv_chain(wr, q.max_sge.1) };
-            if let Err((i, e)) = q.engine.post_recv_many(q.qpn, wrs) {
-                set_bad(ptrs[i]);
-                return e.errno();
-            }
-            if let Some((p, e)) = err {
-                set_bad(p);
-                return e;
-            }
-            0
-        },
-    )
+    // SAFETY: each request's SGE list is readable (verbs contract).
+    let conv = |q: &Qp, w: &ibv_recv_wr| unsafe { recv_wr(w, q.max_sge.1) };
+    let post = |q: &Qp, wrs, _: &[_]| q.engine.post_recv_many(q.qpn, wrs);
+    // SAFETY: application-owned chain and `bad_wr` (verbs contract).
+    unsafe { post_chain(qp.cast(), Kind::Qp, wr, bad_wr, conv, post) }
 }
 
 /// `ops.post_srq_recv`.
@@ -271,88 +274,53 @@ unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            let set_bad = |w: *mut ibv_recv_wr| {
-                if !bad_wr.is_null() {
-                    // SAFETY: the caller passes a writable `bad_wr`.
-                    unsafe { bad_wr.write(w) };
-                }
-            };
-            // SAFETY: registry-checked.
-            let Some(s) = (unsafe { o::obj::<Srq>(srq.cast(), Kind::Srq) }) else {
-                set_bad(wr);
-                return ret::pos(libc::EINVAL);
-            };
-            // SAFETY: application-owned chain (the engine checks the SRQ's max_sge).
-            let (ptrs, wrs, err) = unsafe { recv_chain(wr, u32::MAX) };
-            let h = s.h;
-            let r = s.engine.with(|ep, _| {
-                for (i, w) in wrs.into_iter().enumerate() {
-                    ep.post_srq_recv(h, w).map_err(|e| (i, e))?;
-                }
-                Ok(())
-            });
-            if let Err((i, e)) = r {
-                set_bad(ptrs[i]);
-                return e.errno();
+    // SAFETY: each request's SGE list is readable (verbs contract).
+    let conv = |s: &Srq, w: &ibv_recv_wr| unsafe { recv_wr(w, s.max_sge) };
+    let post = |s: &Srq, wrs: Vec<RecvWr>, _: &[_]| {
+        let h = s.h;
+        s.engine.with(|ep, _| {
+            for (i, w) in wrs.into_iter().enumerate() {
+                ep.post_srq_recv(h, w).map_err(|e| (i, e))?;
             }
-            if let Some((p, e)) = err {
-                set_bad(p);
-                return e;
-            }
-            0
-        },
-    )
+            Ok(())
+        })
+    };
+    // SAFETY: application-owned chain and `bad_wr` (verbs contract).
+    unsafe { post_chain(srq.cast(), Kind::Srq, wr, bad_wr, conv, post) }
 }
 
 /// `ops.poll_cq`: the number of completions written, or -1 on a bad CQ.
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
-    ffi_guard(
-        || -1,
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) }) else {
-                return ret::neg(libc::EINVAL);
-            };
-            if num_entries <= 0 {
-                return 0;
-            }
-            if wc.is_null() {
-                return ret::neg(libc::EINVAL);
-            }
-            let mut i = 0usize;
-            let r = c.engine.poll_cq(c.h, num_entries as usize, |w| {
-                // SAFETY: the caller's array holds `num_entries` entries; i < num_entries.
-                unsafe { wc.add(i).write(wc_to_c(&w)) };
-                i += 1;
-            });
-            match r {
-                Ok(n) => n as c_int,
-                Err(e) => ret::neg(e.errno()),
-            }
-        },
-    )
+    o::with_obj(cq.cast(), Kind::Cq, ret::neg, |c: &Cq| {
+        if num_entries <= 0 {
+            return 0;
+        }
+        if wc.is_null() {
+            return ret::neg(libc::EINVAL);
+        }
+        let mut i = 0usize;
+        let r = c.engine.poll_cq(c.h, num_entries as usize, |w| {
+            // SAFETY: the caller's array holds `num_entries` entries; i < num_entries.
+            unsafe { wc.add(i).write(wc_to_c(&w)) };
+            i += 1;
+        });
+        match r {
+            Ok(n) => n as c_int,
+            Err(e) => ret::neg(e.errno()),
+        }
+    })
 }
 
 /// `ops.req_notify_cq`.
 unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(c) = (unsafe { o::obj::<Cq>(cq.cast(), Kind::Cq) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            let h = c.h;
-            match c
-                .engine
-                .with(|ep, _| ep.req_notify_cq(h, solicited_only != 0))
-            {
-                Ok(()) => 0,
-                Err(e) => ret::pos(e.errno()),
-            }
-        },
-    )
+    o::with_obj(cq.cast(), Kind::Cq, ret::pos, |c: &Cq| {
+        let h = c.h;
+        match c
+            .engine
+            .with(|ep, _| ep.req_notify_cq(h, solicited_only != 0))
+        {
+            Ok(()) => 0,
+            Err(e) => ret::pos(e.errno()),
+        }
+    })
 }

@@ -3,7 +3,7 @@
 use super::conv::{cap_from_c, cap_to_c, qp_attr_from_c, qp_attr_to_c};
 use super::objects::{self as o, Cq, Kind, Pd, Qp, Srq};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::{ret, with_struct};
 use core::ffi::c_int;
 use softrdma_engine::transport::{QpAttrMask, QpInitAttr, QpType};
 
@@ -126,16 +126,8 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            if qp_init_attr.is_null() {
-                return ret::null(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, valid per the contract.
-            create(pd, unsafe { &mut *qp_init_attr }, false, None)
-        },
-    )
+    // SAFETY: NULL or valid for reads and writes, per the contract.
+    unsafe { with_struct(qp_init_attr, ret::null, |a| create(pd, a, false, None)) }
 }
 
 /// `verbs_context::create_qp_ex` (reached by the inline `ibv_create_qp_ex`).
@@ -143,49 +135,36 @@ unsafe extern "C" fn vctx_create_qp_ex(
     _context: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            if attr.is_null() {
-                return ret::null(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, valid per the caller's contract.
-            let a = unsafe { &mut *attr };
-            let known = IBV_QP_INIT_ATTR_PD
-                | IBV_QP_INIT_ATTR_CREATE_FLAGS
-                | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-            if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.comp_mask & !known != 0 {
-                // XRC domains, RSS, TSO: not offered.
-                return ret::null(libc::EOPNOTSUPP);
-            }
-            let send_ops =
-                (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
-            if let Some(ops) = send_ops
-                && ops & !super::qp_ex::supported_ops(a.qp_type) != 0
-            {
-                return ret::null(libc::EOPNOTSUPP);
-            }
-            if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
-                && a.create_flags & !IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0
-            {
-                return ret::null(libc::EOPNOTSUPP);
-            }
-            let mut basic = ibv_qp_init_attr {
-                qp_context: a.qp_context,
-                send_cq: a.send_cq,
-                recv_cq: a.recv_cq,
-                srq: a.srq,
-                cap: a.cap,
-                qp_type: a.qp_type,
-                sq_sig_all: a.sq_sig_all,
-            };
-            let block = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
-                && a.create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0;
-            let qp = create(a.pd, &mut basic, block, send_ops);
-            a.cap = basic.cap;
-            qp
-        },
-    )
+    // SAFETY: NULL or valid for reads and writes, per the caller's contract.
+    unsafe { with_struct(attr, ret::null, create_ex) }
+}
+
+/// Creates a QP from `ibv_qp_init_attr_ex` (the PD and creation flags, send
+/// operations only), writing the actual capacities back.
+fn create_ex(a: &mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.comp_mask & !known != 0 {
+        // XRC domains, RSS, TSO: not offered.
+        return ret::null(libc::EOPNOTSUPP);
+    }
+    let send_ops = (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
+    if let Some(ops) = send_ops
+        && ops & !super::qp_ex::supported_ops(a.qp_type) != 0
+    {
+        return ret::null(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
+        && a.create_flags & !IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0
+    {
+        return ret::null(libc::EOPNOTSUPP);
+    }
+    let mut basic = a.base();
+    let block = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
+        && a.create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0;
+    let qp = create(a.pd, &mut basic, block, send_ops);
+    a.cap = basic.cap;
+    qp
 }
 
 /// `int ibv_modify_qp(struct ibv_qp *, struct ibv_qp_attr *, int attr_mask)`.
@@ -199,41 +178,34 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     attr_mask: c_int,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if attr.is_null() {
-                return ret::pos(libc::EINVAL);
+    o::with_obj(qp.cast(), Kind::Qp, ret::pos, |q: &Qp| {
+        if attr.is_null() {
+            return ret::pos(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, readable per the contract.
+        let a = match qp_attr_from_c(unsafe { &*attr }, attr_mask as u32) {
+            Ok(a) => a,
+            Err(e) => return ret::pos(e),
+        };
+        let qpn = q.qpn;
+        let r = q.engine.with(|ep, now| {
+            ep.modify_qp(now, qpn, &a, QpAttrMask(attr_mask as u32))
+                .map(|()| ep.query_qp(qpn))
+        });
+        match r {
+            Ok(Ok((now, _))) => {
+                // SAFETY: live QP; `state` is a plain field applications may read.
+                unsafe { (*qp).state = now.qp_state.as_u32() };
+                0
             }
-            // SAFETY: non-NULL, readable per the contract.
-            let a = match qp_attr_from_c(unsafe { &*attr }, attr_mask as u32) {
-                Ok(a) => a,
-                Err(e) => return ret::pos(e),
-            };
-            let qpn = q.qpn;
-            let r = q.engine.with(|ep, now| {
-                ep.modify_qp(now, qpn, &a, QpAttrMask(attr_mask as u32))
-                    .map(|()| ep.query_qp(qpn))
-            });
-            match r {
-                Ok(Ok((now, _))) => {
-                    // SAFETY: live QP; `state` is a plain field applications may read.
-                    unsafe { (*qp).state = now.qp_state.as_u32() };
-                    0
+            Ok(Err(e)) | Err(e) => {
+                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                    eprintln!("softrdma: ibv_modify_qp: {e}");
                 }
-                Ok(Err(e)) | Err(e) => {
-                    if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
-                        eprintln!("softrdma: ibv_modify_qp: {e}");
-                    }
-                    ret::pos(e.errno())
-                }
+                ret::pos(e.errno())
             }
-        },
-    )
+        }
+    })
 }
 
 /// `int ibv_query_qp(qp, attr, attr_mask, init_attr)`: fills everything.
@@ -248,39 +220,32 @@ pub unsafe extern "C" fn ibv_query_qp(
     _attr_mask: c_int,
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if attr.is_null() || init_attr.is_null() {
-                return ret::pos(libc::EINVAL);
-            }
-            let qpn = q.qpn;
-            let (a, _) = match q.engine.with(|ep, _| ep.query_qp(qpn)) {
-                Ok(v) => v,
-                Err(e) => return ret::pos(e.errno()),
-            };
-            let b = &q.qp.qp_base;
-            let init = ibv_qp_init_attr {
-                qp_context: b.qp_context,
-                send_cq: b.send_cq,
-                recv_cq: b.recv_cq,
-                srq: b.srq,
-                cap: cap_to_c(&a.cap),
-                qp_type: b.qp_type,
-                sq_sig_all: c_int::from(q.sq_sig_all),
-            };
-            // SAFETY: non-NULL outputs, writable per the contract.
-            unsafe {
-                attr.write(qp_attr_to_c(&a));
-                init_attr.write(init);
-            }
-            0
-        },
-    )
+    o::with_obj(qp.cast(), Kind::Qp, ret::pos, |q: &Qp| {
+        if attr.is_null() || init_attr.is_null() {
+            return ret::pos(libc::EINVAL);
+        }
+        let qpn = q.qpn;
+        let (a, _) = match q.engine.with(|ep, _| ep.query_qp(qpn)) {
+            Ok(v) => v,
+            Err(e) => return ret::pos(e.errno()),
+        };
+        let b = &q.qp.qp_base;
+        let init = ibv_qp_init_attr {
+            qp_context: b.qp_context,
+            send_cq: b.send_cq,
+            recv_cq: b.recv_cq,
+            srq: b.srq,
+            cap: cap_to_c(&a.cap),
+            qp_type: b.qp_type,
+            sq_sig_all: c_int::from(q.sq_sig_all),
+        };
+        // SAFETY: non-NULL outputs, writable per the contract.
+        unsafe {
+            attr.write(qp_attr_to_c(&a));
+            init_attr.write(init);
+        }
+        0
+    })
 }
 
 /// `int ibv_destroy_qp(struct ibv_qp *)`.
@@ -290,23 +255,12 @@ pub unsafe extern "C" fn ibv_query_qp(
 /// `qp` must not be used after a successful call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            let qpn = q.qpn;
-            if let Err(e) = q.engine.with(|ep, _| ep.destroy_qp(qpn)) {
-                return ret::pos(e.errno());
-            }
-            o::map_qp(qpn, None);
-            // SAFETY: live Qp from `publish`, destroyed in the engine above.
-            unsafe { o::retire(qp.cast::<Qp>()) };
-            0
-        },
-    )
+    o::destroy(qp.cast(), Kind::Qp, |q: &Qp| {
+        let qpn = q.qpn;
+        q.engine.with(|ep, _| ep.destroy_qp(qpn))?;
+        o::map_qp(qpn, None);
+        Ok(())
+    })
 }
 
 /// `struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *)`: NULL unless the QP
@@ -318,37 +272,39 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 /// other pointers must be valid as for the rdma-core call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            match unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) } {
-                Some(q) if q.ex => qp.cast(),
-                _ => core::ptr::null_mut(),
+    // Not a live QP: NULL, with errno untouched.
+    o::with_obj(
+        qp.cast(),
+        Kind::Qp,
+        |_| core::ptr::null_mut(),
+        |q: &Qp| {
+            if q.ex {
+                qp.cast()
+            } else {
+                core::ptr::null_mut()
             }
         },
     )
 }
 
+/// `ibv_attach_mcast` (`attach`) and `ibv_detach_mcast`.
 fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
-    // SAFETY: registry-checked.
-    let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
-        return ret::pos(libc::EINVAL);
-    };
-    if gid.is_null() {
-        return ret::pos(libc::EINVAL);
-    }
-    // SAFETY: non-NULL, readable per the contract.
-    let group = softrdma_wire::ip::from_gid(super::conv::gid_bytes(unsafe { &*gid }));
-    let r = if attach {
-        q.engine.attach_mcast(q.qpn, group, q.block_self_mcast)
-    } else {
-        q.engine.detach_mcast(q.qpn, group)
-    };
-    match r {
-        Ok(()) => 0,
-        Err(e) => ret::pos(e.errno()),
-    }
+    o::with_obj(qp.cast(), Kind::Qp, ret::pos, |q: &Qp| {
+        if gid.is_null() {
+            return ret::pos(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, readable per the contract.
+        let group = softrdma_wire::ip::from_gid(unsafe { &*gid }.raw());
+        let r = if attach {
+            q.engine.attach_mcast(q.qpn, group, q.block_self_mcast)
+        } else {
+            q.engine.detach_mcast(q.qpn, group)
+        };
+        match r {
+            Ok(()) => 0,
+            Err(e) => ret::pos(e.errno()),
+        }
+    })
 }
 
 /// `int ibv_attach_mcast(struct ibv_qp *, const union ibv_gid *, uint16_t lid)`:
@@ -364,7 +320,7 @@ pub unsafe extern "C" fn ibv_attach_mcast(
     gid: *const ibv_gid,
     _lid: u16,
 ) -> c_int {
-    ffi_guard(|| ret::pos(libc::EIO), || mcast(qp, gid, true))
+    mcast(qp, gid, true)
 }
 
 /// `int ibv_detach_mcast(struct ibv_qp *, const union ibv_gid *, uint16_t lid)`.
@@ -378,5 +334,5 @@ pub unsafe extern "C" fn ibv_detach_mcast(
     gid: *const ibv_gid,
     _lid: u16,
 ) -> c_int {
-    ffi_guard(|| ret::pos(libc::EIO), || mcast(qp, gid, false))
+    mcast(qp, gid, false)
 }

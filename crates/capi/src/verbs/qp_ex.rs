@@ -13,7 +13,6 @@ use super::mw::bind_from_c;
 use super::objects::{self as o, Ah, Kind, Qp};
 use super::post::MAX_INLINE;
 use crate::ffi::*;
-use crate::guard::ffi_guard;
 use core::ffi::{c_int, c_void};
 use softrdma_engine::transport::{SendFlags, SendWr, Sge, UdDest, WrOpcode};
 
@@ -100,14 +99,13 @@ pub(crate) unsafe fn install(qp: *mut ibv_qp_ex, ops: u64) {
 
 /// Runs `f` on the QP's batch (nothing if `qp` is not a live QP).
 fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut Batch)) {
-    ffi_guard(
-        || (),
-        || {
-            // SAFETY: registry-checked.
-            if let Some(q) = unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) } {
-                let mut b = q.batch.lock().unwrap_or_else(|p| p.into_inner());
-                f(q, &mut b);
-            }
+    o::with_obj(
+        qp.cast(),
+        Kind::Qp,
+        |_| (),
+        |q: &Qp| {
+            let mut b = q.batch.lock().unwrap_or_else(|p| p.into_inner());
+            f(q, &mut b);
         },
     )
 }
@@ -381,13 +379,12 @@ unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
 /// Posts the batch: 0, the first builder/setter error, or the errno of the
 /// first request the QP refused (those before it are posted).
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    ffi_guard(
-        || libc::EIO,
-        || {
-            // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
-                return libc::EINVAL;
-            };
+    // The error is the return value, as in rdma-core.
+    o::with_obj(
+        qp.cast(),
+        Kind::Qp,
+        |e| e,
+        |q: &Qp| {
             let b = core::mem::take(&mut *q.batch.lock().unwrap_or_else(|p| p.into_inner()));
             if b.err != 0 {
                 return b.err;

@@ -7,7 +7,7 @@
 use super::conv::access_from_c;
 use super::objects::{self as o, Kind, Mr, Pd};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, set_errno};
+use crate::guard::set_errno;
 use core::ffi::{c_int, c_uint, c_void};
 use softrdma_engine::transport::{Access, Rereg};
 
@@ -34,53 +34,60 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     length: usize,
     access: c_int,
 ) -> c_int {
-    ffi_guard(
-        || fail(IBV_REREG_MR_ERR_INPUT, libc::EIO),
-        || {
+    let bad_input = |e| fail(IBV_REREG_MR_ERR_INPUT, e);
+    o::with_obj(mr.cast(), Kind::Mr, bad_input, |m: &Mr| {
+        if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
+            || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+        {
+            return bad_input(libc::EINVAL);
+        }
+        let mut r = Rereg::default();
+        if flags & IBV_REREG_MR_CHANGE_PD != 0 {
             // SAFETY: registry-checked.
-            let Some(m) = (unsafe { o::obj::<Mr>(mr.cast(), Kind::Mr) }) else {
-                return fail(IBV_REREG_MR_ERR_INPUT, libc::EINVAL);
+            let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
+                return bad_input(libc::EINVAL);
             };
-            if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
-                || (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
-                || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
-            {
-                return fail(IBV_REREG_MR_ERR_INPUT, libc::EINVAL);
+            r.pd = Some(p.h);
+        }
+        if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            r.translation = Some((addr as u64, length as u64, addr as u64));
+        }
+        if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            let a = access_from_c(access as c_uint);
+            if a.contains(Access::ON_DEMAND) {
+                return fail(IBV_REREG_MR_ERR_CMD, libc::EOPNOTSUPP);
             }
-            let mut r = Rereg::default();
+            r.access = Some(a);
+        }
+        let key = m.mr.lkey;
+        let changed = r.translation.is_some() || r.access.is_some();
+        let rereg = m.engine.with(|ep, _| {
+            let old = ep.query_mr(key).ok_or(libc::EINVAL)?;
+            if changed {
+                // As ibv_reg_mr: the region as it will be must be mapped, and
+                // writable for writable rights (EFAULT), before any peer can
+                // reach it.
+                let (host, len, _) = r.translation.unwrap_or((old.host, old.length, old.iova));
+                let write = super::pd_mr::writes_memory(r.access.unwrap_or(old.access));
+                softrdma_engine::check_mapped(host, len, write)?;
+            }
+            ep.rereg_mr(key, r).map_err(|e| e.errno())
+        });
+        if let Err(e) = rereg {
+            return fail(IBV_REREG_MR_ERR_CMD, e);
+        }
+        // SAFETY: a live MR (checked above); these are plain fields
+        // applications read, updated as rdma-core does on success.
+        unsafe {
             if flags & IBV_REREG_MR_CHANGE_PD != 0 {
-                // SAFETY: registry-checked.
-                let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
-                    return fail(IBV_REREG_MR_ERR_INPUT, libc::EINVAL);
-                };
-                r.pd = Some(p.h);
+                (&raw mut (*mr).pd).write(pd);
             }
             if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
-                r.translation = Some((addr as u64, length as u64, addr as u64));
+                (&raw mut (*mr).addr).write(addr);
+                (&raw mut (*mr).length).write(length);
             }
-            if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
-                let a = access_from_c(access as c_uint);
-                if a.contains(Access::ON_DEMAND) {
-                    return fail(IBV_REREG_MR_ERR_CMD, libc::EOPNOTSUPP);
-                }
-                r.access = Some(a);
-            }
-            let key = m.mr.lkey;
-            if let Err(e) = m.engine.with(|ep, _| ep.rereg_mr(key, r)) {
-                return fail(IBV_REREG_MR_ERR_CMD, e.errno());
-            }
-            // SAFETY: a live MR (checked above); these are plain fields
-            // applications read, updated as rdma-core does on success.
-            unsafe {
-                if flags & IBV_REREG_MR_CHANGE_PD != 0 {
-                    (&raw mut (*mr).pd).write(pd);
-                }
-                if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
-                    (&raw mut (*mr).addr).write(addr);
-                    (&raw mut (*mr).length).write(length);
-                }
-            }
-            0
-        },
-    )
+        }
+        0
+    })
 }

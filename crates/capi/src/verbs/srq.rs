@@ -2,7 +2,7 @@
 
 use super::objects::{self as o, Kind, Pd, Srq};
 use crate::ffi::*;
-use crate::guard::{ffi_guard, ret};
+use crate::guard::{ret, with_struct};
 use core::ffi::{c_int, c_void};
 
 /// Extended-context slots for SRQs.
@@ -35,6 +35,7 @@ fn create(pd: *mut ibv_pd, srq_context: *mut c_void, attr: &mut ibv_srq_attr) ->
             srq,
             h,
             engine: p.engine.clone(),
+            max_sge,
         },
         Kind::Srq,
     );
@@ -53,17 +54,9 @@ pub unsafe extern "C" fn ibv_create_srq(
     pd: *mut ibv_pd,
     srq_init_attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            if srq_init_attr.is_null() {
-                return ret::null(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, valid per the contract.
-            let a = unsafe { &mut *srq_init_attr };
-            create(pd, a.srq_context, &mut a.attr)
-        },
-    )
+    let make = |a: &mut ibv_srq_init_attr| create(pd, a.srq_context, &mut a.attr);
+    // SAFETY: NULL or valid for reads and writes, per the contract.
+    unsafe { with_struct(srq_init_attr, ret::null, make) }
 }
 
 /// `verbs_context::create_srq_ex`: basic SRQs only (no XRC or tag matching).
@@ -71,22 +64,16 @@ unsafe extern "C" fn vctx_create_srq_ex(
     _context: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
 ) -> *mut ibv_srq {
-    ffi_guard(
-        || ret::null(libc::EIO),
-        || {
-            if attr.is_null() {
-                return ret::null(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, valid per the caller's contract.
-            let a = unsafe { &mut *attr };
-            if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0
-                || (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC)
-            {
-                return ret::null(libc::EOPNOTSUPP);
-            }
-            create(a.pd, a.srq_context, &mut a.attr)
-        },
-    )
+    let make = |a: &mut ibv_srq_init_attr_ex| {
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0
+            || (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC)
+        {
+            return ret::null(libc::EOPNOTSUPP);
+        }
+        create(a.pd, a.srq_context, &mut a.attr)
+    };
+    // SAFETY: NULL or valid for reads and writes, per the caller's contract.
+    unsafe { with_struct(attr, ret::null, make) }
 }
 
 /// `int ibv_modify_srq(struct ibv_srq *, struct ibv_srq_attr *, int mask)`.
@@ -100,31 +87,24 @@ pub unsafe extern "C" fn ibv_modify_srq(
     srq_attr: *mut ibv_srq_attr,
     srq_attr_mask: c_int,
 ) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(s) = (unsafe { o::obj::<Srq>(srq.cast(), Kind::Srq) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if srq_attr.is_null() {
-                return ret::pos(libc::EINVAL);
-            }
-            // SAFETY: non-NULL, readable per the contract.
-            let a = unsafe { *srq_attr };
-            let m = srq_attr_mask as u32;
-            if m & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
-                return ret::pos(libc::EINVAL);
-            }
-            let max_wr = (m & IBV_SRQ_MAX_WR != 0).then_some(a.max_wr);
-            let limit = (m & IBV_SRQ_LIMIT != 0).then_some(a.srq_limit);
-            let h = s.h;
-            match s.engine.with(|ep, _| ep.modify_srq(h, max_wr, limit)) {
-                Ok(()) => 0,
-                Err(e) => ret::pos(e.errno()),
-            }
-        },
-    )
+    o::with_obj(srq.cast(), Kind::Srq, ret::pos, |s: &Srq| {
+        if srq_attr.is_null() {
+            return ret::pos(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, readable per the contract.
+        let a = unsafe { *srq_attr };
+        let m = srq_attr_mask as u32;
+        if m & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
+            return ret::pos(libc::EINVAL);
+        }
+        let max_wr = (m & IBV_SRQ_MAX_WR != 0).then_some(a.max_wr);
+        let limit = (m & IBV_SRQ_LIMIT != 0).then_some(a.srq_limit);
+        let h = s.h;
+        match s.engine.with(|ep, _| ep.modify_srq(h, max_wr, limit)) {
+            Ok(()) => 0,
+            Err(e) => ret::pos(e.errno()),
+        }
+    })
 }
 
 /// `int ibv_query_srq(struct ibv_srq *, struct ibv_srq_attr *)`.
@@ -134,33 +114,26 @@ pub unsafe extern "C" fn ibv_modify_srq(
 /// `srq_attr` must be valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(s) = (unsafe { o::obj::<Srq>(srq.cast(), Kind::Srq) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            if srq_attr.is_null() {
-                return ret::pos(libc::EINVAL);
+    o::with_obj(srq.cast(), Kind::Srq, ret::pos, |s: &Srq| {
+        if srq_attr.is_null() {
+            return ret::pos(libc::EINVAL);
+        }
+        let h = s.h;
+        match s.engine.with(|ep, _| ep.query_srq(h)) {
+            Ok((max_wr, max_sge, srq_limit)) => {
+                // SAFETY: non-NULL, writable per the contract.
+                unsafe {
+                    srq_attr.write(ibv_srq_attr {
+                        max_wr,
+                        max_sge,
+                        srq_limit,
+                    })
+                };
+                0
             }
-            let h = s.h;
-            match s.engine.with(|ep, _| ep.query_srq(h)) {
-                Ok((max_wr, max_sge, srq_limit)) => {
-                    // SAFETY: non-NULL, writable per the contract.
-                    unsafe {
-                        srq_attr.write(ibv_srq_attr {
-                            max_wr,
-                            max_sge,
-                            srq_limit,
-                        })
-                    };
-                    0
-                }
-                Err(e) => ret::pos(e.errno()),
-            }
-        },
-    )
+            Err(e) => ret::pos(e.errno()),
+        }
+    })
 }
 
 /// `int ibv_destroy_srq(struct ibv_srq *)`: EBUSY while QPs use it.
@@ -170,21 +143,10 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq
 /// `srq` must not be used after a successful call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            // SAFETY: registry-checked.
-            let Some(s) = (unsafe { o::obj::<Srq>(srq.cast(), Kind::Srq) }) else {
-                return ret::pos(libc::EINVAL);
-            };
-            let h = s.h;
-            if let Err(e) = s.engine.with(|ep, _| ep.destroy_srq(h)) {
-                return ret::pos(e.errno());
-            }
-            o::map_srq(h, None);
-            // SAFETY: live Srq from `publish`, destroyed in the engine above.
-            unsafe { o::retire(srq.cast::<Srq>()) };
-            0
-        },
-    )
+    o::destroy(srq.cast(), Kind::Srq, |s: &Srq| {
+        let h = s.h;
+        s.engine.with(|ep, _| ep.destroy_srq(h))?;
+        o::map_srq(h, None);
+        Ok(())
+    })
 }

@@ -1,6 +1,13 @@
 //! Conversions between rdma-core's C structs and softrdma's plain Rust types
 //! (no `unsafe`: union members are read by `sys.rs` and handed in).
+//!
+//! Both directions live here because two libraries need them: this backend
+//! reads what the system's rdma-core returns, and the C ABI crate
+//! (`softrdma-capi`, the drop-in `libibverbs.so.1`) writes the same structs
+//! for C programs. The crate root re-exports the module for it as
+//! `softrdma::rdma_core_conv`, hidden from the docs: it is not part of the API.
 
+use core::ffi::{c_char, c_int};
 use softrdma_engine::cm_proto::{ConnParam, UdParam};
 use softrdma_engine::{DeviceAttr, DeviceInfo, PortAttr};
 use softrdma_ffi::{self as f, Zeroable};
@@ -10,7 +17,7 @@ use softrdma_transport::{
 use std::net::{IpAddr, Ipv4Addr};
 
 /// A C `char` array up to its NUL, as text.
-pub(crate) fn c_chars(s: &[core::ffi::c_char]) -> String {
+pub fn c_chars(s: &[c_char]) -> String {
     let bytes: Vec<u8> = s
         .iter()
         .take_while(|&&c| c != 0)
@@ -19,76 +26,146 @@ pub(crate) fn c_chars(s: &[core::ffi::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// `struct ibv_device_attr` as softrdma's [`DeviceAttr`].
-pub(crate) fn device_attr(a: &f::ibv_device_attr) -> DeviceAttr {
-    let u = |v: core::ffi::c_int| u32::try_from(v).unwrap_or(0);
-    // DeviceAttr is non-exhaustive: start from a value and set every field.
-    let mut d = DeviceInfo::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED)).attr();
-    d.fw_ver = c_chars(&a.fw_ver);
-    d.node_guid = u64::from_be(a.node_guid);
-    d.sys_image_guid = u64::from_be(a.sys_image_guid);
-    d.max_mr_size = a.max_mr_size;
-    d.page_size_cap = a.page_size_cap;
-    d.vendor_id = a.vendor_id;
-    d.vendor_part_id = a.vendor_part_id;
-    d.hw_ver = a.hw_ver;
-    d.max_qp = u(a.max_qp);
-    d.max_qp_wr = u(a.max_qp_wr);
-    d.device_cap_flags = a.device_cap_flags;
-    d.max_sge = u(a.max_sge);
-    d.max_sge_rd = u(a.max_sge_rd);
-    d.max_cq = u(a.max_cq);
-    d.max_cqe = u(a.max_cqe);
-    d.max_mr = u(a.max_mr);
-    d.max_pd = u(a.max_pd);
-    d.max_qp_rd_atom = u(a.max_qp_rd_atom);
-    d.max_res_rd_atom = u(a.max_res_rd_atom);
-    d.max_qp_init_rd_atom = u(a.max_qp_init_rd_atom);
-    d.atomic_cap = a.atomic_cap;
-    d.max_mw = u(a.max_mw);
-    d.max_mcast_grp = u(a.max_mcast_grp);
-    d.max_mcast_qp_attach = u(a.max_mcast_qp_attach);
-    d.max_total_mcast_qp_attach = u(a.max_total_mcast_qp_attach);
-    d.max_ah = u(a.max_ah);
-    d.max_srq = u(a.max_srq);
-    d.max_srq_wr = u(a.max_srq_wr);
-    d.max_srq_sge = u(a.max_srq_sge);
-    d.max_pkeys = a.max_pkeys;
-    d.local_ca_ack_delay = a.local_ca_ack_delay;
-    d.phys_port_cnt = a.phys_port_cnt;
-    d
+/// Copies `s` into a C `char` array, NUL-terminated and truncated to fit.
+pub fn put_str(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = *b as c_char;
+    }
+    if let Some(z) = dst.get_mut(n) {
+        *z = 0;
+    }
 }
 
-/// `struct ibv_port_attr` as softrdma's [`PortAttr`].
-pub(crate) fn port_attr(p: &f::ibv_port_attr) -> PortAttr {
-    let mut d = DeviceInfo::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED)).port_attr(0);
-    d.state = p.state;
-    d.max_mtu = p.max_mtu;
-    d.active_mtu = p.active_mtu;
-    d.gid_tbl_len = p.gid_tbl_len;
-    d.port_cap_flags = p.port_cap_flags;
-    d.max_msg_sz = p.max_msg_sz;
-    d.bad_pkey_cntr = p.bad_pkey_cntr;
-    d.qkey_viol_cntr = p.qkey_viol_cntr;
-    d.pkey_tbl_len = p.pkey_tbl_len;
-    d.lid = p.lid;
-    d.sm_lid = p.sm_lid;
-    d.lmc = p.lmc;
-    d.max_vl_num = p.max_vl_num;
-    d.sm_sl = p.sm_sl;
-    d.subnet_timeout = p.subnet_timeout;
-    d.init_type_reply = p.init_type_reply;
-    d.active_width = p.active_width;
-    d.active_speed = p.active_speed;
-    d.phys_state = p.phys_state;
-    d.link_layer = p.link_layer;
-    d.flags = p.flags;
-    d.port_cap_flags2 = p.port_cap_flags2;
-    d
+/// How one field converts between its softrdma type `R` and its C type `C`:
+/// the kinds of field [`mirror!`] lists.
+trait Field<R, C> {
+    fn to_c(r: &R) -> C;
+    fn from_c(c: &C) -> R;
+}
+
+/// The same type on both sides.
+enum Same {}
+
+impl<T: Copy> Field<T, T> for Same {
+    fn to_c(r: &T) -> T {
+        *r
+    }
+    fn from_c(c: &T) -> T {
+        *c
+    }
+}
+
+/// A limit: `u32` in softrdma, a C `int` (clamped to `INT_MAX`; a negative
+/// one reads as 0).
+enum Count {}
+
+impl Field<u32, c_int> for Count {
+    fn to_c(r: &u32) -> c_int {
+        (*r).min(i32::MAX as u32) as c_int
+    }
+    fn from_c(c: &c_int) -> u32 {
+        u32::try_from(*c).unwrap_or(0)
+    }
+}
+
+/// A GUID: big-endian in C.
+enum BigEndian {}
+
+impl Field<u64, u64> for BigEndian {
+    fn to_c(r: &u64) -> u64 {
+        r.to_be()
+    }
+    fn from_c(c: &u64) -> u64 {
+        u64::from_be(*c)
+    }
+}
+
+/// Text: a NUL-terminated `char` array in C (truncated to fit).
+enum Text {}
+
+impl<const N: usize> Field<String, [c_char; N]> for Text {
+    fn to_c(r: &String) -> [c_char; N] {
+        let mut d = [0; N];
+        put_str(&mut d, r);
+        d
+    }
+    fn from_c(c: &[c_char; N]) -> String {
+        c_chars(c)
+    }
+}
+
+/// Defines the conversions both ways between a softrdma struct and its C
+/// mirror from one list of the fields they share (the same name on both
+/// sides), grouped by [`Field`] kind. The C struct starts zeroed; the
+/// softrdma value starts as `$start` (the engine's attribute structs are
+/// non-exhaustive: they cannot be built field by field).
+macro_rules! mirror {
+    (
+        $(#[$to_doc:meta])* fn $to_c:ident(&$rust:ty) -> $c:ty;
+        $(#[$from_doc:meta])* fn $from_c:ident(&$c_in:ty) -> $rust_out:ty = $start:expr;
+        $($kind:ident: $($field:ident),+;)+
+    ) => {
+        $(#[$to_doc])*
+        pub fn $to_c(a: &$rust) -> $c {
+            let mut d = <$c as Zeroable>::zeroed();
+            $($(d.$field = <$kind as Field<_, _>>::to_c(&a.$field);)+)+
+            d
+        }
+
+        $(#[$from_doc])*
+        // Setting the listed fields one by one is the point (`$start` may be `Default`).
+        #[allow(clippy::field_reassign_with_default)]
+        pub fn $from_c(c: &$c_in) -> $rust_out {
+            let mut d = $start;
+            $($(d.$field = <$kind as Field<_, _>>::from_c(&c.$field);)+)+
+            d
+        }
+    };
+}
+
+/// The attributes of a device that does not exist: what the non-exhaustive
+/// engine structs start from when read from C.
+fn unspecified_device() -> DeviceInfo {
+    DeviceInfo::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+mirror! {
+    /// softrdma's [`DeviceAttr`] as `struct ibv_device_attr`.
+    fn device_attr_to_c(&DeviceAttr) -> f::ibv_device_attr;
+    /// `struct ibv_device_attr` as softrdma's [`DeviceAttr`].
+    fn device_attr(&f::ibv_device_attr) -> DeviceAttr = unspecified_device().attr();
+    Text: fw_ver;
+    BigEndian: node_guid, sys_image_guid;
+    Same: max_mr_size, page_size_cap, vendor_id, vendor_part_id, hw_ver, device_cap_flags,
+        atomic_cap, max_pkeys, local_ca_ack_delay, phys_port_cnt;
+    Count: max_qp, max_qp_wr, max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd,
+        max_qp_rd_atom, max_res_rd_atom, max_qp_init_rd_atom, max_mw, max_mcast_grp,
+        max_mcast_qp_attach, max_total_mcast_qp_attach, max_ah, max_srq, max_srq_wr,
+        max_srq_sge;
+}
+
+mirror! {
+    /// softrdma's [`PortAttr`] as `struct ibv_port_attr`.
+    fn port_attr_to_c(&PortAttr) -> f::ibv_port_attr;
+    /// `struct ibv_port_attr` as softrdma's [`PortAttr`].
+    fn port_attr(&f::ibv_port_attr) -> PortAttr = unspecified_device().port_attr(0);
+    Same: state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,
+        qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout,
+        init_type_reply, active_width, active_speed, phys_state, link_layer, flags,
+        port_cap_flags2;
+}
+
+mirror! {
+    /// Work queue capacities as `struct ibv_qp_cap`.
+    fn cap_to_c(&QpCap) -> f::ibv_qp_cap;
+    /// `struct ibv_qp_cap` as work queue capacities.
+    fn cap_from_c(&f::ibv_qp_cap) -> QpCap = QpCap::default();
+    Same: max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
 }
 
 /// An address vector as `struct ibv_ah_attr`.
-pub(crate) fn av_to_c(a: &AddressVector) -> f::ibv_ah_attr {
+pub fn av_to_c(a: &AddressVector) -> f::ibv_ah_attr {
     let mut d = f::ibv_ah_attr::zeroed();
     d.grh.dgid = f::ibv_gid { raw: a.dgid };
     d.grh.sgid_index = a.sgid_index;
@@ -105,7 +182,7 @@ pub(crate) fn av_to_c(a: &AddressVector) -> f::ibv_ah_attr {
 }
 
 /// `struct ibv_ah_attr` as an address vector.
-pub(crate) fn av_from_c(a: &f::ibv_ah_attr) -> AddressVector {
+pub fn av_from_c(a: &f::ibv_ah_attr) -> AddressVector {
     AddressVector {
         dgid: a.grh.dgid.raw(),
         sgid_index: a.grh.sgid_index,
@@ -151,28 +228,8 @@ impl AvKey {
     }
 }
 
-pub(crate) fn cap_to_c(c: &QpCap) -> f::ibv_qp_cap {
-    f::ibv_qp_cap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
-}
-
-pub(crate) fn cap_from_c(c: &f::ibv_qp_cap) -> QpCap {
-    QpCap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
-}
-
 /// QP attributes as `struct ibv_qp_attr` (the mask says which ones count).
-pub(crate) fn qp_attr_to_c(a: &QpAttr) -> f::ibv_qp_attr {
+pub fn qp_attr_to_c(a: &QpAttr) -> f::ibv_qp_attr {
     let mut d = f::ibv_qp_attr::zeroed();
     d.qp_state = a.qp_state.as_u32();
     d.cur_qp_state = a.cur_qp_state.as_u32();
@@ -200,7 +257,7 @@ pub(crate) fn qp_attr_to_c(a: &QpAttr) -> f::ibv_qp_attr {
 
 /// `struct ibv_qp_attr` as QP attributes (values the enums do not know
 /// become the defaults).
-pub(crate) fn qp_attr_from_c(a: &f::ibv_qp_attr) -> QpAttr {
+pub fn qp_attr_from_c(a: &f::ibv_qp_attr) -> QpAttr {
     let d = QpAttr::default();
     QpAttr {
         qp_state: QpState::from_u32(a.qp_state).unwrap_or(d.qp_state),
@@ -226,8 +283,37 @@ pub(crate) fn qp_attr_from_c(a: &f::ibv_qp_attr) -> QpAttr {
     }
 }
 
+/// A completion as `struct ibv_wc`.
+pub fn wc_to_c(w: &Wc) -> f::ibv_wc {
+    let imm = if w.wc_flags.contains(WcFlags::WITH_INV) {
+        f::ibv_wc_imm {
+            invalidated_rkey: w.imm_data,
+        }
+    } else {
+        // softrdma keeps immediate data as the number on the wire; C stores it big-endian.
+        f::ibv_wc_imm {
+            imm_data: w.imm_data.to_be(),
+        }
+    };
+    f::ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status.as_u32(),
+        opcode: w.opcode.as_u32(),
+        vendor_err: w.vendor_err,
+        byte_len: w.byte_len,
+        imm,
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: w.wc_flags.0,
+        pkey_index: w.pkey_index,
+        slid: w.slid,
+        sl: w.sl,
+        dlid_path_bits: w.dlid_path_bits,
+    }
+}
+
 /// A completion; `imm` is the raw `imm_data`/`invalidated_rkey` union word.
-pub(crate) fn wc_from_c(w: &f::ibv_wc, imm: u32) -> Wc {
+pub fn wc_from_c(w: &f::ibv_wc, imm: u32) -> Wc {
     let flags = WcFlags(w.wc_flags);
     let opcode = WcOpcode::from_u32(w.opcode).unwrap_or(if w.opcode & 0x80 != 0 {
         WcOpcode::Recv
@@ -259,29 +345,35 @@ pub(crate) fn wc_from_c(w: &f::ibv_wc, imm: u32) -> Wc {
     r
 }
 
+/// Private data as the pointer and length of `struct rdma_conn_param` or
+/// `rdma_ud_param`: it borrows `data`, at most 255 bytes are passed.
+fn private_data_to_c(data: &[u8]) -> (*const core::ffi::c_void, u8) {
+    let len = data.len().min(usize::from(u8::MAX));
+    let ptr = if len == 0 {
+        core::ptr::null()
+    } else {
+        data.as_ptr().cast()
+    };
+    (ptr, len as u8)
+}
+
 /// Connection parameters as `struct rdma_conn_param`; its private data
 /// pointer borrows `p.private_data` (at most 255 bytes are passed).
-pub(crate) fn conn_param_to_c(p: &ConnParam) -> f::rdma_conn_param {
-    let len = p.private_data.len().min(usize::from(u8::MAX));
-    f::rdma_conn_param {
-        private_data: if len == 0 {
-            core::ptr::null()
-        } else {
-            p.private_data.as_ptr().cast()
-        },
-        private_data_len: len as u8,
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
-        flow_control: u8::from(p.flow_control),
-        retry_count: p.retry_count,
-        rnr_retry_count: p.rnr_retry_count,
-        srq: u8::from(p.srq),
-        qp_num: p.qp_num,
-    }
+pub fn conn_param_to_c(p: &ConnParam) -> f::rdma_conn_param {
+    let mut c = f::rdma_conn_param::zeroed();
+    (c.private_data, c.private_data_len) = private_data_to_c(&p.private_data);
+    c.responder_resources = p.responder_resources;
+    c.initiator_depth = p.initiator_depth;
+    c.flow_control = u8::from(p.flow_control);
+    c.retry_count = p.retry_count;
+    c.rnr_retry_count = p.rnr_retry_count;
+    c.srq = u8::from(p.srq);
+    c.qp_num = p.qp_num;
+    c
 }
 
 /// `struct rdma_conn_param` of an event, with its private data copied out.
-pub(crate) fn conn_param_from_c(c: &f::rdma_conn_param, private_data: Vec<u8>) -> ConnParam {
+pub fn conn_param_from_c(c: &f::rdma_conn_param, private_data: Vec<u8>) -> ConnParam {
     ConnParam {
         private_data,
         responder_resources: c.responder_resources,
@@ -294,8 +386,19 @@ pub(crate) fn conn_param_from_c(c: &f::rdma_conn_param, private_data: Vec<u8>) -
     }
 }
 
+/// UD parameters as `struct rdma_ud_param`; its private data pointer
+/// borrows `u.private_data` (at most 255 bytes are passed).
+pub fn ud_param_to_c(u: &UdParam) -> f::rdma_ud_param {
+    let mut d = f::rdma_ud_param::zeroed();
+    (d.private_data, d.private_data_len) = private_data_to_c(&u.private_data);
+    d.ah_attr = av_to_c(&u.ah_attr);
+    d.qp_num = u.qp_num;
+    d.qkey = u.qkey;
+    d
+}
+
 /// `struct rdma_ud_param` of an event, with its private data copied out.
-pub(crate) fn ud_param_from_c(u: &f::rdma_ud_param, private_data: Vec<u8>) -> UdParam {
+pub fn ud_param_from_c(u: &f::rdma_ud_param, private_data: Vec<u8>) -> UdParam {
     UdParam {
         private_data,
         ah_attr: av_from_c(&u.ah_attr),
@@ -323,6 +426,15 @@ mod tests {
         };
         a.ah_attr.sgid_index = 3;
         assert_eq!(qp_attr_from_c(&qp_attr_to_c(&a)), a);
+    }
+
+    #[test]
+    fn device_and_port_attributes_round_trip() {
+        let info = DeviceInfo::new("10.1.2.3".parse().unwrap());
+        let a = info.attr();
+        assert_eq!(device_attr(&device_attr_to_c(&a)), a);
+        let p = info.port_attr(2);
+        assert_eq!(port_attr(&port_attr_to_c(&p)), p);
     }
 
     #[test]

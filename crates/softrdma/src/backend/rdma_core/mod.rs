@@ -6,7 +6,7 @@
 //! process, like the native engine), caching what never changes, and mapping
 //! errnos to softrdma's typed errors.
 
-mod conv;
+pub mod conv;
 mod dl;
 pub(crate) mod sys;
 
