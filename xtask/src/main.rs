@@ -13,6 +13,12 @@
 //! `readelf` (and, for `bench`, perftest and qperf).
 
 mod bench;
+// The version-script and `readelf --dyn-syms` parsers of the compat tests'
+// export checks: included, not a dependency, to keep xtask dependency-free.
+// Its items are `pub` for that crate.
+#[allow(unreachable_pub)]
+#[path = "../../crates/compat-tests/src/symbols.rs"]
+mod symbols;
 
 use std::collections::BTreeMap;
 use std::env;
@@ -181,77 +187,27 @@ fn native_static_libs(scratch: &Path) -> Result<Vec<String>> {
     Ok(libs.split_whitespace().map(str::to_owned).collect())
 }
 
-/// `(node, parent)` pairs of a version script, in file order.
-type Nodes = Vec<(String, Option<String>)>;
-
-/// Parses a version script into `symbol -> node` and its nodes.
-fn parse_version_script(text: &str) -> (BTreeMap<String, String>, Nodes) {
-    let mut symbols = BTreeMap::new();
-    let mut nodes = Vec::new();
-    let mut current: Option<String> = None;
-    let mut in_comment = false;
-    for raw in text.lines() {
-        let mut line = raw.trim();
-        if in_comment {
-            match line.find("*/") {
-                Some(i) => {
-                    in_comment = false;
-                    line = line[i + 2..].trim();
-                }
-                None => continue,
-            }
-        }
-        if line.starts_with("/*") {
-            if !line.contains("*/") {
-                in_comment = true;
-            }
-            continue;
-        }
-        if let Some(name) = line.strip_suffix('{').map(str::trim) {
-            current = Some(name.to_owned());
-        } else if let Some(rest) = line.strip_prefix('}') {
-            let parent = rest.trim().trim_end_matches(';').trim();
-            if let Some(node) = current.take() {
-                nodes.push((node, (!parent.is_empty()).then(|| parent.to_owned())));
-            }
-        } else if let Some(sym) = line.strip_suffix(';') {
-            let sym = sym.trim();
-            if !sym.is_empty()
-                && !sym.contains(':')
-                && !sym.contains('*')
-                && let Some(node) = &current
-            {
-                symbols.insert(sym.to_owned(), node.clone());
-            }
-        }
-    }
-    (symbols, nodes)
-}
-
 /// Checks with `readelf` that every symbol of the version script is defined
 /// at its node and that nothing else is exported.
 fn verify_exports(lib: &Path, map: &Path) -> Result<String> {
     let text = fs::read_to_string(map).map_err(|e| format!("read {}: {e}", map.display()))?;
-    let (expected, nodes) = parse_version_script(&text);
+    let symbols::VersionScript {
+        symbols: expected,
+        nodes,
+    } = symbols::parse_version_script(&text);
     let out = run(
         Command::new("readelf").args(["--dyn-syms", "-W"]).arg(lib),
         "readelf --dyn-syms",
     )?;
+    // Default-version and unversioned exports; hidden `name@node` ones are
+    // not linkable, so they are not exports.
     let mut exported = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let cols: Vec<&str> = line.split_whitespace().collect();
-        let is_entry = cols
-            .first()
-            .is_some_and(|c| c.trim_end_matches(':').parse::<u32>().is_ok());
-        if !is_entry || cols.len() < 8 || cols[6] == "UND" || cols[6] == "ABS" || cols[4] == "LOCAL"
-        {
-            continue;
-        }
-        if let Some((name, node)) = cols[7].split_once("@@") {
-            exported.insert(name.to_owned(), node.to_owned());
-        } else if !cols[7].contains('@') {
-            exported.insert(cols[7].to_owned(), "(unversioned)".to_owned());
-        }
+    for sym in symbols::parse_dyn_syms(&String::from_utf8_lossy(&out.stdout)) {
+        match (sym.version, sym.default_version) {
+            (Some(node), true) => exported.insert(sym.name, node),
+            (None, _) => exported.insert(sym.name, "(unversioned)".to_owned()),
+            (Some(_), false) => None,
+        };
     }
     let missing: Vec<String> = expected
         .iter()
@@ -401,22 +357,6 @@ pub(crate) fn compat(args: &[String]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_version_scripts() {
-        let text = "/* c\n * more */\nA_1.0 {\n\tglobal:\n\t\tf;\n\t\tg;\n\tlocal: *;\n};\nA_1.1 {\n\tglobal:\n\t\th;\n} A_1.0;\n";
-        let (syms, nodes) = parse_version_script(text);
-        assert_eq!(syms.len(), 3);
-        assert_eq!(syms["h"], "A_1.1");
-        assert_eq!(syms["f"], "A_1.0");
-        assert_eq!(
-            nodes,
-            vec![
-                ("A_1.0".to_owned(), None),
-                ("A_1.1".to_owned(), Some("A_1.0".to_owned()))
-            ]
-        );
-    }
 
     #[test]
     fn extracts_json_strings() {

@@ -13,11 +13,9 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::pair::{PairOutput, ROCE_PORT};
+use crate::pair::{NotReady, PEER_FAILED_GRACE, PairOutput, ROCE_PORT, wait_until_ready};
 use crate::{RunOutput, spawn};
 
-/// How long the survivor of a pair may keep running after its peer failed.
-const PEER_FAILED_GRACE: Duration = Duration::from_secs(5);
 /// Client attempts when the server turned it away while starting up.
 const CLIENT_ATTEMPTS: u32 = 5;
 /// Pause between bind detection and the client, and between attempts.
@@ -76,25 +74,17 @@ pub fn run_cm_pair(
 ) -> PairOutput {
     let deadline = Instant::now() + timeout;
     let mut s = spawn(server);
-    loop {
-        if device_bound(s.pid(), server_addr) {
-            break;
-        }
-        let why = if s.poll().is_some() {
-            "exited before its device came up".to_owned()
-        } else if Instant::now() >= deadline {
-            format!("did not bring up its device within {timeout:?}: killed")
-        } else {
-            thread::sleep(Duration::from_millis(5));
-            continue;
+    if let Err(why) = wait_until_ready(&mut s, deadline, |pid| device_bound(pid, server_addr)) {
+        let why = match why {
+            NotReady::Exited => "exited before its device came up".to_owned(),
+            NotReady::TimedOut => {
+                format!("did not bring up its device within {timeout:?}: killed")
+            }
         };
-        return PairOutput {
-            server: s.finish(Instant::now()),
-            client: None,
-            note: Some(format!(
-                "the server {why} (no UDP socket on {server_addr}:{ROCE_PORT})"
-            )),
-        };
+        return PairOutput::server_only(
+            s,
+            format!("the server {why} (no UDP socket on {server_addr}:{ROCE_PORT})"),
+        );
     }
     thread::sleep(SETTLE);
     let mut notes = Vec::new();
@@ -144,7 +134,7 @@ pub fn run_cm_pair(
         break (out, until);
     };
     let client_ok = client_out.code() == Some(0);
-    match end {
+    let server = match end {
         ServerEnd::Exits => {
             if !client_ok {
                 until = until.min(Instant::now() + PEER_FAILED_GRACE);
@@ -156,11 +146,7 @@ pub fn run_cm_pair(
             if server.timed_out() && client_ok {
                 notes.push(format!("timeout after {timeout:?}: killed the server"));
             }
-            PairOutput {
-                server,
-                client: Some(client_out),
-                note: (!notes.is_empty()).then(|| notes.join("\n")),
-            }
+            server
         }
         ServerEnd::RunsUntilKilled => {
             let exited = s.poll();
@@ -170,12 +156,13 @@ pub fn run_cm_pair(
                     "the server, which serves until killed, had already ended: {st}"
                 ));
             }
-            PairOutput {
-                server,
-                client: Some(client_out),
-                note: (!notes.is_empty()).then(|| notes.join("\n")),
-            }
+            server
         }
+    };
+    PairOutput {
+        server,
+        client: Some(client_out),
+        note: (!notes.is_empty()).then(|| notes.join("\n")),
     }
 }
 

@@ -18,19 +18,26 @@
 //! - [`rdmacm`]: the rdmacm-utils acceptance cases and their output checks.
 //! - [`perftest`]: the perftest acceptance cases and their result parser.
 //! - [`netns`]: two network namespaces joined by a veth pair (RAII).
+//! - [`c_programs`]: compiles the C programs of `c/` for the tests that run
+//!   them.
+//! - [`parse_version_script`], [`defined_dynamic_symbols`]: what a library
+//!   should export and what it does (shared with `cargo xtask compat`).
 
+pub mod c_programs;
 pub mod cm;
 pub mod netns;
 pub mod pair;
 pub mod perftest;
 pub mod pingpong;
 pub mod rdmacm;
+mod symbols;
 
 pub use netns::{NetnsPair, is_root, netns_allowed};
 pub use pair::{
     Endpoint, PairOutput, is_listening, run_pair, unique_loopback_addr, unique_tcp_port,
 };
 pub use pingpong::{CASES, PingpongCase, case, check_pingpong, parse_pingpong, run_pingpong_case};
+pub use symbols::{DynSym, VersionScript, parse_dyn_syms, parse_version_script};
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -462,121 +469,32 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> RunOutput {
     spawn(cmd).finish(Instant::now() + timeout)
 }
 
-/// A version script: `symbol -> node`, and the nodes in order with their parent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VersionScript {
-    pub symbols: BTreeMap<String, String>,
-    pub nodes: Vec<(String, Option<String>)>,
-}
-
-/// Parses a GNU ld version script of the simple form rdma-core uses.
-pub fn parse_version_script(text: &str) -> VersionScript {
-    let mut symbols = BTreeMap::new();
-    let mut nodes = Vec::new();
-    let mut current: Option<String> = None;
-    let mut in_comment = false;
-    for raw in text.lines() {
-        let mut line = raw.trim();
-        if in_comment {
-            match line.find("*/") {
-                Some(i) => {
-                    in_comment = false;
-                    line = line[i + 2..].trim();
-                }
-                None => continue,
-            }
-        }
-        if line.starts_with("/*") {
-            in_comment = !line.contains("*/");
-            continue;
-        }
-        if let Some(name) = line.strip_suffix('{') {
-            current = Some(name.trim().to_owned());
-        } else if let Some(rest) = line.strip_prefix('}') {
-            let parent = rest.trim().trim_end_matches(';').trim();
-            if let Some(node) = current.take() {
-                nodes.push((node, (!parent.is_empty()).then(|| parent.to_owned())));
-            }
-        } else if let Some(sym) = line.strip_suffix(';') {
-            let sym = sym.trim();
-            if !sym.is_empty()
-                && !sym.contains(':')
-                && !sym.contains('*')
-                && let Some(node) = &current
-            {
-                symbols.insert(sym.to_owned(), node.clone());
-            }
-        }
-    }
-    VersionScript { symbols, nodes }
-}
-
-/// One defined dynamic symbol of a shared library (`readelf --dyn-syms`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DynSym {
-    pub name: String,
-    /// The version node, `None` if unversioned.
-    pub version: Option<String>,
-    /// `true` for `name@@node` (default version), `false` for hidden `name@node`.
-    pub default_version: bool,
-    /// `FUNC`, `OBJECT`, ...
-    pub kind: String,
+/// `readelf <args> <path>`'s stdout; panics if readelf cannot run or fails.
+fn readelf(args: &[&str], path: &Path) -> String {
+    let out = Command::new("readelf")
+        .args(args)
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run readelf (install binutils): {e}"));
+    assert!(
+        out.status.success(),
+        "readelf {} {} failed: {out:?}",
+        args.join(" "),
+        path.display()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The defined, non-local dynamic symbols of `lib` (version-node marker
 /// symbols excluded).
 pub fn defined_dynamic_symbols(lib: &Path) -> Vec<DynSym> {
-    let out = Command::new("readelf")
-        .args(["--dyn-syms", "-W"])
-        .arg(lib)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run readelf (install binutils): {e}"));
-    assert!(
-        out.status.success(),
-        "readelf --dyn-syms {} failed: {out:?}",
-        lib.display()
-    );
-    let mut syms = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let cols: Vec<&str> = line.split_whitespace().collect();
-        let is_entry = cols
-            .first()
-            .is_some_and(|c| c.trim_end_matches(':').parse::<u32>().is_ok());
-        if !is_entry || cols.len() < 8 || cols[6] == "UND" || cols[6] == "ABS" || cols[4] == "LOCAL"
-        {
-            continue;
-        }
-        let (name, version, default_version) = if let Some((n, v)) = cols[7].split_once("@@") {
-            (n, Some(v.to_owned()), true)
-        } else if let Some((n, v)) = cols[7].split_once('@') {
-            (n, Some(v.to_owned()), false)
-        } else {
-            (cols[7], None, false)
-        };
-        syms.push(DynSym {
-            name: name.to_owned(),
-            version,
-            default_version,
-            kind: cols[3].to_owned(),
-        });
-    }
-    syms
+    parse_dyn_syms(&readelf(&["--dyn-syms", "-W"], lib))
 }
 
 /// The version definitions of `lib` (`readelf -V`): `(node, parent)` in order,
 /// without the `BASE` (soname) entry.
 pub fn version_definitions(lib: &Path) -> Vec<(String, Option<String>)> {
-    let out = Command::new("readelf")
-        .arg("-V")
-        .arg(lib)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run readelf (install binutils): {e}"));
-    assert!(
-        out.status.success(),
-        "readelf -V {} failed: {out:?}",
-        lib.display()
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = readelf(&["-V"], lib);
     let mut defs: Vec<(String, Option<String>)> = Vec::new();
     let mut in_defs = false;
     for line in text.lines() {
@@ -607,22 +525,12 @@ pub fn version_definitions(lib: &Path) -> Vec<(String, Option<String>)> {
 
 /// `DT_NEEDED` and `DT_SONAME` entries of an ELF file (`readelf -d`).
 pub fn dynamic_entries(path: &Path) -> (Vec<String>, Option<String>) {
-    let out = Command::new("readelf")
-        .arg("-d")
-        .arg(path)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run readelf (install binutils): {e}"));
-    assert!(
-        out.status.success(),
-        "readelf -d {} failed: {out:?}",
-        path.display()
-    );
+    let text = readelf(&["-d"], path);
     let bracketed = |l: &str| {
         l.split_once('[')
             .and_then(|(_, r)| r.split_once(']'))
             .map(|(v, _)| v.to_owned())
     };
-    let text = String::from_utf8_lossy(&out.stdout);
     let needed = text
         .lines()
         .filter(|l| l.contains("(NEEDED)"))
@@ -677,18 +585,5 @@ mod tests {
             Duration::from_secs(10),
         );
         assert_eq!(out.signal(), Some(libc::SIGSEGV), "{out}");
-    }
-
-    #[test]
-    fn version_script_parser() {
-        let vs = parse_version_script(
-            "/* x\n */\nA_1 {\n global:\n  f;\n local: *;\n};\nA_2 {\n global:\n  g;\n} A_1;\n",
-        );
-        assert_eq!(vs.symbols.len(), 2);
-        assert_eq!(vs.symbols["g"], "A_2");
-        assert_eq!(
-            vs.nodes,
-            vec![("A_1".into(), None), ("A_2".into(), Some("A_1".into()))]
-        );
     }
 }

@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::{RunOutput, require_compat_dir, spawn};
+use crate::{RunOutput, Spawned, require_compat_dir, spawn};
 
 /// The UDP port every softrdma device binds (RoCEv2's), unless `SOFTRDMA_PORT`.
 pub const ROCE_PORT: u16 = 4791;
 
 /// How long the survivor of a pair may keep running after its peer failed.
-const PEER_FAILED_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const PEER_FAILED_GRACE: Duration = Duration::from_secs(5);
 
 static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
 static NEXT_HOST: AtomicU32 = AtomicU32::new(0);
@@ -85,6 +85,16 @@ pub struct PairOutput {
 }
 
 impl PairOutput {
+    /// The result of a pair whose client never started, because of `note`;
+    /// the server is killed if it still runs.
+    pub(crate) fn server_only(server: Spawned, note: String) -> PairOutput {
+        PairOutput {
+            server: server.finish(Instant::now()),
+            client: None,
+            note: Some(note),
+        }
+    }
+
     /// Both exited with status 0.
     pub fn both_succeeded(&self) -> bool {
         self.server.code() == Some(0) && self.client.as_ref().is_some_and(|c| c.code() == Some(0))
@@ -104,6 +114,33 @@ impl fmt::Display for PairOutput {
     }
 }
 
+/// Why a pair's server was given up on before its client started.
+pub(crate) enum NotReady {
+    Exited,
+    TimedOut,
+}
+
+/// Polls until `ready(pid)` holds for server `s` (its readiness as seen from
+/// outside); `Err` if it exits first or `deadline` passes.
+pub(crate) fn wait_until_ready(
+    s: &mut Spawned,
+    deadline: Instant,
+    ready: impl Fn(u32) -> bool,
+) -> Result<(), NotReady> {
+    loop {
+        if ready(s.pid()) {
+            return Ok(());
+        }
+        if s.poll().is_some() {
+            return Err(NotReady::Exited);
+        }
+        if Instant::now() >= deadline {
+            return Err(NotReady::TimedOut);
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Runs a server and, once it listens on TCP `port`, a client; waits for
 /// both until `timeout` (from the server's start) and kills whatever still
 /// runs then. If one of them fails, the other gets a few seconds before it is
@@ -116,29 +153,14 @@ pub fn run_pair(
 ) -> PairOutput {
     let deadline = Instant::now() + timeout;
     let mut s = spawn(server);
-    loop {
-        if is_listening(s.pid(), port) {
-            break;
-        }
-        if s.poll().is_some() {
-            return PairOutput {
-                server: s.finish(Instant::now()),
-                client: None,
-                note: Some(format!(
-                    "the server exited before listening on TCP port {port}"
-                )),
-            };
-        }
-        if Instant::now() >= deadline {
-            return PairOutput {
-                server: s.finish(Instant::now()),
-                client: None,
-                note: Some(format!(
-                    "the server did not listen on TCP port {port} within {timeout:?}: killed"
-                )),
-            };
-        }
-        thread::sleep(Duration::from_millis(5));
+    if let Err(why) = wait_until_ready(&mut s, deadline, |pid| is_listening(pid, port)) {
+        let note = match why {
+            NotReady::Exited => format!("the server exited before listening on TCP port {port}"),
+            NotReady::TimedOut => {
+                format!("the server did not listen on TCP port {port} within {timeout:?}: killed")
+            }
+        };
+        return PairOutput::server_only(s, note);
     }
     let mut c = spawn(client);
     let mut until = deadline;

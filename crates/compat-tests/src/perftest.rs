@@ -197,18 +197,18 @@ pub struct PerfResult {
     pub kind: Kind,
     pub bytes: u64,
     pub iters: u64,
-    /// The remaining columns: BW peak, BW average [MB/s], MsgRate [Mpps];
-    /// or t_min, t_max, t_typical, t_avg, t_stdev, 99%, 99.9% [usec].
+    /// The remaining columns: BW peak, BW average (MB/s), MsgRate (Mpps);
+    /// or t_min, t_max, t_typical, t_avg, t_stdev, 99%, 99.9% (usec).
     pub values: Vec<f64>,
 }
 
 impl PerfResult {
-    /// BW average [MB/s] (bandwidth tests).
+    /// BW average in MB/s (bandwidth tests).
     pub fn bw_average(&self) -> Option<f64> {
         (self.kind == Kind::Bandwidth).then(|| self.values[1])
     }
 
-    /// t_typical [usec] (latency tests).
+    /// t_typical in usec (latency tests).
     pub fn t_typical(&self) -> Option<f64> {
         (self.kind == Kind::Latency).then(|| self.values[2])
     }

@@ -274,24 +274,42 @@ pub fn check_pingpong(
     }
 }
 
+/// The command lines of rdma-core's ping-pong programs (and of
+/// `c/rc_demo.c`, which follows them): `-g 0 -p <port> <args>` for the
+/// server, the same and the server's address for the client.
+pub fn pingpong_args(port: u16, args: &[&str], server: Ipv4Addr) -> (Vec<String>, Vec<String>) {
+    let mut sargs: Vec<String> = vec!["-g".into(), "0".into(), "-p".into(), port.to_string()];
+    sargs.extend(args.iter().map(|a| a.to_string()));
+    let mut cargs = sargs.clone();
+    cargs.push(server.to_string());
+    (sargs, cargs)
+}
+
+/// Runs `server` and `client` with [`pingpong_args`] on a fresh TCP port.
+pub fn run_pingpong_pair(
+    server: &Endpoint,
+    client: &Endpoint,
+    args: &[&str],
+    timeout: Duration,
+) -> PairOutput {
+    let port = unique_tcp_port();
+    let (sargs, cargs) = pingpong_args(port, args, server.addr);
+    run_pair(
+        &mut server.command(&sargs),
+        port,
+        &mut client.command(&cargs),
+        timeout,
+    )
+}
+
 /// Runs `case` with `server` and `client` (the client connects to the
 /// server's address), checks it with [`check_pingpong`] and panics with both
 /// processes' output on any problem. `label` names the capture files when
 /// `SOFTRDMA_COMPAT_PCAP_DIR` is set.
 pub fn run_pingpong_case(case: &PingpongCase, server: Endpoint, client: Endpoint, label: &str) {
-    let port = unique_tcp_port().to_string();
     let server = server.with_pcap(pcap_path(&format!("{label}-{}-server", case.name)));
     let client = client.with_pcap(pcap_path(&format!("{label}-{}-client", case.name)));
-    let mut sargs: Vec<String> = vec!["-g".into(), "0".into(), "-p".into(), port.clone()];
-    sargs.extend(case.args.iter().map(|a| a.to_string()));
-    let mut cargs = sargs.clone();
-    cargs.push(server.addr.to_string());
-    let out = run_pair(
-        &mut server.command(&sargs),
-        port.parse().unwrap(),
-        &mut client.command(&cargs),
-        PAIR_TIMEOUT,
-    );
+    let out = run_pingpong_pair(&server, &client, case.args, PAIR_TIMEOUT);
     if let Err(e) = check_pingpong(case, &out, server.addr, client.addr) {
         panic!("{label}: {e}");
     }
@@ -300,6 +318,42 @@ pub fn run_pingpong_case(case: &PingpongCase, server: Endpoint, client: Endpoint
 /// The installed path of a case's C program (panics with the install hint).
 pub fn c_program(case: &PingpongCase) -> PathBuf {
     crate::require_binary(case.program)
+}
+
+/// One `#[test]` per entry of [`CASES`] that calls `$run("<case name>")`,
+/// and a test that fails when a case has none: the test files that run the
+/// whole list (on one host, across namespaces) share it this way.
+#[macro_export]
+macro_rules! pingpong_tests {
+    ($run:path) => {
+        $crate::pingpong_tests!($run;
+            rc_pingpong_default: "rc_default",
+            rc_pingpong_size_1: "rc_size_1",
+            rc_pingpong_multi_packet_65536_mtu_1024: "rc_multi_packet",
+            rc_pingpong_10000_iterations: "rc_10000_iters",
+            rc_pingpong_completion_events: "rc_events",
+            uc_pingpong_default: "uc_default",
+            ud_pingpong_1024: "ud_1024",
+            srq_pingpong_16_qps: "srq_16_qps",
+        );
+    };
+    ($run:path; $($test:ident: $case:literal,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                $run($case);
+            }
+        )*
+
+        #[test]
+        fn every_case_has_a_test() {
+            // Keeps the list above in step with the case list.
+            let tested = [$($case),*];
+            for c in $crate::CASES {
+                assert!(tested.contains(&c.name), "no test for {}", c.name);
+            }
+        }
+    };
 }
 
 #[cfg(test)]

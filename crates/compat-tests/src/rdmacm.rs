@@ -82,7 +82,8 @@ fn stdbuf() -> PathBuf {
     p
 }
 
-fn strings(args: &[&str]) -> Vec<String> {
+/// Owned arguments, as [`Host::command`] takes them.
+pub fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
@@ -177,7 +178,7 @@ const RPING_STDERR: [&str; 3] = [
 ];
 
 /// Checks a finished `rping -C count -v [-S size]` pair: both exit 0 with
-/// only [`RPING_STDERR`] lines on stderr; the client printed `ping data: `
+/// only `RPING_STDERR` lines on stderr; the client printed `ping data: `
 /// and the server `server ping data: ` for each of the `count` pings, with
 /// rping's exact content.
 pub fn check_rping(out: &PairOutput, count: usize, size: usize) -> Result<(), String> {

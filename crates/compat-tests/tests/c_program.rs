@@ -11,11 +11,11 @@
 //! Needs `cargo xtask compat`, gcc and libibverbs-dev; fails (never skips) without.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
+use softrdma_compat_tests::c_programs::{LIBIBVERBS, build_c_program};
 use softrdma_compat_tests::pair::pcap_path;
+use softrdma_compat_tests::pingpong::run_pingpong_pair;
 use softrdma_compat_tests::*;
 
 /// `127.45.x.y`: this file's loopback addresses.
@@ -51,51 +51,20 @@ const STATUS_STRINGS: &str = "0 success
 1000 unknown
 ";
 
-/// Compiles `c/rc_demo.c` once per test process; panics with the compiler's
-/// output or with what to install.
-fn rc_demo() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let header = Path::new("/usr/include/infiniband/verbs.h");
-        assert!(
-            header.is_file(),
-            "{} is missing: install libibverbs-dev ({PACKAGES_HINT})",
-            header.display()
-        );
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/rc_demo.c");
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rc_demo");
-        let result = Command::new("cc")
-            .args([
-                "-std=gnu11",
-                "-O1",
-                "-g",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(&src)
-            .arg("-libverbs")
-            .env_remove("LD_LIBRARY_PATH")
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run cc (apt-get install gcc): {e}"));
-        assert!(
-            result.status.success(),
-            "compiling {} failed:\n{}{}",
-            src.display(),
-            String::from_utf8_lossy(&result.stdout),
-            String::from_utf8_lossy(&result.stderr)
-        );
-        out
-    })
+/// `c/rc_demo.c`, compiled once per test process.
+fn rc_demo() -> PathBuf {
+    build_c_program(
+        "rc_demo",
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &[LIBIBVERBS],
+    )
 }
 
 #[test]
 fn links_against_target_compat() {
     let bin = rc_demo();
     let compat = require_compat_dir();
-    let out = run_with_timeout(compat_command("ldd").arg(bin), TIMEOUT);
+    let out = run_with_timeout(compat_command("ldd").arg(&bin), TIMEOUT);
     assert_eq!(out.code(), Some(0), "{out}");
     let expected = format!(
         "libibverbs.so.1 => {}",
@@ -110,11 +79,11 @@ fn links_against_target_compat() {
 #[test]
 fn wc_status_strings_are_rdma_cores() {
     let bin = rc_demo();
-    let ours = run_with_timeout(compat_command(bin).arg("--strings"), TIMEOUT);
+    let ours = run_with_timeout(compat_command(&bin).arg("--strings"), TIMEOUT);
     assert_eq!(ours.code(), Some(0), "{ours}");
     assert_eq!(ours.stdout, STATUS_STRINGS, "{ours}");
     // And the same bytes as the system's real libibverbs (no device needed).
-    let real = run_with_timeout(system_command(bin).arg("--strings"), TIMEOUT);
+    let real = run_with_timeout(system_command(&bin).arg("--strings"), TIMEOUT);
     assert_eq!(real.code(), Some(0), "{real}");
     assert_eq!(
         ours.stdout, real.stdout,
@@ -126,18 +95,11 @@ fn wc_status_strings_are_rdma_cores() {
 fn rc_write_imm_inline_atomics_read_and_bad_rkey() {
     let bin = rc_demo();
     let compat = require_compat_dir();
-    let server = Endpoint::compat(bin, unique_loopback_addr(NET))
+    let server = Endpoint::compat(&bin, unique_loopback_addr(NET))
         .with_pcap(pcap_path("c_program-rc_demo-server"));
-    let client = Endpoint::compat(bin, unique_loopback_addr(NET))
+    let client = Endpoint::compat(&bin, unique_loopback_addr(NET))
         .with_pcap(pcap_path("c_program-rc_demo-client"));
-    let port = unique_tcp_port();
-    let p = port.to_string();
-    let out = run_pair(
-        &mut server.command(&["-g", "0", "-p", &p]),
-        port,
-        &mut client.command(&["-g", "0", "-p", &p, &server.addr.to_string()]),
-        TIMEOUT,
-    );
+    let out = run_pingpong_pair(&server, &client, &[], TIMEOUT);
     let lib = compat.join("libibverbs.so.1");
     let mut problems = Vec::new();
     for (who, run) in [

@@ -12,53 +12,22 @@
 //! The program prints one line per check; the test fails on any `FAIL`
 //! line, a crash, or too few checks. Needs gcc and libibverbs-dev.
 
+use softrdma_compat_tests::c_programs::{LIBIBVERBS, build_c_program};
 use softrdma_compat_tests::*;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 /// `127.61.x.y`: this file's loopback addresses.
 const NET: u8 = 61;
 
-fn build() -> PathBuf {
-    let header = Path::new("/usr/include/infiniband/verbs.h");
-    assert!(
-        header.is_file(),
-        "{} is missing: install libibverbs-dev ({PACKAGES_HINT})",
-        header.display()
-    );
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/garbage.c");
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("garbage");
-    let r = Command::new("cc")
-        .args([
-            "-std=gnu11",
-            "-O1",
-            "-g",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-o",
-        ])
-        .arg(&out)
-        .arg(&src)
-        .arg("-libverbs")
-        .env_remove("LD_LIBRARY_PATH")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run cc (apt-get install gcc): {e}"));
-    assert!(
-        r.status.success(),
-        "compiling {} failed:\n{}{}",
-        src.display(),
-        String::from_utf8_lossy(&r.stdout),
-        String::from_utf8_lossy(&r.stderr)
-    );
-    out
-}
-
 #[test]
 fn verbs_under_garbage_fail_cleanly_and_the_device_survives() {
     require_compat_dir();
-    let bin = build();
+    let bin = build_c_program(
+        "garbage",
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &[LIBIBVERBS],
+    );
     let addr = unique_loopback_addr(NET);
     let out = run_with_timeout(
         &mut Endpoint::compat(&bin, addr).command::<&str>(&[]),

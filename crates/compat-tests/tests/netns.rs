@@ -27,57 +27,8 @@ fn run_case(name: &str) {
     run_pingpong_case(&case, server, client, "netns");
 }
 
-#[test]
-fn rc_pingpong_default() {
-    run_case("rc_default");
-}
-
-#[test]
-fn rc_pingpong_size_1() {
-    run_case("rc_size_1");
-}
-
-#[test]
-fn rc_pingpong_multi_packet_65536_mtu_1024() {
-    run_case("rc_multi_packet");
-}
-
-#[test]
-fn rc_pingpong_10000_iterations() {
-    run_case("rc_10000_iters");
-}
-
-#[test]
-fn rc_pingpong_completion_events() {
-    run_case("rc_events");
-}
-
-#[test]
-fn uc_pingpong_default() {
-    run_case("uc_default");
-}
-
-#[test]
-fn ud_pingpong_1024() {
-    run_case("ud_1024");
-}
-
-#[test]
-fn srq_pingpong_16_qps() {
-    run_case("srq_16_qps");
-}
-
-#[test]
-fn every_case_has_a_test() {
-    let src = include_str!("netns.rs");
-    for c in CASES {
-        assert!(
-            src.contains(&format!("run_case(\"{}\")", c.name)),
-            "no test for {}",
-            c.name
-        );
-    }
-}
+// One test per ping-pong case, and one that fails if a case has none.
+softrdma_compat_tests::pingpong_tests!(run_case);
 
 #[test]
 fn namespaces_are_removed_on_drop_even_after_a_panic() {

@@ -11,7 +11,7 @@
 //! Needs `cargo xtask compat` and ibverbs-utils; fails (never skips) without.
 //! `SOFTRDMA_COMPAT_PCAP_DIR=<dir>` captures every process's packets there.
 
-use softrdma_compat_tests::pingpong::c_program;
+use softrdma_compat_tests::pingpong::{c_program, run_pingpong_pair};
 use softrdma_compat_tests::*;
 
 /// `127.42.x.y`: this file's loopback addresses.
@@ -25,58 +25,8 @@ fn run_case(name: &str) {
     run_pingpong_case(&case, server, client, "loopback");
 }
 
-#[test]
-fn rc_pingpong_default() {
-    run_case("rc_default");
-}
-
-#[test]
-fn rc_pingpong_size_1() {
-    run_case("rc_size_1");
-}
-
-#[test]
-fn rc_pingpong_multi_packet_65536_mtu_1024() {
-    run_case("rc_multi_packet");
-}
-
-#[test]
-fn rc_pingpong_10000_iterations() {
-    run_case("rc_10000_iters");
-}
-
-#[test]
-fn rc_pingpong_completion_events() {
-    run_case("rc_events");
-}
-
-#[test]
-fn uc_pingpong_default() {
-    run_case("uc_default");
-}
-
-#[test]
-fn ud_pingpong_1024() {
-    run_case("ud_1024");
-}
-
-#[test]
-fn srq_pingpong_16_qps() {
-    run_case("srq_16_qps");
-}
-
-#[test]
-fn every_case_has_a_test() {
-    // Keeps this file in step with the case list.
-    let src = include_str!("pingpong.rs");
-    for c in CASES {
-        assert!(
-            src.contains(&format!("run_case(\"{}\")", c.name)),
-            "no test for {}",
-            c.name
-        );
-    }
-}
+// One test per ping-pong case, and one that fails if a case has none.
+softrdma_compat_tests::pingpong_tests!(run_case);
 
 /// The harness itself: a client that fails gets its waiting server killed
 /// after a short grace, and the report carries both processes' output.
@@ -126,14 +76,7 @@ fn harness_kills_a_hanging_pair_at_the_timeout() {
     let rc = c_program(&case("rc_default"));
     let server = Endpoint::compat(&rc, unique_loopback_addr(NET));
     let client = Endpoint::compat(&uc, unique_loopback_addr(NET));
-    let port = unique_tcp_port();
-    let p = port.to_string();
-    let out = run_pair(
-        &mut server.command(&["-g", "0", "-p", &p]),
-        port,
-        &mut client.command(&["-g", "0", "-p", &p, &server.addr.to_string()]),
-        std::time::Duration::from_secs(4),
-    );
+    let out = run_pingpong_pair(&server, &client, &[], std::time::Duration::from_secs(4));
     assert!(out.server.timed_out(), "{out}");
     assert!(out.client.as_ref().unwrap().timed_out(), "{out}");
     assert!(out.to_string().contains("TIMED OUT"), "{out}");

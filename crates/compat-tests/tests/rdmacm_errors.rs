@@ -31,13 +31,13 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use softrdma_compat_tests::c_programs::{LIBIBVERBS, LIBRDMACM, build_c_program};
 use softrdma_compat_tests::cm::device_bound;
 use softrdma_compat_tests::pair::pcap_path;
-use softrdma_compat_tests::rdmacm::Host;
+use softrdma_compat_tests::rdmacm::{Host, strings};
 use softrdma_compat_tests::*;
 
 /// `127.47.x.y`: this file's loopback addresses.
@@ -56,45 +56,12 @@ fn rej_byte(i: usize) -> u8 {
 }
 
 /// Compiles `c/cm_paths.c` once per test process.
-fn cm_paths() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        for header in [
-            "/usr/include/rdma/rdma_cma.h",
-            "/usr/include/infiniband/verbs.h",
-        ] {
-            assert!(
-                Path::new(header).is_file(),
-                "{header} is missing: install librdmacm-dev and libibverbs-dev ({PACKAGES_HINT})"
-            );
-        }
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/cm_paths.c");
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cm_paths");
-        let result = Command::new("cc")
-            .args([
-                "-std=gnu11",
-                "-O1",
-                "-g",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(&src)
-            .args(["-lrdmacm", "-libverbs"])
-            .env_remove("LD_LIBRARY_PATH")
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run cc (apt-get install gcc): {e}"));
-        assert!(
-            result.status.success(),
-            "compiling {} failed:\n{}{}",
-            src.display(),
-            String::from_utf8_lossy(&result.stdout),
-            String::from_utf8_lossy(&result.stderr)
-        );
-        out
-    })
+fn cm_paths() -> PathBuf {
+    build_c_program(
+        "cm_paths",
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &[LIBRDMACM, LIBIBVERBS],
+    )
 }
 
 /// `cm_paths <args>` against `target/compat` with its device at `addr`.
@@ -102,10 +69,6 @@ fn cm_paths_cmd(addr: Ipv4Addr, label: &str, args: &[String]) -> Command {
     Endpoint::compat(cm_paths(), addr)
         .with_pcap(pcap_path(&format!("rdmacm_errors-{label}-{addr}")))
         .command(args)
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
 }
 
 /// The `key=value` fields of the first stdout line that starts with `first`.

@@ -24,7 +24,7 @@ fn clk_tck() -> f64 {
     })
 }
 
-/// The fields after `comm` of /proc/<pid>/stat (index 0 is field 3, `state`).
+/// The fields after `comm` of `/proc/<pid>/stat` (index 0 is field 3, `state`).
 fn stat_fields(pid: &str) -> Option<Vec<u64>> {
     let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &s[s.rfind(')')? + 2..];
