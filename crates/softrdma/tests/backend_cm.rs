@@ -7,26 +7,25 @@
 //! completion channel waited on asynchronously.
 
 mod backend_common;
+mod cm_common;
 mod common;
 
 use backend_common::{Side, addr_pair, check_backend_line, child, pair, role};
+use cm_common::{T, UDP_UD, expect, listener, resolved};
+use common::loopback::ALL;
 use common::{Proc, free_udp_port};
 use softrdma::cm::*;
 use softrdma::verbs::*;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::time::Duration;
 
-const T: Duration = Duration::from_secs(10);
-const ALL: Access = Access(
-    Access::LOCAL_WRITE.0
-        | Access::REMOTE_WRITE.0
-        | Access::REMOTE_READ.0
-        | Access::REMOTE_ATOMIC.0,
-);
-
-/// Runs `server_test` on `server` and, once it listens, `client_test` on `client`.
-fn cm_pair(server_test: &str, client_test: &str, server: Side, client: Side) {
+/// Runs child test `child_<kind>_server` on `server` and, once it listens,
+/// `child_<kind>_client` on `client`.
+fn cm_pair(kind: &str, server: Side, client: Side) {
+    let (server_test, client_test) = (
+        &format!("child_{kind}_server"),
+        &format!("child_{kind}_client"),
+    );
     static PORT: AtomicU16 = AtomicU16::new(0);
     let (sa, ca) = addr_pair(30);
     let udp = free_udp_port();
@@ -66,34 +65,50 @@ fn open() -> Context {
     ctx
 }
 
+/// A server child's device and the address to listen on (port `CM_PORT`).
+fn server_side() -> (Context, SocketAddr) {
+    let ctx = open();
+    let at = SocketAddr::new(ctx.local_addr().ip(), env("CM_PORT"));
+    (ctx, at)
+}
+
+/// A client child's device and the server's address (`CM_SERVER`).
+fn client_side() -> (Context, SocketAddr) {
+    (open(), env("CM_SERVER"))
+}
+
+/// Connection options with the hang protection.
+fn opts() -> ConnOptions {
+    ConnOptions {
+        timeout: Some(T),
+        ..ConnOptions::default()
+    }
+}
+
+/// Runs `f` to completion on a runtime of two worker threads.
+#[cfg(feature = "tokio")]
+fn block_on<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 #[test]
 fn rc_rdma_core_server_native_client() {
-    cm_pair(
-        "child_rc_server",
-        "child_rc_client",
-        Side::RdmaCore,
-        Side::Native,
-    );
+    cm_pair("rc", Side::RdmaCore, Side::Native);
 }
 
 #[test]
 fn rc_native_server_rdma_core_client() {
-    cm_pair(
-        "child_rc_server",
-        "child_rc_client",
-        Side::Native,
-        Side::RdmaCore,
-    );
+    cm_pair("rc", Side::Native, Side::RdmaCore);
 }
 
 #[test]
 fn rc_both_rdma_core() {
-    cm_pair(
-        "child_rc_server",
-        "child_rc_client",
-        Side::RdmaCore,
-        Side::RdmaCore,
-    );
+    cm_pair("rc", Side::RdmaCore, Side::RdmaCore);
 }
 
 #[test]
@@ -102,15 +117,9 @@ fn child_rc_server() {
     if role().is_none() {
         return;
     }
-    let ctx = open();
-    let port: u16 = env("CM_PORT");
-    let opts = ConnOptions {
-        timeout: Some(T),
-        ..ConnOptions::default()
-    };
-    let acc =
-        Acceptor::bind_with(&ctx, SocketAddr::new(ctx.local_addr().ip(), port), opts).unwrap();
-    assert_eq!(acc.local_addr().port(), port);
+    let (ctx, at) = server_side();
+    let acc = Acceptor::bind_with(&ctx, at, opts()).unwrap();
+    assert_eq!(acc.local_addr().port(), at.port());
     println!("LISTENING");
     // The first request is rejected, with private data.
     let req = acc.incoming().unwrap();
@@ -184,14 +193,9 @@ fn child_rc_client() {
     if role().is_none() {
         return;
     }
-    let ctx = open();
-    let server: SocketAddr = env("CM_SERVER");
-    let opts = ConnOptions {
-        timeout: Some(T),
-        ..ConnOptions::default()
-    };
+    let (ctx, server) = client_side();
     let e = Connector::on(&ctx)
-        .options(opts.clone())
+        .options(opts())
         .connect(server, b"first")
         .unwrap_err();
     assert!(matches!(e, Error::Rejected { .. }), "{e:?}");
@@ -201,7 +205,7 @@ fn child_rc_client() {
             .is_some_and(|p| p.starts_with(b"not you"))
     );
     let conn = Connector::on(&ctx)
-        .options(opts)
+        .options(opts())
         .connect(server, b"hello")
         .unwrap();
     assert!(conn.peer_private_data().starts_with(b"welcome"));
@@ -236,31 +240,12 @@ fn child_rc_client() {
 
 #[test]
 fn ud_rdma_core_server_native_client() {
-    cm_pair(
-        "child_ud_server",
-        "child_ud_client",
-        Side::RdmaCore,
-        Side::Native,
-    );
+    cm_pair("ud", Side::RdmaCore, Side::Native);
 }
 
 #[test]
 fn ud_native_server_rdma_core_client() {
-    cm_pair(
-        "child_ud_server",
-        "child_ud_client",
-        Side::Native,
-        Side::RdmaCore,
-    );
-}
-
-fn expect(ch: &EventChannel, kind: EventKind) -> CmEvent {
-    let ev = ch
-        .get_event_timeout(T)
-        .unwrap()
-        .unwrap_or_else(|| panic!("no {kind:?} within {T:?}"));
-    assert_eq!(ev.kind(), kind, "{ev:?}");
-    ev
+    cm_pair("ud", Side::Native, Side::RdmaCore);
 }
 
 #[test]
@@ -269,13 +254,9 @@ fn child_ud_server() {
     if role().is_none() {
         return;
     }
-    let ctx = open();
-    let port: u16 = env("CM_PORT");
+    let (ctx, at) = server_side();
     let ch = EventChannel::new(&ctx).unwrap();
-    let l = CmId::new(&ch, PortSpace::Udp, QpType::Ud).unwrap();
-    l.bind_addr(SocketAddr::new(ctx.local_addr().ip(), port))
-        .unwrap();
-    l.listen(8).unwrap();
+    let l = listener(&ch, UDP_UD, at, 8);
     println!("LISTENING");
     let mut ev = expect(&ch, EventKind::ConnectRequest);
     assert_eq!(ev.listen_id(), Some(l.handle()));
@@ -306,15 +287,9 @@ fn child_ud_client() {
     if role().is_none() {
         return;
     }
-    let ctx = open();
-    let server: SocketAddr = env("CM_SERVER");
+    let (ctx, server) = client_side();
     let ch = EventChannel::new(&ctx).unwrap();
-    let id = CmId::new(&ch, PortSpace::Udp, QpType::Ud).unwrap();
-    id.resolve_addr(None, server, Duration::from_secs(2))
-        .unwrap();
-    assert!(expect(&ch, EventKind::AddrResolved).is_for(&id));
-    id.resolve_route(Duration::from_secs(2)).unwrap();
-    expect(&ch, EventKind::RouteResolved);
+    let id = resolved(&ch, UDP_UD, server);
     let qp = id.create_qp(None, &QpOptions::default()).unwrap();
     id.connect(&conn_param(b"ud hello")).unwrap();
     let ev = expect(&ch, EventKind::Established);
@@ -334,23 +309,13 @@ fn child_ud_client() {
 #[cfg(feature = "tokio")]
 #[test]
 fn async_rdma_core_client_native_server() {
-    cm_pair(
-        "child_async_server",
-        "child_async_client",
-        Side::Native,
-        Side::RdmaCore,
-    );
+    cm_pair("async", Side::Native, Side::RdmaCore);
 }
 
 #[cfg(feature = "tokio")]
 #[test]
 fn async_rdma_core_server_native_client() {
-    cm_pair(
-        "child_async_server",
-        "child_async_client",
-        Side::RdmaCore,
-        Side::Native,
-    );
+    cm_pair("async", Side::RdmaCore, Side::Native);
 }
 
 #[cfg(feature = "tokio")]
@@ -360,31 +325,17 @@ fn child_async_server() {
     if role().is_none() {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let ctx = open();
-        let port: u16 = env("CM_PORT");
+    block_on(async {
+        let (ctx, at) = server_side();
         let opts = ConnOptions {
-            timeout: Some(T),
             comp_channel: true,
-            ..ConnOptions::default()
+            ..opts()
         };
-        let acc =
-            Acceptor::bind_with(&ctx, SocketAddr::new(ctx.local_addr().ip(), port), opts).unwrap();
+        let acc = Acceptor::bind_with(&ctx, at, opts).unwrap();
         println!("LISTENING");
         let req = acc.incoming_async().await.unwrap();
         let conn = req.accept_async(b"async").await.unwrap();
-        let mr = conn.pd().alloc_mr(64, Access::LOCAL_WRITE).unwrap();
-        conn.qp()
-            .post_recv(RecvWr {
-                wr_id: 1,
-                sgl: vec![mr.sge(0, 64).unwrap()],
-            })
-            .unwrap();
+        let mr = cm_common::recv_buffer(&conn, 64);
         // Wait for the message on the completion channel, asynchronously.
         let ch = conn.comp_channel().unwrap();
         conn.cq().req_notify(false).unwrap();
@@ -410,20 +361,10 @@ fn child_async_client() {
     if role().is_none() {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let ctx = open();
-        let server: SocketAddr = env("CM_SERVER");
-        let opts = ConnOptions {
-            timeout: Some(T),
-            ..ConnOptions::default()
-        };
+    block_on(async {
+        let (ctx, server) = client_side();
         let conn = Connector::on(&ctx)
-            .options(opts)
+            .options(opts())
             .connect_async(server, b"hi")
             .await
             .unwrap();

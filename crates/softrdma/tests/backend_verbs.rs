@@ -11,18 +11,13 @@ mod backend_common;
 mod common;
 
 use backend_common::{Side, TIMEOUT, child, compat_dir, role};
+use common::loopback::{ALL, connect_pair, ud_qp};
 use common::{Proc, free_udp_port};
 use softrdma::verbs::*;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(10);
-const ALL: Access = Access(
-    Access::LOCAL_WRITE.0
-        | Access::REMOTE_WRITE.0
-        | Access::REMOTE_READ.0
-        | Access::REMOTE_ATOMIC.0,
-);
 
 /// Runs child test `test` on `side` at `addr`; panics unless it passed.
 fn run_child(test: &str, side: Side, addr: &str) -> common::Output {
@@ -50,11 +45,7 @@ fn rc_pair(ctx: &Context, pd: &Pd, cq: &Cq) -> (Qp, Qp) {
         )
         .unwrap();
     }
-    let gid = ctx.query_gid(1, 0).unwrap();
-    a.connect(&ConnectParams::new(b.qpn(), gid, 0xFF_FFF0, 0x10))
-        .unwrap();
-    b.connect(&ConnectParams::new(a.qpn(), gid, 0x10, 0xFF_FFF0))
-        .unwrap();
+    connect_pair((ctx, &a), (ctx, &b), (0x10, 0xFF_FFF0));
     (a, b)
 }
 
@@ -258,12 +249,7 @@ fn child_ud_srq_channels() {
 
     // UD through an address handle; the receive buffer starts with the GRH.
     const QKEY: u32 = 0x1111_1111;
-    let tx = pd.create_qp(&QpInit::new(QpType::Ud, &scq, &scq)).unwrap();
-    let rx = pd.create_qp(&QpInit::new(QpType::Ud, &cq, &cq)).unwrap();
-    for q in [&tx, &rx] {
-        q.to_init(Access::EMPTY, QKEY).unwrap();
-        q.activate_ud(0).unwrap();
-    }
+    let (tx, rx) = (ud_qp(&pd, &scq, QKEY), ud_qp(&pd, &cq, QKEY));
     let buf = pd.alloc_mr(40 + 256, Access::LOCAL_WRITE).unwrap();
     rx.post_recv(RecvWr {
         wr_id: 1,
@@ -310,9 +296,7 @@ fn child_ud_srq_channels() {
     for q in [&a, &b] {
         q.to_init(Access::REMOTE_WRITE, 0).unwrap();
     }
-    let gid = ctx.query_gid(1, 0).unwrap();
-    a.connect(&ConnectParams::new(b.qpn(), gid, 5, 9)).unwrap();
-    b.connect(&ConnectParams::new(a.qpn(), gid, 9, 5)).unwrap();
+    connect_pair((&ctx, &a), (&ctx, &b), (9, 5));
     let sbuf = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     srq.post_recv(RecvWr {
         wr_id: 7,
@@ -463,20 +447,7 @@ fn child_two_backends() {
     for q in [&qr, &qn] {
         q.to_init(Access::REMOTE_WRITE, 0).unwrap();
     }
-    qr.connect(&ConnectParams::new(
-        qn.qpn(),
-        native.query_gid(1, 0).unwrap(),
-        1,
-        2,
-    ))
-    .unwrap();
-    qn.connect(&ConnectParams::new(
-        qr.qpn(),
-        rc.query_gid(1, 0).unwrap(),
-        2,
-        1,
-    ))
-    .unwrap();
+    connect_pair((&rc, &qr), (&native, &qn), (2, 1));
     let src = pr.register(b"across engines", Access::LOCAL_WRITE).unwrap();
     let dst = pn.alloc_mr(64, ALL).unwrap();
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite);

@@ -3,10 +3,12 @@
 //! completion status rxe gives, and leaves the target memory byte-for-byte
 //! untouched. Two devices in one process talk over real UDP on loopback.
 
+mod common;
+
+use common::loopback::{ALL, connect_pair, fill_icrc, two_devices_in, ud_qp};
 use softrdma::verbs::*;
 use softrdma_engine::transport::{QpInitAttr, VerbsError};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 const EINVAL: i32 = 22;
@@ -14,29 +16,9 @@ const ENOMEM: i32 = 12;
 const EBUSY: i32 = 16;
 const T: Duration = Duration::from_secs(10);
 
-/// Two devices on distinct 127.0.0.x addresses sharing a free UDP port.
+/// Two devices on distinct 127.0.1.x addresses sharing a free UDP port.
 fn two_contexts() -> (Context, Context) {
-    static NEXT: AtomicU8 = AtomicU8::new(0);
-    let k = NEXT.fetch_add(2, Ordering::SeqCst) % 100;
-    let port = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let at = |d: u8| {
-        EngineConfig::bound_to(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, 0, 1, d)),
-            port,
-        ))
-    };
-    (
-        Context::open_with(at(10 + k)).unwrap(),
-        Context::open_with(at(11 + k)).unwrap(),
-    )
-}
-
-fn rights() -> Access {
-    Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
+    two_devices_in(1)
 }
 
 /// A connected RC pair; `a` on `ca`, `b` on `cb`, each with its own CQ.
@@ -52,15 +34,41 @@ fn rc_pair(ca: &Context, pa: &Pd, cb: &Context, pb: &Pd, b_grants: Access) -> Pa
     let cqb = cb.create_cq(64, None).unwrap();
     let qa = pa.create_qp(&QpInit::new(QpType::Rc, &cqa, &cqa)).unwrap();
     let qb = pb.create_qp(&QpInit::new(QpType::Rc, &cqb, &cqb)).unwrap();
-    qa.to_init(rights().without(Access::LOCAL_WRITE), 0)
-        .unwrap();
+    qa.to_init(ALL.without(Access::LOCAL_WRITE), 0).unwrap();
     qb.to_init(b_grants, 0).unwrap();
-    let (ga, gb) = (ca.query_gid(1, 0).unwrap(), cb.query_gid(1, 0).unwrap());
-    qa.connect(&ConnectParams::new(qb.qpn(), gb, 0x100, 0x200))
-        .unwrap();
-    qb.connect(&ConnectParams::new(qa.qpn(), ga, 0x200, 0x100))
-        .unwrap();
+    connect_pair((ca, &qa), (cb, &qb), (0x200, 0x100));
     Pair { qa, qb, cqa, cqb }
+}
+
+/// A signalled request `id`: `op` from `sge`, to the start of `target` where
+/// the operation has one.
+fn signaled(id: u64, op: WrOpcode, sge: Sge, target: Option<&Mr>) -> SendWr {
+    let mut w = SendWr::new(id, op);
+    w.flags = SendFlags::SIGNALED;
+    w.sgl = vec![sge];
+    if let Some(t) = target {
+        w.remote_addr = t.addr();
+        w.rkey = t.rkey();
+    }
+    w
+}
+
+impl Pair {
+    /// Posts `w` on `qa`; returns its completion.
+    fn complete(&self, w: SendWr) -> Wc {
+        self.qa.post_send(w).unwrap();
+        self.cqa.poll_blocking(1, T).unwrap()[0]
+    }
+
+    /// Posts receive `wr_id` into `sge` on `qb`.
+    fn recv(&self, wr_id: u64, sge: Sge) {
+        self.qb
+            .post_recv(RecvWr {
+                wr_id,
+                sgl: vec![sge],
+            })
+            .unwrap();
+    }
 }
 
 fn errno<T: std::fmt::Debug>(r: softrdma::Result<T>) -> i32 {
@@ -257,12 +265,7 @@ fn post_on_reset_or_init_qp_and_other_bad_posts_fail() {
     init.cap.max_send_sge = 1;
     init.cap.max_recv_sge = 1;
     let qp = pd.create_qp(&init).unwrap();
-    let send = || {
-        let mut w = SendWr::new(1, WrOpcode::Send);
-        w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![mr.sge(0, 64).unwrap()];
-        w
-    };
+    let send = || signaled(1, WrOpcode::Send, mr.sge(0, 64).unwrap(), None);
     let recv = |id| RecvWr {
         wr_id: id,
         sgl: vec![mr.sge(0, 64).unwrap()],
@@ -351,9 +354,7 @@ fn post_on_reset_or_init_qp_and_other_bad_posts_fail() {
     assert_eq!(errno(qp.post_send(send())), ENOMEM);
 
     // UD: RDMA opcodes and sends without an address handle are refused.
-    let ud = pd.create_qp(&QpInit::new(QpType::Ud, &cq, &cq)).unwrap();
-    ud.to_init(Access::EMPTY, 0x1111).unwrap();
-    ud.activate_ud(0).unwrap();
+    let ud = ud_qp(&pd, &cq, 0x1111);
     let mut w = SendWr::new(3, WrOpcode::RdmaWrite);
     w.sgl = vec![mr.sge(0, 8).unwrap()];
     assert_eq!(errno(ud.post_send(w)), EINVAL);
@@ -385,27 +386,19 @@ fn post_on_reset_or_init_qp_and_other_bad_posts_fail() {
 fn bad_lkey_is_local_protection_error() {
     let (ca, cb) = two_contexts();
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let ma = pa.alloc_mr(8192, rights()).unwrap();
-    let mb = pb.alloc_mr(8192, rights()).unwrap();
+    let ma = pa.alloc_mr(8192, ALL).unwrap();
+    let mb = pb.alloc_mr(8192, ALL).unwrap();
     let ro = pa.alloc_mr(4096, Access::REMOTE_READ).unwrap(); // no LOCAL_WRITE
     ma.write(0, &fill(8192, 1)).unwrap();
     mb.write(0, &fill(8192, 2)).unwrap();
     let before_b = mb.to_vec(0, 8192).unwrap();
 
     // (1) A SEND whose SGE names a key that does not exist.
-    let p = rc_pair(&ca, &pa, &cb, &pb, rights());
-    p.qb.post_recv(RecvWr {
-        wr_id: 7,
-        sgl: vec![mb.sge(0, 4096).unwrap()],
-    })
-    .unwrap();
-    let mut w = SendWr::new(1, WrOpcode::Send);
-    w.flags = SendFlags::SIGNALED;
+    let p = rc_pair(&ca, &pa, &cb, &pb, ALL);
+    p.recv(7, mb.sge(0, 4096).unwrap());
     let mut sge = ma.sge(0, 100).unwrap();
     sge.lkey ^= 0x5A; // same slot, wrong random tag
-    w.sgl = vec![sge];
-    p.qa.post_send(w).unwrap();
-    let wc = p.cqa.poll_blocking(1, T).unwrap()[0];
+    let wc = p.complete(signaled(1, WrOpcode::Send, sge, None));
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::LocProtErr));
     assert_eq!(state(&p.qa), QpState::Err);
     // Nothing reached the peer.
@@ -414,52 +407,31 @@ fn bad_lkey_is_local_protection_error() {
     assert_eq!(mb.to_vec(0, 8192).unwrap(), before_b);
 
     // (2) A valid key but a range past the end of its region.
-    let p = rc_pair(&ca, &pa, &cb, &pb, rights());
-    let mut w = SendWr::new(2, WrOpcode::RdmaWrite);
-    w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![Sge {
+    let p = rc_pair(&ca, &pa, &cb, &pb, ALL);
+    let past_end = Sge {
         addr: ma.addr() + 8000,
         length: 300,
         lkey: ma.lkey(),
-    }];
-    w.remote_addr = mb.addr();
-    w.rkey = mb.rkey();
-    p.qa.post_send(w).unwrap();
-    assert_eq!(
-        p.cqa.poll_blocking(1, T).unwrap()[0].status,
-        WcStatus::LocProtErr
-    );
+    };
+    let w = signaled(2, WrOpcode::RdmaWrite, past_end, Some(&mb));
+    assert_eq!(p.complete(w).status, WcStatus::LocProtErr);
     assert_eq!(mb.to_vec(0, 8192).unwrap(), before_b);
 
     // (3) An RDMA READ into a region without LOCAL_WRITE.
-    let p = rc_pair(&ca, &pa, &cb, &pb, rights());
+    let p = rc_pair(&ca, &pa, &cb, &pb, ALL);
     let before_ro = ro.to_vec(0, 4096).unwrap();
-    let mut w = SendWr::new(3, WrOpcode::RdmaRead);
-    w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ro.sge(0, 4096).unwrap()];
-    w.remote_addr = mb.addr();
-    w.rkey = mb.rkey();
-    p.qa.post_send(w).unwrap();
-    assert_eq!(
-        p.cqa.poll_blocking(1, T).unwrap()[0].status,
-        WcStatus::LocProtErr
-    );
+    let w = signaled(3, WrOpcode::RdmaRead, ro.sge(0, 4096).unwrap(), Some(&mb));
+    assert_eq!(p.complete(w).status, WcStatus::LocProtErr);
     assert_eq!(ro.to_vec(0, 4096).unwrap(), before_ro);
 
     // (4) A receive with a bad key: the responder completes it with LOC_PROT_ERR
     // and NAKs, so the requester sees a remote operational error (as rxe does).
-    let p = rc_pair(&ca, &pa, &cb, &pb, rights());
+    let p = rc_pair(&ca, &pa, &cb, &pb, ALL);
     let mut bad = mb.sge(0, 4096).unwrap();
     bad.lkey ^= 0x5A;
-    p.qb.post_recv(RecvWr {
-        wr_id: 9,
-        sgl: vec![bad],
-    })
-    .unwrap();
-    let mut w = SendWr::new(4, WrOpcode::Send);
-    w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 2000).unwrap()];
-    p.qa.post_send(w).unwrap();
+    p.recv(9, bad);
+    p.qa.post_send(signaled(4, WrOpcode::Send, ma.sge(0, 2000).unwrap(), None))
+        .unwrap();
     let rx = p.cqb.poll_blocking(1, T).unwrap()[0];
     assert_eq!((rx.wr_id, rx.status), (9, WcStatus::LocProtErr));
     assert_eq!(
@@ -478,10 +450,10 @@ fn remote_access_errors_leave_remote_memory_untouched() {
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let other_pd = cb.alloc_pd().unwrap();
     const LEN: usize = 64 * 1024;
-    let ma = pa.alloc_mr(LEN, rights()).unwrap();
+    let ma = pa.alloc_mr(LEN, ALL).unwrap();
     ma.write(0, &fill(LEN, 3)).unwrap();
     // Target regions on B: full rights, and each right missing in turn.
-    let full = pb.alloc_mr(LEN, rights()).unwrap();
+    let full = pb.alloc_mr(LEN, ALL).unwrap();
     let no_write = pb
         .alloc_mr(
             LEN,
@@ -500,7 +472,7 @@ fn remote_access_errors_leave_remote_memory_untouched() {
             Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
         )
         .unwrap();
-    let foreign = other_pd.alloc_mr(LEN, rights()).unwrap();
+    let foreign = other_pd.alloc_mr(LEN, ALL).unwrap();
     let targets = [&full, &no_write, &no_read, &no_atomic, &foreign];
     for (i, m) in targets.iter().enumerate() {
         m.write(0, &fill(LEN, 0x40 + i as u8)).unwrap();
@@ -577,7 +549,7 @@ fn remote_access_errors_leave_remote_memory_untouched() {
         c("FETCH_ADD past the end", Op::Fadd, 0, LEN as i64, 8, 0),
     ];
     for case in cases {
-        let p = rc_pair(&ca, &pa, &cb, &pb, rights());
+        let p = rc_pair(&ca, &pa, &cb, &pb, ALL);
         let violations_before = cb.stats().0.access_violations;
         let t = targets[case.target];
         let (opcode, want) = match case.op {
@@ -594,15 +566,12 @@ fn remote_access_errors_leave_remote_memory_untouched() {
             })
             .unwrap();
         }
-        let mut w = SendWr::new(1, opcode);
-        w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![ma.sge(0, case.len).unwrap()];
+        let mut w = signaled(1, opcode, ma.sge(0, case.len).unwrap(), None);
         w.remote_addr = t.addr().wrapping_add_signed(case.offset);
         w.rkey = t.rkey() ^ case.rkey_xor;
         w.compare_add = u64::from_ne_bytes(originals[case.target][..8].try_into().unwrap());
         w.swap = 0xFFFF_FFFF_FFFF_FFFF;
-        p.qa.post_send(w).unwrap();
-        let wc = p.cqa.poll_blocking(1, T).unwrap()[0];
+        let wc = p.complete(w);
         assert_eq!(
             (wc.status, wc.opcode),
             (WcStatus::RemAccessErr, want),
@@ -651,14 +620,9 @@ fn remote_access_errors_leave_remote_memory_untouched() {
         ),
     ] {
         let p = rc_pair(&ca, &pa, &cb, &pb, grant);
-        let mut w = SendWr::new(1, opcode);
-        w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![ma.sge(0, len).unwrap()];
-        w.remote_addr = full.addr();
-        w.rkey = full.rkey();
+        let mut w = signaled(1, opcode, ma.sge(0, len).unwrap(), Some(&full));
         w.compare_add = 1;
-        p.qa.post_send(w).unwrap();
-        let wc = p.cqa.poll_blocking(1, T).unwrap()[0];
+        let wc = p.complete(w);
         assert_eq!(
             wc.status,
             WcStatus::RemInvReqErr,
@@ -675,17 +639,9 @@ fn remote_access_errors_leave_remote_memory_untouched() {
     }
 
     // And the same regions are reachable when everything is right.
-    let p = rc_pair(&ca, &pa, &cb, &pb, rights());
-    let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
-    w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, LEN).unwrap()];
-    w.remote_addr = full.addr();
-    w.rkey = full.rkey();
-    p.qa.post_send(w).unwrap();
-    assert_eq!(
-        p.cqa.poll_blocking(1, T).unwrap()[0].status,
-        WcStatus::Success
-    );
+    let p = rc_pair(&ca, &pa, &cb, &pb, ALL);
+    let w = signaled(1, WrOpcode::RdmaWrite, ma.sge(0, LEN).unwrap(), Some(&full));
+    assert_eq!(p.complete(w).status, WcStatus::Success);
     assert!(snapshot(&full) == local_before);
 }
 
@@ -696,8 +652,8 @@ fn remote_access_errors_leave_remote_memory_untouched() {
 fn cq_overflow_moves_the_qp_to_error() {
     let (ca, cb) = two_contexts();
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let ma = pa.alloc_mr(4096, rights()).unwrap();
-    let mb = pb.alloc_mr(4096, rights()).unwrap();
+    let ma = pa.alloc_mr(4096, ALL).unwrap();
+    let mb = pb.alloc_mr(4096, ALL).unwrap();
     let cqa = ca.create_cq(64, None).unwrap();
     let small = cb.create_cq(2, None).unwrap(); // B's receive CQ holds two entries
     let send_cq = cb.create_cq(64, None).unwrap();
@@ -707,20 +663,7 @@ fn cq_overflow_moves_the_qp_to_error() {
         .unwrap();
     qa.to_init(Access::EMPTY, 0).unwrap();
     qb.to_init(Access::EMPTY, 0).unwrap();
-    qa.connect(&ConnectParams::new(
-        qb.qpn(),
-        cb.query_gid(1, 0).unwrap(),
-        5,
-        9,
-    ))
-    .unwrap();
-    qb.connect(&ConnectParams::new(
-        qa.qpn(),
-        ca.query_gid(1, 0).unwrap(),
-        9,
-        5,
-    ))
-    .unwrap();
+    connect_pair((&ca, &qa), (&cb, &qb), (9, 5));
     let events = cb.engine().async_channel();
     events.set_nonblocking(true).unwrap();
     while events.get_event().is_ok() {}
@@ -736,10 +679,8 @@ fn cq_overflow_moves_the_qp_to_error() {
     // Three messages, one at a time, nobody polls B's CQ: the third overflows it.
     // (The third send may never be acknowledged; the test does not wait for it.)
     for i in 0..3 {
-        let mut w = SendWr::new(i, WrOpcode::Send);
-        w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![ma.sge(0, 32).unwrap()];
-        qa.post_send(w).unwrap();
+        qa.post_send(signaled(i, WrOpcode::Send, ma.sge(0, 32).unwrap(), None))
+            .unwrap();
         if i < 2 {
             let wc = cqa.poll_blocking(1, T).unwrap()[0];
             assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
@@ -839,26 +780,15 @@ fn destroying_objects_still_in_use_is_ebusy() {
     // keep them alive and still work.
     let (ca, cb) = two_contexts();
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let ma = pa.alloc_mr(64, rights()).unwrap();
-    let mb = pb.alloc_mr(64, rights()).unwrap();
-    let p = rc_pair(&ca, &pa, &cb, &pb, rights());
+    let ma = pa.alloc_mr(64, ALL).unwrap();
+    let mb = pb.alloc_mr(64, ALL).unwrap();
+    let p = rc_pair(&ca, &pa, &cb, &pb, ALL);
     drop((pa, pb, ca, cb));
-    let Pair { qa, qb, cqa, cqb } = p;
-    qb.post_recv(RecvWr {
-        wr_id: 1,
-        sgl: vec![mb.sge(0, 64).unwrap()],
-    })
-    .unwrap();
-    let mut w = SendWr::new(2, WrOpcode::Send);
-    w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 64).unwrap()];
-    qa.post_send(w).unwrap();
+    p.recv(1, mb.sge(0, 64).unwrap());
+    let w = signaled(2, WrOpcode::Send, ma.sge(0, 64).unwrap(), None);
+    assert_eq!(p.complete(w).status, WcStatus::Success);
     assert_eq!(
-        cqa.poll_blocking(1, T).unwrap()[0].status,
-        WcStatus::Success
-    );
-    assert_eq!(
-        cqb.poll_blocking(1, T).unwrap()[0].status,
+        p.cqb.poll_blocking(1, T).unwrap()[0].status,
         WcStatus::Success
     );
 }
@@ -893,7 +823,6 @@ impl Pkt<'_> {
 
     /// The UDP payload as `src` would send it to `dst` (ICRC over both addresses).
     fn build(&self, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
-        use softrdma_wire::ip;
         let pad = (4 - self.payload.len() % 4) % 4;
         let mut p = vec![self.opcode, (pad as u8) << 4]; // SE=0 M=0 PadCnt TVer=0
         p.extend_from_slice(&self.pkey.to_be_bytes());
@@ -905,22 +834,7 @@ impl Pkt<'_> {
         p.extend_from_slice(self.payload);
         p.extend(std::iter::repeat_n(0u8, pad));
         p.extend_from_slice(&[0; 4]);
-        let (IpAddr::V4(s), IpAddr::V4(d)) = (src.ip(), dst.ip()) else {
-            unreachable!("IPv4 only here")
-        };
-        let iph = ip::ipv4_header(
-            &ip::Ipv4Fields {
-                src: s,
-                dst: d,
-                id: 0,
-                tos: 0,
-                ttl: 64,
-                df: true,
-            },
-            ip::UDP_HDR_LEN + p.len(),
-        );
-        let udp = ip::udp_header(src.port(), dst.port(), p.len());
-        softrdma_wire::icrc::fill(&iph, &udp, &mut p).unwrap();
+        fill_icrc(&mut p, src, dst);
         if self.corrupt_icrc {
             let n = p.len();
             p[n - 1] ^= 0x01;
@@ -933,16 +847,12 @@ impl Pkt<'_> {
 fn malformed_packets_are_dropped_and_counted() {
     let (ca, cb) = two_contexts();
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let ma = pa.alloc_mr(4096, rights()).unwrap();
-    let mb = pb.alloc_mr(4096, rights()).unwrap();
-    let p = rc_pair(&ca, &pa, &cb, &pb, rights());
+    let ma = pa.alloc_mr(4096, ALL).unwrap();
+    let mb = pb.alloc_mr(4096, ALL).unwrap();
+    let p = rc_pair(&ca, &pa, &cb, &pb, ALL);
     // A UD QP on B with Q_Key 0x1234.
     let udcq = cb.create_cq(8, None).unwrap();
-    let ud = pb
-        .create_qp(&QpInit::new(QpType::Ud, &udcq, &udcq))
-        .unwrap();
-    ud.to_init(Access::EMPTY, 0x1234).unwrap();
-    ud.activate_ud(0).unwrap();
+    let ud = ud_qp(&pb, &udcq, 0x1234);
     ud.post_recv(RecvWr {
         wr_id: 1,
         sgl: vec![mb.sge(0, 1024).unwrap()],
@@ -1069,19 +979,9 @@ fn malformed_packets_are_dropped_and_counted() {
     // The QPs still work.
     assert_eq!(state(&p.qb), QpState::Rts);
     ma.write(0, b"still alive").unwrap();
-    p.qb.post_recv(RecvWr {
-        wr_id: 5,
-        sgl: vec![mb.sge(100, 64).unwrap()],
-    })
-    .unwrap();
-    let mut w = SendWr::new(6, WrOpcode::Send);
-    w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 11).unwrap()];
-    p.qa.post_send(w).unwrap();
-    assert_eq!(
-        p.cqa.poll_blocking(1, T).unwrap()[0].status,
-        WcStatus::Success
-    );
+    p.recv(5, mb.sge(100, 64).unwrap());
+    let w = signaled(6, WrOpcode::Send, ma.sge(0, 11).unwrap(), None);
+    assert_eq!(p.complete(w).status, WcStatus::Success);
     let rx = p.cqb.poll_blocking(1, T).unwrap()[0];
     assert_eq!(
         (rx.wr_id, rx.status, rx.byte_len),

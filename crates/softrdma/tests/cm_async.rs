@@ -3,6 +3,7 @@
 #![cfg(feature = "tokio")]
 
 mod cm_common;
+mod common;
 
 use cm_common::*;
 use softrdma::cm::*;
@@ -50,13 +51,7 @@ async fn connector_and_acceptor_async() {
         let req = acceptor.incoming_async().await.unwrap();
         assert_eq!(&req.private_data()[..5], b"async");
         let conn = req.accept_async(b"accepted").await.unwrap();
-        let mr = conn.pd().alloc_mr(64, Access::LOCAL_WRITE).unwrap();
-        conn.qp()
-            .post_recv(RecvWr {
-                wr_id: 1,
-                sgl: vec![mr.sge(0, 64).unwrap()],
-            })
-            .unwrap();
+        let mr = recv_buffer(&conn, 64);
         (conn, mr)
     };
     let client = async {

@@ -2,8 +2,10 @@
 //! disconnecting, errors, migration, ids without QPs, waits.
 
 mod cm_common;
+mod common;
 
 use cm_common::*;
+use common::free_udp_port;
 use softrdma::cm::*;
 use softrdma::verbs::*;
 use std::net::{IpAddr, SocketAddr};
@@ -17,27 +19,10 @@ const ALL: Access = Access(
         | Access::REMOTE_ATOMIC.0,
 );
 
-fn listener(ch: &EventChannel, at: SocketAddr) -> CmId {
-    let l = CmId::new(ch, PortSpace::Tcp, QpType::Rc).unwrap();
-    l.bind_addr(at).unwrap();
-    l.listen(8).unwrap();
-    l
-}
-
-/// An id on `ch` with `dst` resolved (address and route).
-fn resolved(ch: &EventChannel, dst: SocketAddr) -> CmId {
-    let id = CmId::new(ch, PortSpace::Tcp, QpType::Rc).unwrap();
-    id.resolve_addr(None, dst, Duration::from_secs(2)).unwrap();
-    assert!(expect(ch, EventKind::AddrResolved).is_for(&id));
-    id.resolve_route(Duration::from_secs(2)).unwrap();
-    assert!(expect(ch, EventKind::RouteResolved).is_for(&id));
-    id
-}
-
 /// A connection between a client id on `cha` and an accepted id on `chb`,
 /// both with default QPs, both ESTABLISHED.
 fn connected(cha: &EventChannel, chb: &EventChannel, dst: SocketAddr) -> (CmId, CmId) {
-    let client = resolved(cha, dst);
+    let client = resolved(cha, TCP_RC, dst);
     client.create_qp(None, &QpOptions::default()).unwrap();
     client.connect(&conn_param(b"hello")).unwrap();
     let child = expect(chb, EventKind::ConnectRequest)
@@ -57,15 +42,11 @@ fn state(id: &CmId) -> QpState {
 #[test]
 fn rc_connect_accept_private_data_and_rdma_traffic() {
     let (ca, cb) = two_devices(21, 22);
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
-    let dst = SocketAddr::new(cb.local_addr().ip(), 7471);
-    let l = listener(&chb, dst);
+    let (cha, chb, dst) = channels(&ca, &cb, 7471);
+    let l = listener(&chb, TCP_RC, dst, 8);
     assert_eq!(l.local_addr(), Some(dst));
 
-    let client = resolved(&cha, dst);
+    let client = resolved(&cha, TCP_RC, dst);
     assert_eq!(client.peer_addr(), Some(dst));
     assert_eq!(client.local_addr().unwrap().ip(), ca.local_addr().ip());
     let cqpn = client.create_qp(None, &QpOptions::default()).unwrap().qpn();
@@ -166,13 +147,9 @@ fn rc_connect_accept_private_data_and_rdma_traffic() {
 #[test]
 fn reject_carries_private_data() {
     let (ca, cb) = two_devices(21, 22);
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
-    let dst = SocketAddr::new(cb.local_addr().ip(), 7472);
-    let _l = listener(&chb, dst);
-    let client = resolved(&cha, dst);
+    let (cha, chb, dst) = channels(&ca, &cb, 7472);
+    let _l = listener(&chb, TCP_RC, dst, 8);
+    let client = resolved(&cha, TCP_RC, dst);
     client.create_qp(None, &QpOptions::default()).unwrap();
     client.connect(&conn_param(b"knock knock")).unwrap();
     let mut req = expect(&chb, EventKind::ConnectRequest);
@@ -197,7 +174,7 @@ fn reject_carries_private_data() {
 fn no_listener_is_rejected_quickly() {
     let (ca, cb) = two_devices(21, 22);
     let cha = EventChannel::new(&ca).unwrap();
-    let client = resolved(&cha, SocketAddr::new(cb.local_addr().ip(), 7473));
+    let client = resolved(&cha, TCP_RC, SocketAddr::new(cb.local_addr().ip(), 7473));
     client.create_qp(None, &QpOptions::default()).unwrap();
     let t0 = Instant::now();
     client.connect(&conn_param(b"anyone?")).unwrap();
@@ -209,16 +186,7 @@ fn no_listener_is_rejected_quickly() {
     );
     assert_eq!(e.status(), 8, "IB_CM_REJ_INVALID_SERVICE_ID");
     // The same on a synchronous id: connect fails with the rejection.
-    let s = CmId::new_sync(&ca, PortSpace::Tcp, QpType::Rc).unwrap();
-    s.set_sync_timeout(Some(T));
-    s.resolve_addr(
-        None,
-        SocketAddr::new(cb.local_addr().ip(), 7473),
-        Duration::from_secs(2),
-    )
-    .unwrap();
-    s.resolve_route(Duration::from_secs(2)).unwrap();
-    s.create_qp(None, &QpOptions::default()).unwrap();
+    let s = resolved_sync(&ca, TCP_RC, SocketAddr::new(cb.local_addr().ip(), 7473));
     match s.connect(&conn_param(&[])) {
         Err(Error::Rejected { reason: 8, .. }) => {}
         other => panic!("{other:?}"),
@@ -228,7 +196,7 @@ fn no_listener_is_rejected_quickly() {
 
 #[test]
 fn address_nobody_owns_is_addr_error() {
-    let port = free_port();
+    let port = free_udp_port();
     let ca = device(23, port);
     let ch = EventChannel::new(&ca).unwrap();
     let id = CmId::new(&ch, PortSpace::Tcp, QpType::Rc).unwrap();
@@ -263,12 +231,8 @@ fn address_nobody_owns_is_addr_error() {
 #[test]
 fn disconnect_reaches_both_sides_and_flushes_receives() {
     let (ca, cb) = two_devices(21, 22);
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
-    let dst = SocketAddr::new(cb.local_addr().ip(), 7474);
-    let _l = listener(&chb, dst);
+    let (cha, chb, dst) = channels(&ca, &cb, 7474);
+    let _l = listener(&chb, TCP_RC, dst, 8);
     let (client, child) = connected(&cha, &chb, dst);
     let mb = child
         .pd()
@@ -335,14 +299,10 @@ fn disconnect_reaches_both_sides_and_flushes_receives() {
 #[test]
 fn migrate_moves_events_to_another_channel() {
     let (ca, cb) = two_devices(21, 22);
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
+    let (cha, chb, dst) = channels(&ca, &cb, 7475);
     let cha2 = EventChannel::new(&ca).unwrap();
     let chb2 = EventChannel::new(&cb).unwrap();
-    let dst = SocketAddr::new(cb.local_addr().ip(), 7475);
-    let _l = listener(&chb, dst);
+    let _l = listener(&chb, TCP_RC, dst, 8);
     let id = CmId::new(&cha, PortSpace::Tcp, QpType::Rc).unwrap();
     id.migrate(&cha2).unwrap();
     assert!(!id.is_sync());
@@ -373,13 +333,9 @@ fn migrate_moves_events_to_another_channel() {
 #[test]
 fn ids_without_qps_connect_with_init_qp_attr_and_establish() {
     let (ca, cb) = two_devices(21, 22);
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
-    let dst = SocketAddr::new(cb.local_addr().ip(), 7476);
-    let _l = listener(&chb, dst);
-    let client = resolved(&cha, dst);
+    let (cha, chb, dst) = channels(&ca, &cb, 7476);
+    let _l = listener(&chb, TCP_RC, dst, 8);
+    let client = resolved(&cha, TCP_RC, dst);
     client.set_option(CmOption::AckTimeout(18)).unwrap();
     client.set_option(CmOption::Tos(0x20)).unwrap();
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
@@ -482,13 +438,9 @@ fn ids_without_qps_connect_with_init_qp_attr_and_establish() {
 #[test]
 fn dropping_an_unaccepted_request_rejects_it() {
     let (ca, cb) = two_devices(21, 22);
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
-    let dst = SocketAddr::new(cb.local_addr().ip(), 7477);
-    let _l = listener(&chb, dst);
-    let client = resolved(&cha, dst);
+    let (cha, chb, dst) = channels(&ca, &cb, 7477);
+    let _l = listener(&chb, TCP_RC, dst, 8);
+    let client = resolved(&cha, TCP_RC, dst);
     client.create_qp(None, &QpOptions::default()).unwrap();
     client.connect(&conn_param(&[])).unwrap();
     drop(expect(&chb, EventKind::ConnectRequest));
@@ -506,11 +458,11 @@ fn dropping_an_unaccepted_request_rejects_it() {
 fn silent_peer_is_unreachable() {
     // A "device" that receives and never answers: address resolution
     // succeeds (no ICMP), the REQ is retransmitted, then UNREACHABLE.
-    let port = free_port();
+    let port = free_udp_port();
     let ca = device(24, port);
     let silent = std::net::UdpSocket::bind(SocketAddr::new(ip(25), port)).unwrap();
     let ch = EventChannel::new(&ca).unwrap();
-    let client = resolved(&ch, SocketAddr::new(ip(25), 7478));
+    let client = resolved(&ch, TCP_RC, SocketAddr::new(ip(25), 7478));
     client.create_qp(None, &QpOptions::default()).unwrap();
     client.connect(&conn_param(&[])).unwrap();
     let t0 = Instant::now();
@@ -574,7 +526,7 @@ fn non_blocking_timed_and_fd_waits() {
 
 #[test]
 fn binding_addresses_options_and_misuse() {
-    let port = free_port();
+    let port = free_udp_port();
     let ca = device(26, port);
     let me = ca.local_addr().ip();
     let ch = EventChannel::new(&ca).unwrap();
@@ -668,21 +620,9 @@ fn binding_addresses_options_and_misuse() {
 #[test]
 fn uc_connection_inherits_the_transport_and_writes() {
     let (ca, cb) = two_devices(21, 22);
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
-    let dst = SocketAddr::new(cb.local_addr().ip(), 7479);
-    let l = CmId::new(&chb, PortSpace::Tcp, QpType::Uc).unwrap();
-    l.bind_addr(dst).unwrap();
-    l.listen(1).unwrap();
-    let client = CmId::new(&cha, PortSpace::Tcp, QpType::Uc).unwrap();
-    client
-        .resolve_addr(None, dst, Duration::from_secs(2))
-        .unwrap();
-    expect(&cha, EventKind::AddrResolved);
-    client.resolve_route(Duration::from_secs(2)).unwrap();
-    expect(&cha, EventKind::RouteResolved);
+    let (cha, chb, dst) = channels(&ca, &cb, 7479);
+    let _l = listener(&chb, TCP_UC, dst, 1);
+    let client = resolved(&cha, TCP_UC, dst);
     assert_eq!(
         client
             .create_qp(None, &QpOptions::default())

@@ -2,15 +2,17 @@
 //! it configures the process device through the environment).
 
 mod cm_common;
+mod common;
 
 use cm_common::*;
+use common::free_udp_port;
 use softrdma::cm::{Acceptor, Connector};
 use softrdma::verbs::Context;
 use std::net::SocketAddr;
 
 #[test]
 fn acceptor_names_the_process_device_and_a_connection_to_itself_works() {
-    let port = free_port();
+    let port = free_udp_port();
     // SAFETY: this binary's only test; no other thread reads the environment yet.
     unsafe {
         std::env::set_var("SOFTRDMA_PORT", port.to_string());

@@ -2,8 +2,10 @@
 //! (create_ep / get_request), and the Connector/Acceptor layer.
 
 mod cm_common;
+mod common;
 
 use cm_common::*;
+use common::free_udp_port;
 use softrdma::cm::*;
 use softrdma::verbs::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -303,7 +305,7 @@ fn handles_are_send_and_sync() {
 
 #[test]
 fn acceptor_timeout_bounds_the_wait_for_a_request() {
-    let port = free_port();
+    let port = free_udp_port();
     let cb = device(38, port);
     let opts = ConnOptions {
         timeout: Some(std::time::Duration::from_millis(50)),

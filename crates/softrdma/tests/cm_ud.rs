@@ -2,8 +2,10 @@
 //! datagrams over the result, multicast joins.
 
 mod cm_common;
+mod common;
 
 use cm_common::*;
+use common::free_udp_port;
 use softrdma::cm::*;
 use softrdma::verbs::*;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,22 +14,10 @@ use std::time::Duration;
 #[test]
 fn sidr_resolves_the_service_and_datagrams_flow_both_ways() {
     let (ca, cb) = two_devices(41, 42);
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
-    let dst = SocketAddr::new(cb.local_addr().ip(), 7174);
-    let l = CmId::new(&chb, PortSpace::Udp, QpType::Ud).unwrap();
-    l.bind_addr(dst).unwrap();
-    l.listen(4).unwrap();
+    let (cha, chb, dst) = channels(&ca, &cb, 7174);
+    let l = listener(&chb, UDP_UD, dst, 4);
 
-    let client = CmId::new(&cha, PortSpace::Udp, QpType::Ud).unwrap();
-    client
-        .resolve_addr(None, dst, Duration::from_secs(2))
-        .unwrap();
-    expect(&cha, EventKind::AddrResolved);
-    client.resolve_route(Duration::from_secs(2)).unwrap();
-    expect(&cha, EventKind::RouteResolved);
+    let client = resolved(&cha, UDP_UD, dst);
     let cqpn = client.create_qp(None, &QpOptions::default()).unwrap().qpn();
     let qa = client.qp().unwrap().query().unwrap();
     assert_eq!(qa.qp_state, QpState::Rts, "UD QPs are ready at once");
@@ -120,16 +110,8 @@ fn sidr_reject_and_missing_service() {
     let (ca, cb) = two_devices(41, 42);
     let chb = EventChannel::new(&cb).unwrap();
     let dst = SocketAddr::new(cb.local_addr().ip(), 7175);
-    let l = CmId::new(&chb, PortSpace::Udp, QpType::Ud).unwrap();
-    l.bind_addr(dst).unwrap();
-    l.listen(4).unwrap();
-    let client = CmId::new_sync(&ca, PortSpace::Udp, QpType::Ud).unwrap();
-    client.set_sync_timeout(Some(T));
-    client
-        .resolve_addr(None, dst, Duration::from_secs(2))
-        .unwrap();
-    client.resolve_route(Duration::from_secs(2)).unwrap();
-    client.create_qp(None, &QpOptions::default()).unwrap();
+    let l = listener(&chb, UDP_UD, dst, 4);
+    let client = resolved_sync(&ca, UDP_UD, dst);
     let server = std::thread::spawn(move || {
         let mut req = expect(&chb, EventKind::ConnectRequest);
         req.take_new_id().unwrap().reject(b"no room").unwrap();
@@ -141,24 +123,14 @@ fn sidr_reject_and_missing_service() {
     }
     let _ = server.join().unwrap();
     // Nobody on the port: SIDR answers "unsupported service".
-    let other = CmId::new_sync(&ca, PortSpace::Udp, QpType::Ud).unwrap();
-    other.set_sync_timeout(Some(T));
-    other
-        .resolve_addr(
-            None,
-            SocketAddr::new(cb.local_addr().ip(), 7999),
-            Duration::from_secs(2),
-        )
-        .unwrap();
-    other.resolve_route(Duration::from_secs(2)).unwrap();
-    other.create_qp(None, &QpOptions::default()).unwrap();
+    let other = resolved_sync(&ca, UDP_UD, SocketAddr::new(cb.local_addr().ip(), 7999));
     let e = other.connect(&conn_param(&[])).unwrap_err();
     assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
 }
 
 #[test]
 fn multicast_join_reports_the_group() {
-    let port = free_port();
+    let port = free_udp_port();
     let ca = device(43, port);
     let ch = EventChannel::new(&ca).unwrap();
     let group = IpAddr::V4(Ipv4Addr::new(224, 1, 2, 3));
@@ -222,7 +194,7 @@ fn member(ctx: &Context, group: IpAddr, block_self: bool) -> (CmId, EventChannel
 
 #[test]
 fn multicast_datagrams_reach_every_member() {
-    let port = free_port();
+    let port = free_udp_port();
     let (ca, cb, cc) = (device(44, port), device(45, port), device(46, port));
     let group = IpAddr::V4(Ipv4Addr::new(239, 7, 7, 7));
     let (a, _cha, ud, ma) = member(&ca, group, true);

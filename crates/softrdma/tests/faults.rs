@@ -22,6 +22,7 @@
 
 mod common;
 
+use common::netns::{Netns, skip_unless_root};
 use common::{Output, Proc, example, free_tcp_port, free_udp_port};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -36,6 +37,19 @@ struct Exchange<'a> {
     rounds: u32,
     timeout: u8,
     faults: [Option<&'a str>; 2],
+}
+
+impl Exchange<'_> {
+    /// Two rounds of `size` bytes, local ACK timeout exponent `timeout`, no
+    /// injected faults (the network brings its own).
+    fn without_faults(size: usize, timeout: u8) -> Self {
+        Exchange {
+            size,
+            rounds: 2,
+            timeout,
+            faults: [None, None],
+        }
+    }
 }
 
 /// One `name=value` field of a `STATS` or `softrdma faults:` line.
@@ -203,164 +217,33 @@ fn loss_duplication_reordering_and_delay_together() {
 // ---------------------------------------------------------------------------
 // Network namespaces and nftables
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn skip_unless_root(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n!!!!!!!! SKIPPED (needs root): faults::{test} creates network namespaces !!!!!!!!\n"
-    );
-    true
-}
-
-fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {args:?}: {e} (install iproute2 / nftables)"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Two namespaces joined by a veth pair (names unique per process and
-/// test); both removed on drop, panics included.
-struct Netns {
-    ns: [String; 2],
-    addr: [String; 2],
-}
-
-impl Netns {
-    fn create() -> Netns {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let tag = format!("{:x}{n}", std::process::id() % 0x10_0000);
-        let net = Netns {
-            ns: [format!("srflt{tag}a"), format!("srflt{tag}b")],
-            addr: [
-                format!("10.214.{}.1", (std::process::id() + n) % 250),
-                format!("10.214.{}.2", (std::process::id() + n) % 250),
-            ],
-        };
-        let veth = [format!("srf{tag}a"), format!("srf{tag}b")];
-        for ns in &net.ns {
-            sh(&["ip", "netns", "add", ns]);
-        }
-        sh(&[
-            "ip", "link", "add", &veth[0], "netns", &net.ns[0], "type", "veth", "peer", "name",
-            &veth[1], "netns", &net.ns[1],
-        ]);
-        for (i, dev) in veth.iter().enumerate() {
-            let cidr = format!("{}/24", net.addr[i]);
-            sh(&["ip", "-n", &net.ns[i], "addr", "add", &cidr, "dev", dev]);
-            sh(&["ip", "-n", &net.ns[i], "link", "set", dev, "up"]);
-            sh(&["ip", "-n", &net.ns[i], "link", "set", "lo", "up"]);
-        }
-        net
-    }
-
-    /// Drops `percent` % of RoCE packets arriving in namespace `i`, at random.
-    fn loss(&self, i: usize, percent: u32) {
-        use std::io::Write;
-        let rules = format!(
-            "table inet softrdma_loss {{\n chain input {{\n  type filter hook input priority 0; \
-             policy accept;\n  udp dport 4791 numgen random mod 100 < {percent} counter drop\n }}\n}}\n"
-        );
-        let mut c = Command::new("ip")
-            .args(["netns", "exec", &self.ns[i], "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run nft (apt-get install nftables)");
-        c.stdin.take().unwrap().write_all(rules.as_bytes()).unwrap();
-        let out = c.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "nft in {}: {}",
-            self.ns[i],
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Packets the loss rule of namespace `i` dropped.
-    fn dropped(&self, i: usize) -> u64 {
-        let out = sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &self.ns[i],
-            "nft",
-            "list",
-            "chain",
-            "inet",
-            "softrdma_loss",
-            "input",
-        ]);
-        out.split_whitespace()
-            .skip_while(|w| *w != "packets")
-            .nth(1)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no counter in:\n{out}"))
-    }
-
-    fn cmd(&self, i: usize, args: Vec<String>) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[i], "env"])
-            .args([
-                "-u",
-                "SOFTRDMA_PORT",
-                "-u",
-                "SOFTRDMA_PCAP",
-                "-u",
-                "SOFTRDMA_FAULTS",
-            ])
-            .arg(format!("SOFTRDMA_ADDR={}", self.addr[i]))
-            .arg(example("fault_peer"))
-            .args(args);
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
 /// The exchange between namespace 0 (client) and 1 (server) with `percent`
 /// % loss on the packets arriving in the namespaces listed in `lossy`.
-fn netns_exchange(x: &Exchange<'_>, percent: u32, lossy: &[usize], what: &str) {
-    let net = Netns::create();
+fn netns_exchange(test: &str, x: &Exchange<'_>, percent: u32, lossy: &[usize], what: &str) {
+    if skip_unless_root(&format!("faults::{test}")) {
+        return;
+    }
+    let net = Netns::create("flt", 214, false);
     for &i in lossy {
-        net.loss(i, percent);
+        net.nft(
+            i,
+            &format!(
+                "table inet softrdma_loss {{\n chain input {{\n  type filter hook input priority 0; \
+                 policy accept;\n  udp dport 4791 numgen random mod 100 < {percent} counter drop\n }}\n}}\n"
+            ),
+        );
     }
     let tcp = free_tcp_port();
+    let peer = example("fault_peer");
     let (s, c) = run_pair(
-        net.cmd(1, args(x, &["server"], tcp)),
-        net.cmd(0, args(x, &["client", &net.addr[1]], tcp)),
+        net.cmd(1, &peer, args(x, &["server"], tcp)),
+        net.cmd(0, &peer, args(x, &["client", &net.addr[1]], tcp)),
         what,
     );
-    let dropped: Vec<u64> = lossy.iter().map(|&i| net.dropped(i)).collect();
+    let dropped: Vec<u64> = lossy
+        .iter()
+        .map(|&i| net.packets::<1>(i, "softrdma_loss")[0])
+        .collect();
     println!(
         "{what}: nftables dropped {dropped:?}; client {}; server {}",
         c.line("STATS"),
@@ -375,44 +258,38 @@ fn netns_exchange(x: &Exchange<'_>, percent: u32, lossy: &[usize], what: &str) {
 
 #[test]
 fn one_percent_loss_across_namespaces() {
-    if skip_unless_root("one_percent_loss_across_namespaces") {
-        return;
-    }
-    let x = Exchange {
-        size: 1024 * 1024,
-        rounds: 2,
-        timeout: 12,
-        faults: [None, None],
-    };
-    netns_exchange(&x, 1, &[0, 1], "1 % loss both ways");
+    let x = Exchange::without_faults(1024 * 1024, 12);
+    netns_exchange(
+        "one_percent_loss_across_namespaces",
+        &x,
+        1,
+        &[0, 1],
+        "1 % loss both ways",
+    );
 }
 
 #[test]
 fn ten_percent_loss_across_namespaces() {
-    if skip_unless_root("ten_percent_loss_across_namespaces") {
-        return;
-    }
-    let x = Exchange {
-        size: 256 * 1024,
-        rounds: 2,
-        timeout: 12,
-        faults: [None, None],
-    };
-    netns_exchange(&x, 10, &[0, 1], "10 % loss both ways");
+    let x = Exchange::without_faults(256 * 1024, 12);
+    netns_exchange(
+        "ten_percent_loss_across_namespaces",
+        &x,
+        10,
+        &[0, 1],
+        "10 % loss both ways",
+    );
 }
 
 #[test]
 fn thirty_percent_loss_one_way_across_namespaces() {
-    if skip_unless_root("thirty_percent_loss_one_way_across_namespaces") {
-        return;
-    }
-    let x = Exchange {
-        size: 128 * 1024,
-        rounds: 2,
-        timeout: 10,
-        faults: [None, None],
-    };
+    let x = Exchange::without_faults(128 * 1024, 10);
     // Into the client's namespace: the server's requests in one round, its
     // responses and ACKs in the other.
-    netns_exchange(&x, 30, &[0], "30 % loss one way");
+    netns_exchange(
+        "thirty_percent_loss_one_way_across_namespaces",
+        &x,
+        30,
+        &[0],
+        "30 % loss one way",
+    );
 }

@@ -23,6 +23,7 @@
 
 mod common;
 
+use common::netns::{Netns, skip_unless_root};
 use common::{Proc, example, free_udp_port};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -177,121 +178,32 @@ fn killed_peer_on_this_host_surfaces_at_once_and_resources_return() {
 
 // ---------------------------------------------------------------------------
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {args:?}: {e} (install iproute2 / nftables)"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Two namespaces joined by a veth pair, removed on drop.
-struct Netns {
-    ns: [String; 2],
-    addr: [String; 2],
-}
-
-impl Netns {
-    fn create() -> Netns {
-        let tag = format!("{:x}", std::process::id() % 0x10_0000);
-        let net = Netns {
-            ns: [format!("srkill{tag}a"), format!("srkill{tag}b")],
-            addr: [
-                format!("10.215.{}.1", std::process::id() % 250),
-                format!("10.215.{}.2", std::process::id() % 250),
-            ],
-        };
-        let veth = [format!("srk{tag}a"), format!("srk{tag}b")];
-        for ns in &net.ns {
-            sh(&["ip", "netns", "add", ns]);
-        }
-        sh(&[
-            "ip", "link", "add", &veth[0], "netns", &net.ns[0], "type", "veth", "peer", "name",
-            &veth[1], "netns", &net.ns[1],
-        ]);
-        for (i, dev) in veth.iter().enumerate() {
-            let cidr = format!("{}/24", net.addr[i]);
-            sh(&["ip", "-n", &net.ns[i], "addr", "add", &cidr, "dev", dev]);
-            sh(&["ip", "-n", &net.ns[i], "link", "set", dev, "up"]);
-            sh(&["ip", "-n", &net.ns[i], "link", "set", "lo", "up"]);
-        }
-        net
-    }
-
-    fn cmd(&self, i: usize, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[i], "env"])
-            .args([
-                "-u",
-                "SOFTRDMA_PORT",
-                "-u",
-                "SOFTRDMA_PCAP",
-                "-u",
-                "SOFTRDMA_FAULTS",
-            ])
-            .arg(format!("SOFTRDMA_ADDR={}", self.addr[i]))
-            .arg(example("fault_peer"))
-            .args(args)
-            .stdin(Stdio::null());
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
 #[test]
 fn killed_peer_without_icmp_surfaces_after_the_retry_timeout() {
-    if !is_root() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n!!!!!!!! SKIPPED (needs root): faults_kill::killed_peer_without_icmp_surfaces_after_the_retry_timeout !!!!!!!!\n"
-        );
+    if skip_unless_root("faults_kill::killed_peer_without_icmp_surfaces_after_the_retry_timeout") {
         return;
     }
-    let net = Netns::create();
+    let net = Netns::create("kill", 215, false);
     // The survivor (namespace 0) hears no ICMP: a dead peer just goes quiet.
-    let mut nft = Command::new("ip")
-        .args(["netns", "exec", &net.ns[0], "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("nft (apt-get install nftables)");
-    std::io::Write::write_all(
-        nft.stdin.as_mut().unwrap(),
-        b"table inet softrdma_noicmp {\n chain input {\n  type filter hook input priority 0; \
-          policy accept;\n  meta l4proto icmp drop\n }\n}\n",
-    )
-    .unwrap();
-    drop(nft.stdin.take());
-    assert!(nft.wait().unwrap().success());
+    net.nft(
+        0,
+        "table inet softrdma_noicmp {\n chain input {\n  type filter hook input priority 0; \
+         policy accept;\n  meta l4proto icmp drop\n }\n}\n",
+    );
     let srv = format!("{}:7471", net.addr[0]);
     // retry_cnt 7 + 1 tries x 67 ms = 0.55 s to RETRY_EXC_ERR; then the
     // survivor disconnects and its DREQ goes unanswered: the CM retransmits
     // it 6 times (250 ms doubling to 2 s, 9.75 s in all) before it reports
     // DISCONNECTED, as the kernel's CM does.
     let bound = Duration::from_secs(15);
-    let survivor = net.cmd(0, &["serve", &srv, "--rounds", "1", "--bound-ms", "15000"]);
-    let (fd0, rss0, rounds) = kill_rounds(survivor, |_| net.cmd(1, &["stream", &srv]), 1, bound);
+    let peer = example("fault_peer");
+    let survivor = net.cmd(
+        0,
+        &peer,
+        ["serve", &srv, "--rounds", "1", "--bound-ms", "15000"],
+    );
+    let victim = |_| net.cmd(1, &peer, ["stream", &srv]);
+    let (fd0, rss0, rounds) = kill_rounds(survivor, victim, 1, bound);
     check(&rounds, fd0, rss0, bound, &["RetryExcErr"]);
     for r in &rounds {
         assert!(

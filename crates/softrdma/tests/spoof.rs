@@ -13,11 +13,13 @@
 //! ICRC. The last test shows the limit: a forgery right in all of them is
 //! accepted (docs/SECURITY.md).
 
+mod common;
+
+use common::loopback::{ALL, connect_pair, fill_icrc, two_devices_in, ud_qp};
 use softrdma::verbs::*;
 use softrdma_engine::transport::Stats;
-use softrdma_wire::{AtomicEth, Bth, Deth, Headers, Opcode, Psn, Reth, ip};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU8, Ordering};
+use softrdma_wire::{AtomicEth, Bth, Deth, Headers, Opcode, Psn, Reth};
+use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
@@ -25,31 +27,6 @@ const T: Duration = Duration::from_secs(10);
 const PSN_A: u32 = 0x00A0_0000;
 const PSN_B: u32 = 0x0000_0300;
 const LEN: usize = 8192;
-
-fn rights() -> Access {
-    Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
-}
-
-/// Two devices at 127.0.3.x sharing a free UDP port.
-fn two_contexts() -> (Context, Context) {
-    static NEXT: AtomicU8 = AtomicU8::new(0);
-    let k = NEXT.fetch_add(2, Ordering::SeqCst) % 200;
-    let port = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let at = |d: u8| {
-        EngineConfig::bound_to(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, 0, 3, d)),
-            port,
-        ))
-    };
-    (
-        Context::open_with(at(10 + k)).unwrap(),
-        Context::open_with(at(11 + k)).unwrap(),
-    )
-}
 
 /// A (on `ca`) and B (on `cb`): connected RC and UC pairs, a UD QP on B,
 /// and an 8 KiB region on B with every right.
@@ -68,14 +45,14 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    let (ca, cb) = two_contexts();
+    // Two devices at 127.0.3.x sharing a free UDP port.
+    let (ca, cb) = two_devices_in(3);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let ma = pa.alloc_mr(LEN, rights()).unwrap();
-    let mb = pb.alloc_mr(LEN, rights()).unwrap();
+    let ma = pa.alloc_mr(LEN, ALL).unwrap();
+    let mb = pb.alloc_mr(LEN, ALL).unwrap();
     mb.write(0, &pattern(LEN, 9)).unwrap();
     let cq_a = ca.create_cq(64, None).unwrap();
     let cq_b = cb.create_cq(64, None).unwrap();
-    let (ga, gb) = (ca.query_gid(1, 0).unwrap(), cb.query_gid(1, 0).unwrap());
     let mut qps = Vec::new();
     for t in [QpType::Rc, QpType::Uc] {
         let qa = pa.create_qp(&QpInit::new(t, &cq_a, &cq_a)).unwrap();
@@ -87,17 +64,10 @@ fn setup() -> Setup {
         };
         qa.to_init(grant, 0).unwrap();
         qb.to_init(grant, 0).unwrap();
-        qa.connect(&ConnectParams::new(qb.qpn(), gb, PSN_B, PSN_A))
-            .unwrap();
-        qb.connect(&ConnectParams::new(qa.qpn(), ga, PSN_A, PSN_B))
-            .unwrap();
+        connect_pair((&ca, &qa), (&cb, &qb), (PSN_A, PSN_B));
         qps.push((qa, qb));
     }
-    let ud_b = pb
-        .create_qp(&QpInit::new(QpType::Ud, &cq_b, &cq_b))
-        .unwrap();
-    ud_b.to_init(Access::EMPTY, 0x1234).unwrap();
-    ud_b.activate_ud(0).unwrap();
+    let ud_b = ud_qp(&pb, &cq_b, 0x1234);
     ud_b.post_recv(RecvWr {
         wr_id: 50,
         sgl: vec![mb.sge(4096, 2048).unwrap()],
@@ -147,22 +117,7 @@ fn frame(
         p.truncate(n);
         p.extend_from_slice(&[0; 4]);
     }
-    let (IpAddr::V4(s), IpAddr::V4(d)) = (from.ip(), to.ip()) else {
-        unreachable!("IPv4 here")
-    };
-    let iph = ip::ipv4_header(
-        &ip::Ipv4Fields {
-            src: s,
-            dst: d,
-            id: 0,
-            tos: 0,
-            ttl: 64,
-            df: true,
-        },
-        ip::UDP_HDR_LEN + p.len(),
-    );
-    let udp = ip::udp_header(from.port(), to.port(), p.len());
-    softrdma_wire::icrc::fill(&iph, &udp, &mut p).unwrap();
+    fill_icrc(&mut p, from, to);
     if bad_icrc {
         let n = p.len();
         p[n - 2] ^= 0x10;
@@ -382,7 +337,8 @@ fn wrong_qpn_and_opcodes_for_the_qp_type_are_dropped() {
             "opcode {op:#x} parses"
         );
         // The ICRC covers the opcode: recompute it over the changed byte.
-        dgs.push(reframe(p, me, dev));
+        fill_icrc(&mut p, me, dev);
+        dgs.push(p);
     }
     send_and_count(&s, &sock, &dgs, &[("drop_malformed", 3)]);
     // An RC ACK for nothing outstanding: a stale response.
@@ -411,27 +367,6 @@ fn wrong_qpn_and_opcodes_for_the_qp_type_are_dropped() {
     assert_eq!(s.ca.stats().0.drop_out_of_seq, a0.drop_out_of_seq + 1);
     untouched(&s);
     still_works(&s);
-}
-
-/// Rewrites the ICRC of a hand-edited packet (BTH..ICRC).
-fn reframe(mut p: Vec<u8>, from: SocketAddr, to: SocketAddr) -> Vec<u8> {
-    let (IpAddr::V4(s), IpAddr::V4(d)) = (from.ip(), to.ip()) else {
-        unreachable!()
-    };
-    let iph = ip::ipv4_header(
-        &ip::Ipv4Fields {
-            src: s,
-            dst: d,
-            id: 0,
-            tos: 0,
-            ttl: 64,
-            df: true,
-        },
-        ip::UDP_HDR_LEN + p.len(),
-    );
-    let udp = ip::udp_header(from.port(), to.port(), p.len());
-    softrdma_wire::icrc::fill(&iph, &udp, &mut p).unwrap();
-    p
 }
 
 #[test]

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{Output, Proc, example, free_tcp_port, free_udp_port, is_listening};
+use common::{Output, Proc, example, free_tcp_port, free_udp_port};
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
@@ -44,24 +44,18 @@ fn cmd(example_name: &str, addr: &str, udp_port: u16, args: &[&str]) -> Command 
 fn pingpong(example_name: &str, opts: &[&str]) -> (Output, Output) {
     let (sa, ca) = addr_pair();
     let udp = free_udp_port();
-    let tcp = free_tcp_port();
-    let tcp_s = tcp.to_string();
-    let mut args = vec!["-p", &tcp_s];
-    args.extend_from_slice(opts);
-    let mut server = Proc::spawn(
-        &format!("{example_name} server"),
-        cmd(example_name, &sa, udp, &args),
-    );
-    // The C client does not retry its connect, so start it once the server listens.
-    server.wait_for("the TCP listener", TIMEOUT, |_| is_listening(tcp));
-    args.push("127.0.0.1");
-    let client = Proc::spawn(
-        &format!("{example_name} client"),
-        cmd(example_name, &ca, udp, &args),
-    );
-    let c = client.finish(TIMEOUT);
-    let s = server.finish(TIMEOUT);
-    (s, c)
+    let spawn = |role: &str, addr: &str, args: &[&str]| {
+        Proc::spawn(
+            &format!("{example_name} {role}"),
+            cmd(example_name, addr, udp, args),
+        )
+    };
+    common::pingpong_pair(
+        opts,
+        TIMEOUT,
+        |args| spawn("server", &sa, args),
+        |args| spawn("client", &ca, args),
+    )
 }
 
 /// The QPN and PSN of a "local address:" / "remote address:" line.
@@ -85,19 +79,7 @@ fn qpn_psn(line: &str) -> (String, String) {
 fn check_pingpong(s: &Output, c: &Output, size: u64, iters: u64, server_addr: bool) {
     common::assert_all_succeeded(&[s, c]);
     for o in [s, c] {
-        let bytes = o.line("bytes in");
-        assert!(
-            bytes.starts_with(&format!("{} bytes in ", size * iters * 2))
-                && bytes.ends_with(" Mbit/sec"),
-            "{}: {bytes:?}",
-            o.name
-        );
-        let it = o.line("iters in");
-        assert!(
-            it.starts_with(&format!("{iters} iters in ")) && it.ends_with(" usec/iter"),
-            "{}: {it:?}",
-            o.name
-        );
+        common::check_pingpong_report(o, size, iters);
         assert!(!o.stdout.contains("invalid data"), "{o}");
         assert!(o.line("local address:").contains("LID 0x0000"), "{o}");
     }
@@ -174,42 +156,20 @@ fn verbs_peer_every_operation_large_messages_psn_wrap() {
     let (sa, ca) = addr_pair();
     let udp = free_udp_port();
     let tcp = free_tcp_port().to_string();
-    // Initial PSNs just below 2^24: both send queues wrap within the first message.
+    let [server_args, client_args] = common::verbs_peer_args(&tcp);
     let server = Proc::spawn(
         "verbs_peer server",
-        cmd(
-            "verbs_peer",
-            &sa,
-            udp,
-            &[
-                "server", "--port", &tcp, "--psn", "0xfffff0", "--mtu", "1024",
-            ],
-        ),
+        cmd("verbs_peer", &sa, udp, &server_args),
     );
     let client = Proc::spawn(
         "verbs_peer client",
-        cmd(
-            "verbs_peer",
-            &ca,
-            udp,
-            &[
-                "client",
-                "127.0.0.1",
-                "--port",
-                &tcp,
-                "--psn",
-                "0xffff00",
-                "--mtu",
-                "1024",
-            ],
-        ),
+        cmd("verbs_peer", &ca, udp, &client_args),
     );
     let c = client.finish(TIMEOUT);
     let s = server.finish(TIMEOUT);
     common::assert_all_succeeded(&[&c, &s]);
-    for (o, first) in [(&s, "passive"), (&c, "active")] {
-        assert!(o.stdout.contains(&format!("phase 1 ({first}) OK")), "{o}");
-        assert_eq!(o.stdout.lines().last(), Some("PASS"), "{o}");
+    common::check_verbs_peer(&s, &c);
+    for o in [&s, &c] {
         // Sanity: thousands of packets each way (messages of up to 2 MiB at 1 KiB MTU).
         let stats = o.line("STATS");
         let tx: u64 = stats

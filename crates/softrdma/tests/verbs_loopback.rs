@@ -1,25 +1,16 @@
 //! The safe API between two devices in one process, over real UDP on loopback.
 
+mod common;
+
+use common::loopback::{ALL, connect_pair, two_devices_at, ud_qp};
 use softrdma::verbs::*;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+/// Two devices, at 127.0.0.11 and 127.0.0.12.
 fn two_contexts() -> (Context, Context) {
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let at = |d| {
-        EngineConfig::bound_to(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, 0, 0, d)),
-            port,
-        ))
-    };
-    (
-        Context::open_with(at(11)).unwrap(),
-        Context::open_with(at(12)).unwrap(),
-    )
+    let at = |d| IpAddr::V4(Ipv4Addr::new(127, 0, 0, d));
+    two_devices_at(at(11), at(12))
 }
 
 const T: Duration = Duration::from_secs(10);
@@ -27,12 +18,10 @@ const T: Duration = Duration::from_secs(10);
 #[test]
 fn rc_all_operations() {
     let (ca, cb) = two_contexts();
-    let all =
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let (ma, mb) = (
-        pa.alloc_mr(1 << 20, all).unwrap(),
-        pb.alloc_mr(1 << 20, all).unwrap(),
+        pa.alloc_mr(1 << 20, ALL).unwrap(),
+        pb.alloc_mr(1 << 20, ALL).unwrap(),
     );
     let (qa_cq, qb_cq) = (
         ca.create_cq(256, None).unwrap(),
@@ -51,12 +40,7 @@ fn rc_all_operations() {
         )
         .unwrap();
     }
-    let ga = ca.query_gid(1, 0).unwrap();
-    let gb = cb.query_gid(1, 0).unwrap();
-    qa.connect(&ConnectParams::new(qb.qpn(), gb, 0xFFFFFE, 0x000010))
-        .unwrap();
-    qb.connect(&ConnectParams::new(qa.qpn(), ga, 0x000010, 0xFFFFFE))
-        .unwrap();
+    connect_pair((&ca, &qa), (&cb, &qb), (0x000010, 0xFFFFFE));
 
     let data: Vec<u8> = (0..200_000u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
@@ -131,20 +115,7 @@ fn bad_rkey_is_remote_access_error_and_memory_untouched() {
     let qb = pb.create_qp(&QpInit::new(QpType::Rc, &cqb, &cqb)).unwrap();
     qa.to_init(Access::REMOTE_WRITE, 0).unwrap();
     qb.to_init(Access::REMOTE_WRITE, 0).unwrap();
-    qa.connect(&ConnectParams::new(
-        qb.qpn(),
-        cb.query_gid(1, 0).unwrap(),
-        1,
-        2,
-    ))
-    .unwrap();
-    qb.connect(&ConnectParams::new(
-        qa.qpn(),
-        ca.query_gid(1, 0).unwrap(),
-        2,
-        1,
-    ))
-    .unwrap();
+    connect_pair((&ca, &qa), (&cb, &qb), (2, 1));
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
     w.sgl = vec![ma.sge(0, 64).unwrap()];
@@ -169,12 +140,8 @@ fn ud_send_with_grh() {
         ca.create_cq(16, None).unwrap(),
         cb.create_cq(16, None).unwrap(),
     );
-    let qa = pa.create_qp(&QpInit::new(QpType::Ud, &cqa, &cqa)).unwrap();
-    let qb = pb.create_qp(&QpInit::new(QpType::Ud, &cqb, &cqb)).unwrap();
-    for q in [&qa, &qb] {
-        q.to_init(Access::EMPTY, 0x11111111).unwrap();
-        q.activate_ud(0).unwrap();
-    }
+    let qa = ud_qp(&pa, &cqa, 0x11111111);
+    let qb = ud_qp(&pb, &cqb, 0x11111111);
     ma.write(0, b"hello over UD").unwrap();
     qb.post_recv(RecvWr {
         wr_id: 5,
@@ -220,20 +187,7 @@ fn completion_channel_wakes_blocked_waiter() {
     let qb = pb.create_qp(&QpInit::new(QpType::Rc, &cqb, &cqb)).unwrap();
     qa.to_init(Access::EMPTY, 0).unwrap();
     qb.to_init(Access::EMPTY, 0).unwrap();
-    qa.connect(&ConnectParams::new(
-        qb.qpn(),
-        cb.query_gid(1, 0).unwrap(),
-        7,
-        9,
-    ))
-    .unwrap();
-    qb.connect(&ConnectParams::new(
-        qa.qpn(),
-        ca.query_gid(1, 0).unwrap(),
-        9,
-        7,
-    ))
-    .unwrap();
+    connect_pair((&ca, &qa), (&cb, &qb), (9, 7));
     qb.post_recv(RecvWr {
         wr_id: 1,
         sgl: vec![mb.sge(0, 64).unwrap()],
@@ -267,9 +221,7 @@ fn post_send_many_and_wait_timeout() {
     let qb = pb.create_qp(&QpInit::new(QpType::Rc, &cqb, &cqb)).unwrap();
     qa.to_init(Access::EMPTY, 0).unwrap();
     qb.to_init(Access::REMOTE_WRITE, 0).unwrap();
-    let (ga, gb) = (ca.query_gid(1, 0).unwrap(), cb.query_gid(1, 0).unwrap());
-    qa.connect(&ConnectParams::new(qb.qpn(), gb, 5, 9)).unwrap();
-    qb.connect(&ConnectParams::new(qa.qpn(), ga, 9, 5)).unwrap();
+    connect_pair((&ca, &qa), (&cb, &qb), (9, 5));
 
     // Nothing posted: an armed CQ's channel stays quiet.
     cq.req_notify(false).unwrap();

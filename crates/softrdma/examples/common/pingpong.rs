@@ -7,15 +7,23 @@
 //!   brought its QP up, and the client closes with the 5 bytes `"done\0"`;
 //! * numeric options parsed like `strtoul(arg, NULL, 0)` (decimal, `0x` hex,
 //!   leading-`0` octal);
-//! * the closing report lines with the C program's float arithmetic.
+//! * the closing report lines with the C program's float arithmetic;
+//! * the steps both C programs take alike: `main`'s exit codes, opening the
+//!   device, the buffer, CQ and QP (`pp_init_ctx`), posting receives, the
+//!   address exchange and the ping-pong loop itself.
 //!
-//! Both examples include this file with `#[path]`; each uses only part of it.
+//! Both examples include this file with `#[path]` (and `tests/two_process.rs`
+//! for the message format); each uses only part of it.
 #![allow(dead_code)]
 
-use softrdma::verbs::{Gid, Wc, WcStatus};
+use softrdma::verbs::{
+    Access, AddressVector, Ah, CompChannel, Context, Cq, Gid, Mr, Pd, Qp, QpAttr, QpAttrMask as M,
+    QpCap, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr, Wc, WcStatus, WrOpcode, devices,
+};
 use std::io::{Read, Write};
 use std::net::{Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 /// Size of the exchange message: `sizeof "0000:000000:000000:" + 32 hex digits`, NUL included.
 pub(crate) const MSG_LEN: usize = 52;
@@ -24,6 +32,11 @@ pub(crate) const MSG_LEN: usize = 52;
 pub(crate) const RECV_WRID: u64 = 1;
 /// `wr_id` of sends.
 pub(crate) const SEND_WRID: u64 = 2;
+
+/// The Q_Key both sides of `ud_pingpong` use.
+pub(crate) const QKEY: u32 = 0x1111_1111;
+/// Bytes of GRH area in front of every UD receive.
+pub(crate) const GRH: usize = 40;
 
 /// One side's address, as the pingpong programs exchange it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +96,60 @@ impl Dest {
     pub(crate) fn gid_text(&self) -> String {
         Ipv6Addr::from(self.gid.0).to_string()
     }
+
+    /// The address vector towards this peer from `port` (with a GRH, and so
+    /// a route on RoCE, only if the peer sent a GID): what both programs set
+    /// up, but for the hop limit.
+    pub(crate) fn av(&self, port: u8, sl: u8, gid_idx: i32, hop_limit: u8) -> AddressVector {
+        let mut av = AddressVector {
+            is_global: false,
+            dlid: self.lid,
+            sl,
+            src_path_bits: 0,
+            port_num: port,
+            ..AddressVector::default()
+        };
+        if self.has_gid() {
+            av.is_global = true;
+            av.hop_limit = hop_limit;
+            av.dgid = self.gid.0;
+            av.sgid_index = gid_idx as u8;
+        }
+        av
+    }
+}
+
+/// Prints an address line: `label` is `"local address: "` or `"remote address:"`,
+/// `before_gid` what the C program puts before "GID" (`,`, or `:` on
+/// `ud_pingpong`'s local line).
+pub(crate) fn print_address(label: &str, d: &Dest, before_gid: &str) {
+    println!(
+        "  {label} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{before_gid} GID {}",
+        d.lid,
+        d.qpn,
+        d.psn,
+        d.gid_text()
+    );
+}
+
+/// The whole exchange: as client of `host` or as server on `port`, then the
+/// remote address line. `connect` brings our QP up towards the peer: the
+/// server does so before it answers, the client once it has the answer.
+pub(crate) fn exchange(
+    host: Option<&str>,
+    port: u16,
+    me: &Dest,
+    mut connect: impl FnMut(&Dest) -> Result<(), String>,
+) -> Result<Dest, String> {
+    let rem = match host {
+        Some(server) => client_exchange(server, port, me)?,
+        None => server_exchange(port, me, &mut connect)?,
+    };
+    print_address("remote address:", &rem, ",");
+    if host.is_some() {
+        connect(&rem)?;
+    }
+    Ok(rem)
 }
 
 /// The client side of the exchange: connect, send ours, read theirs, say "done".
@@ -205,7 +272,7 @@ pub(crate) fn chk_byte(page: usize) -> u8 {
 }
 
 /// Prints the two closing lines exactly as the C programs do (`float` µs).
-pub(crate) fn report(start: std::time::Instant, size: u32, iters: u32) {
+pub(crate) fn report(start: Instant, size: u32, iters: u32) {
     let usec = start.elapsed().as_micros() as f32;
     let bytes = i64::from(size) * i64::from(iters) * 2;
     let usec = f64::from(usec);
@@ -302,6 +369,300 @@ impl Counters {
         if self.scnt < self.iters && self.pending == 0 {
             post_send().map_err(|e| format!("Couldn't post send ({e})"))?;
             self.pending = RECV_WRID | SEND_WRID;
+        }
+        Ok(())
+    }
+}
+
+/// `main` of both programs: bad options exit with 1 like the C programs
+/// (clap's default is 2), `--help` with 0; an error of `run` is printed and
+/// exits with 1.
+pub(crate) fn main_with<A: clap::Parser>(run: impl FnOnce(&A) -> Result<(), String>) -> ExitCode {
+    let args = match A::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("{msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Opens device `ib_dev` (the first one without it) and prints which backend
+/// serves it.
+pub(crate) fn open_device(ib_dev: Option<&str>) -> Result<Context, String> {
+    if let Some(d) = ib_dev.filter(|d| !devices().contains(d)) {
+        return Err(format!("IB device {d} not found"));
+    }
+    let mut open = Context::builder();
+    if let Some(d) = ib_dev {
+        open = open.device(d);
+    }
+    let ctx = open
+        .open()
+        .map_err(|e| format!("Couldn't get context for softrdma0 ({e})"))?;
+    println!("backend: {}", ctx.backend_info());
+    Ok(ctx)
+}
+
+/// The completion channel of `-e`, if given.
+pub(crate) fn comp_channel(ctx: &Context, events: bool) -> Result<Option<CompChannel>, String> {
+    if !events {
+        return Ok(None);
+    }
+    ctx.create_comp_channel()
+        .map(Some)
+        .map_err(|e| format!("Couldn't create completion channel ({e})"))
+}
+
+/// Where messages start in the buffer: UD receives begin with the GRH area.
+fn msg_offset(qp_type: QpType) -> usize {
+    if qp_type == QpType::Ud { GRH } else { 0 }
+}
+
+/// Everything the ping-pong loop touches (`struct pingpong_context`).
+pub(crate) struct Pp {
+    pub(crate) pd: Pd,
+    pub(crate) qp: Qp,
+    pub(crate) mr: Mr,
+    pub(crate) cq: Cq,
+    size: u32,
+    rx_depth: u32,
+    inline: bool,
+    /// UD: the address handle to the peer (set when connecting) and its QPN.
+    pub(crate) ah: Option<Ah>,
+    pub(crate) remote_qpn: u32,
+}
+
+/// What the loop takes from the command line.
+pub(crate) struct LoopOpts {
+    pub(crate) iters: u32,
+    pub(crate) client: bool,
+    /// `-c`: the client marks each page, the server checks the marks.
+    pub(crate) chk: bool,
+}
+
+impl Pp {
+    /// `pp_init_ctx` from the PD on: a buffer of `size` bytes (after the GRH
+    /// area on UD) filled with 0x7b, a CQ of `rx_depth + 1` entries reporting
+    /// to `channel`, and a QP of `qp_type` with room for `rx_depth` receives.
+    pub(crate) fn new(
+        ctx: &Context,
+        channel: Option<&CompChannel>,
+        qp_type: QpType,
+        size: u32,
+        rx_depth: u32,
+    ) -> Result<Pp, String> {
+        let pd = ctx
+            .alloc_pd()
+            .map_err(|e| format!("Couldn't allocate PD ({e})"))?;
+        let len = size as usize + msg_offset(qp_type);
+        let mr = pd
+            .alloc_mr(len, Access::LOCAL_WRITE)
+            .map_err(|e| format!("Couldn't register MR ({e})"))?;
+        mr.write(0, &vec![0x7b; len])
+            .map_err(|e| format!("Couldn't allocate work buf. ({e})"))?;
+        let cq = ctx
+            .create_cq(rx_depth + 1, channel)
+            .map_err(|e| format!("Couldn't create CQ ({e})"))?;
+        let mut init = QpInit::new(qp_type, &cq, &cq);
+        init.cap = QpCap {
+            max_send_wr: 1,
+            max_recv_wr: rx_depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = pd
+            .create_qp(&init)
+            .map_err(|e| format!("Couldn't create QP ({e})"))?;
+        let inline = qp.cap().max_inline_data >= size;
+        Ok(Pp {
+            pd,
+            qp,
+            mr,
+            cq,
+            size,
+            rx_depth,
+            inline,
+            ah: None,
+            remote_qpn: 0,
+        })
+    }
+
+    /// Where messages start in the buffer.
+    fn offset(&self) -> usize {
+        msg_offset(self.qp.qp_type())
+    }
+
+    /// RESET → INIT on `port`: an RC QP grants no remote access, a UD QP
+    /// takes the Q_Key.
+    pub(crate) fn to_init(&self, port: u8) -> Result<(), String> {
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            pkey_index: 0,
+            port_num: port,
+            ..QpAttr::default()
+        };
+        let mut mask = M::STATE | M::PKEY_INDEX | M::PORT;
+        if self.qp.qp_type() == QpType::Ud {
+            a.qkey = QKEY;
+            mask = mask | M::QKEY;
+        } else {
+            a.qp_access_flags = Access::EMPTY;
+            mask = mask | M::ACCESS_FLAGS;
+        }
+        self.qp
+            .modify(&a, mask)
+            .map_err(|e| format!("Failed to modify QP to INIT ({e})"))
+    }
+
+    /// Our address: `lid` and `gid` of the port, this QP, a random PSN.
+    pub(crate) fn dest(&self, lid: u16, gid: Gid) -> Dest {
+        Dest {
+            lid,
+            qpn: self.qp.qpn(),
+            psn: random_psn(),
+            gid,
+        }
+    }
+
+    /// Posts up to `n` receives of the whole buffer (GRH area included);
+    /// returns how many were posted.
+    fn post_recv(&self, n: u32) -> u32 {
+        let Ok(sge) = self.mr.sge(0, self.size as usize + self.offset()) else {
+            return 0;
+        };
+        for i in 0..n {
+            let wr = RecvWr {
+                wr_id: RECV_WRID,
+                sgl: vec![sge],
+            };
+            if self.qp.post_recv(wr).is_err() {
+                return i;
+            }
+        }
+        n
+    }
+
+    /// Posts one signalled SEND of the message (inline when the QP allows
+    /// it); on UD to the peer's address handle.
+    fn post_send(&self) -> Result<(), String> {
+        let mut wr = SendWr::new(SEND_WRID, WrOpcode::Send);
+        wr.flags = SendFlags::SIGNALED;
+        if self.qp.qp_type() == QpType::Ud {
+            let ah = self.ah.as_ref().ok_or("no address handle")?;
+            wr.ud = Some(ah.dest(self.remote_qpn, QKEY));
+        }
+        let (off, len) = (self.offset(), self.size as usize);
+        if self.inline {
+            wr.flags = wr.flags | SendFlags::INLINE;
+            wr.inline = Some(self.mr.to_vec(off, len).map_err(|e| e.to_string())?);
+        } else {
+            wr.sgl = vec![self.mr.sge(off, len).map_err(|e| e.to_string())?];
+        }
+        self.qp.post_send(wr).map_err(|e| e.to_string())
+    }
+
+    /// Posts the first `rx_depth` receives and, with a channel, arms the CQ;
+    /// returns how many receives are outstanding.
+    pub(crate) fn start(&self, channel: Option<&CompChannel>) -> Result<u32, String> {
+        let routs = self.post_recv(self.rx_depth);
+        if routs < self.rx_depth {
+            return Err(format!("Couldn't post receive ({routs})"));
+        }
+        if channel.is_some() {
+            self.cq
+                .req_notify(false)
+                .map_err(|e| format!("Couldn't request CQ notification ({e})"))?;
+        }
+        Ok(routs)
+    }
+
+    /// The ping-pong on a connected QP with `routs` receives posted: the
+    /// client sends first, each side sends again once its send completed and
+    /// a message arrived, until both counted `iters`; then the report, and the
+    /// server's `-c` check. `wc_err` words a failed completion's error as the
+    /// program does (it gets the error and how many completions the poll
+    /// returned).
+    pub(crate) fn ping_pong(
+        &self,
+        channel: Option<&CompChannel>,
+        routs: u32,
+        o: &LoopOpts,
+        wc_err: impl Fn(String, usize) -> String,
+    ) -> Result<(), String> {
+        let page = page_size();
+        let (off, size) = (self.offset(), self.size as usize);
+        let mut c = Counters {
+            iters: o.iters,
+            rx_depth: self.rx_depth,
+            scnt: 0,
+            rcnt: 0,
+            routs,
+            pending: RECV_WRID,
+        };
+        if o.client {
+            if o.chk {
+                for i in (0..size).step_by(page) {
+                    self.mr
+                        .write(i + off, &[chk_byte(i / page)])
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            self.post_send()
+                .map_err(|e| format!("Couldn't post send ({e})"))?;
+            c.pending |= SEND_WRID;
+        }
+
+        let start = Instant::now();
+        let mut wcs = Vec::with_capacity(2);
+        while !c.done() {
+            if let Some(ch) = channel {
+                let id = ch
+                    .wait()
+                    .map_err(|e| format!("Failed to get cq_event ({e})"))?;
+                if id != self.cq.id() {
+                    return Err(format!("CQ event for unknown CQ {id:?}"));
+                }
+                self.cq
+                    .req_notify(false)
+                    .map_err(|e| format!("Couldn't request CQ notification ({e})"))?;
+            }
+            wcs.clear();
+            loop {
+                self.cq
+                    .poll(&mut wcs, 2)
+                    .map_err(|e| format!("poll CQ failed {e}"))?;
+                if channel.is_some() || !wcs.is_empty() {
+                    break;
+                }
+            }
+            for wc in &wcs {
+                c.on_wc(wc, |n| self.post_recv(n), || self.post_send())
+                    .map_err(|e| wc_err(e, wcs.len()))?;
+            }
+        }
+        report(start, self.size, o.iters);
+
+        if !o.client && o.chk {
+            for i in (0..size).step_by(page) {
+                let mut b = [0u8];
+                self.mr.read(i + off, &mut b).map_err(|e| e.to_string())?;
+                if b[0] != chk_byte(i / page) {
+                    println!("invalid data in page {}", i / page);
+                }
+            }
         }
         Ok(())
     }

@@ -38,14 +38,17 @@
 //!   open file descriptors returned exactly to their level after warm-up and
 //!   memory stayed within a bound; `PASS`.
 
+mod peer;
+
+use peer::{ALL, Chan, RcSide, pattern, u64_at, wait_wcs};
 use softrdma::cm::{Acceptor, ConnOptions, Connection, Connector};
 use softrdma::verbs::{
-    Access, ConnectParams, Context, Cq, EngineConfig, Gid, Mr, Mtu, Qp, QpInit, QpType, RecvWr,
-    SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
+    Context, Cq, EngineConfig, Mr, Mtu, Qp, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus,
+    WrOpcode,
 };
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -57,45 +60,17 @@ fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
 
 /// How long any single wait may take.
 const WAIT: Duration = Duration::from_secs(90);
+/// How long completion waits sleep while nothing arrives.
+const IDLE: Duration = Duration::from_micros(200);
 
-fn all_rights() -> Access {
-    Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
-}
-
-/// A seeded byte pattern (xorshift64*).
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        v.extend_from_slice(&s.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-/// Polls until `n` completions arrived (backing off so that two processes
-/// and their progress threads share two CPUs).
-fn wait_wcs(cq: &Cq, n: usize, limit: Duration) -> Res<Vec<Wc>> {
-    let t0 = Instant::now();
-    let mut last = Instant::now();
-    let mut v = Vec::with_capacity(n);
-    while v.len() < n {
-        let k = v.len();
-        cq.poll(&mut v, n - k).map_err(e("poll_cq"))?;
-        if v.len() > k {
-            last = Instant::now();
-        } else if t0.elapsed() > limit {
-            return Err(format!("{} of {n} completions after {limit:?}", v.len()));
-        } else if last.elapsed() < Duration::from_micros(200) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-    Ok(v)
+/// Posts receive `wr_id` of `len` bytes at `off` of `mr`.
+fn post_recv(qp: &Qp, mr: &Mr, wr_id: u64, off: usize, len: usize) -> Res<()> {
+    let sge = mr.sge(off, len).map_err(e("sge"))?;
+    qp.post_recv(RecvWr {
+        wr_id,
+        sgl: vec![sge],
+    })
+    .map_err(e("post_recv"))
 }
 
 fn expect_ok(w: &Wc, wr_id: u64, what: &str) -> Res<()> {
@@ -163,6 +138,11 @@ fn options(args: &[String]) -> Res<(Vec<String>, HashMap<String, String>)> {
     Ok((pos, opts))
 }
 
+/// The first positional argument as `ADDR:PORT` (`usage` if there is none).
+fn first_addr(pos: &[String], usage: &'static str) -> Res<SocketAddr> {
+    pos.first().ok_or(usage)?.parse().map_err(e("address"))
+}
+
 fn num(opts: &HashMap<String, String>, k: &str, default: u64) -> Res<u64> {
     match opts.get(k) {
         None => Ok(default),
@@ -176,63 +156,6 @@ fn num(opts: &HashMap<String, String>, k: &str, default: u64) -> Res<u64> {
 
 // ---------------------------------------------------------------------------
 // exchange
-
-/// The TCP side channel: newline-terminated lines.
-struct Chan {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Chan {
-    fn open(server: Option<&str>, port: u16) -> Res<Chan> {
-        let s = match server {
-            None => {
-                let l = TcpListener::bind(("0.0.0.0", port)).map_err(e("listen"))?;
-                l.accept().map_err(e("accept"))?.0
-            }
-            Some(host) => {
-                let t0 = Instant::now();
-                loop {
-                    match TcpStream::connect((host, port)) {
-                        Ok(s) => break s,
-                        Err(err) if t0.elapsed() > Duration::from_secs(20) => {
-                            return Err(format!("connect to {host}:{port}: {err}"));
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                    }
-                }
-            }
-        };
-        s.set_read_timeout(Some(WAIT)).map_err(e("timeout"))?;
-        let _ = s.set_nodelay(true);
-        Ok(Chan {
-            r: BufReader::new(s.try_clone().map_err(e("clone"))?),
-            w: s,
-        })
-    }
-    fn send(&mut self, line: &str) -> Res<()> {
-        self.w
-            .write_all(format!("{line}\n").as_bytes())
-            .map_err(e("side channel write"))
-    }
-    fn recv(&mut self) -> Res<String> {
-        let mut s = String::new();
-        match self.r.read_line(&mut s) {
-            Ok(0) => Err("side channel closed by the peer".into()),
-            Ok(_) => Ok(s.trim_end().to_string()),
-            Err(err) => Err(format!("side channel read: {err}")),
-        }
-    }
-    /// Both sides say `what`; returns the peer's line.
-    fn barrier(&mut self, what: &str) -> Res<String> {
-        self.send(what)?;
-        let l = self.recv()?;
-        if l.split_whitespace().next() != what.split_whitespace().next() {
-            return Err(format!("expected {what:?} from the peer, got {l:?}"));
-        }
-        Ok(l)
-    }
-}
 
 /// Region layout of the exchange, for message size `s`.
 struct Layout {
@@ -283,66 +206,26 @@ fn exchange(args: &[String]) -> Res<()> {
     let client = server.is_some();
     let lay = Layout { s: size };
 
-    let ctx = Context::open().map_err(e("open device"))?;
-    let pd = ctx.alloc_pd().map_err(e("alloc_pd"))?;
-    let mr = pd
-        .alloc_mr(lay.len(), all_rights())
-        .map_err(e("alloc_mr"))?;
-    let cq = ctx.create_cq(256, None).map_err(e("create_cq"))?;
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .map_err(e("create_qp"))?;
-    qp.to_init(
-        Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        0,
-    )
-    .map_err(e("to_init"))?;
-    let mut ch = Chan::open(server.as_deref(), port)?;
-    ch.send(&format!(
-        "HELLO {} {psn} {} {} {}",
-        qp.qpn(),
-        ctx.local_addr().ip(),
-        mr.addr(),
-        mr.rkey()
-    ))?;
-    let hello = ch.recv()?;
-    let f: Vec<&str> = hello.split_whitespace().collect();
-    if f.len() != 6 || f[0] != "HELLO" {
-        return Err(format!("bad HELLO {hello:?}"));
-    }
-    let bad = |_| format!("bad HELLO {hello:?}");
-    let (pqpn, ppsn): (u32, u32) = (f[1].parse().map_err(bad)?, f[2].parse().map_err(bad)?);
-    let pip: IpAddr = f[3].parse().map_err(|_| format!("bad HELLO {hello:?}"))?;
-    let (paddr, prkey): (u64, u32) = (
-        f[4].parse().map_err(|_| format!("bad HELLO {hello:?}"))?,
-        f[5].parse().map_err(|_| format!("bad HELLO {hello:?}"))?,
-    );
-    let mut cp = ConnectParams::new(pqpn, Gid::from_ip(pip), ppsn, psn);
-    cp.mtu = Mtu::M1024;
-    cp.timeout = timeout;
-    qp.connect(&cp).map_err(e("connect"))?;
-    ch.barrier("READY")?;
-    println!(
-        "connected: QPN {:#x} PSN {psn:#x} at {} <-> QPN {pqpn:#x} PSN {ppsn:#x} at {pip}",
-        qp.qpn(),
-        ctx.local_addr().ip()
-    );
+    let rc = RcSide::open(lay.len())?;
+    let mut ch = Chan::open(server.as_deref(), port, WAIT)?;
+    let peer = rc.connect(&mut ch, psn, Mtu::M1024, timeout)?;
+    let (qp, cq, mr) = (&rc.qp, &rc.cq, &rc.mr);
 
     for round in 0..rounds {
         let active = (round % 2 == 0) == client;
         // Both regions hold this round's patterns before anything moves.
-        let (me, peer) = if client { (1, 2) } else { (2, 1) };
+        let (me, peer_seed) = if client { (1, 2) } else { (2, 1) };
         mr.write(0, &pattern(round * 16 + me, lay.len()))
             .map_err(e("fill"))?;
         if active {
             ch.barrier("FILLED")?;
             ch.recv()?; // POSTED
-            active_round(&qp, &cq, &mr, &lay, (paddr, prkey), round, peer)?;
+            active_round(qp, cq, mr, &lay, (peer.addr, peer.rkey), round, peer_seed)?;
             ch.send("DONE")?;
             ch.barrier("CHECKED")?;
         } else {
             ch.barrier("FILLED")?;
-            passive_round(&qp, &cq, &mr, &lay, &mut ch, round, peer)?;
+            passive_round(qp, cq, mr, &lay, &mut ch, round, peer_seed)?;
         }
         println!(
             "round {round} ({}) OK",
@@ -352,29 +235,12 @@ fn exchange(args: &[String]) -> Res<()> {
     // Every work request of both sides completed: nothing is left to
     // retransmit, so either side may go.
     ch.barrier("BYE")?;
-    let (s, _) = ctx.stats();
-    println!(
-        "STATS tx_packets={} rx_packets={} retransmits={} timeouts={} tx_nak_seq={} rx_nak={} \
-         drop_out_of_seq={} rx_duplicates={} drop_bad_icrc={}",
-        s.tx_packets,
-        s.rx_packets,
-        s.retransmits,
-        s.timeouts,
-        s.tx_nak_seq,
-        s.rx_nak,
-        s.drop_out_of_seq,
-        s.rx_duplicates,
-        s.drop_bad_icrc
-    );
+    println!("{}", rc.stats_line());
     Ok(())
 }
 
 const CAS_SWAP: u64 = 0x5A5A_0000_1234_5678;
 const FADD: u64 = 0x0000_0001_0000_0003;
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    u64::from_ne_bytes(b[off..off + 8].try_into().expect("8 bytes"))
-}
 
 fn active_round(
     qp: &Qp,
@@ -436,7 +302,7 @@ fn active_round(
     remote(&mut w, lay.atomics() + 8);
     w.compare_add = FADD;
     qp.post_send(w).map_err(e("post FADD"))?;
-    let wcs = wait_wcs(cq, 6, WAIT)?;
+    let wcs = wait_wcs(cq, 6, WAIT, IDLE)?;
     for (i, w) in wcs.iter().enumerate() {
         expect_ok(w, i as u64 + 1, "active round")?;
     }
@@ -466,11 +332,7 @@ fn passive_round(
     peer_seed: u64,
 ) -> Res<()> {
     let s = lay.s;
-    qp.post_recv(RecvWr {
-        wr_id: 11,
-        sgl: vec![mr.sge(lay.recv_dst(), s).map_err(e("sge"))?],
-    })
-    .map_err(e("post_recv"))?;
+    post_recv(qp, mr, 11, lay.recv_dst(), s)?;
     qp.post_recv(RecvWr {
         wr_id: 12,
         sgl: vec![],
@@ -479,7 +341,7 @@ fn passive_round(
     let mine = pattern(round * 16 + if peer_seed == 1 { 2 } else { 1 }, lay.len());
     let theirs = pattern(round * 16 + peer_seed, lay.len());
     ch.send("POSTED")?;
-    let wcs = wait_wcs(cq, 2, WAIT)?;
+    let wcs = wait_wcs(cq, 2, WAIT, IDLE)?;
     expect_ok(&wcs[0], 11, "SEND receive")?;
     expect_ok(&wcs[1], 12, "WRITE_IMM receive")?;
     if wcs[0].byte_len as usize != s
@@ -571,21 +433,12 @@ fn post_stream_op(c: &Connection, mr: &Mr, (raddr, rkey): (u64, u32), n: u64) ->
 
 fn post_stream_recv(c: &Connection, mr: &Mr, n: u64) -> Res<()> {
     let off = 32 * 1024 + (n as usize % 8) * 4096;
-    c.qp()
-        .post_recv(RecvWr {
-            wr_id: n | 1 << 63,
-            sgl: vec![mr.sge(off, 4096).map_err(e("sge"))?],
-        })
-        .map_err(e("post_recv"))
+    post_recv(c.qp(), mr, n | 1 << 63, off, 4096)
 }
 
 fn serve(args: &[String]) -> Res<()> {
     let (pos, opts) = options(args)?;
-    let addr: SocketAddr = pos
-        .first()
-        .ok_or("serve ADDR:PORT")?
-        .parse()
-        .map_err(e("address"))?;
+    let addr = first_addr(&pos, "serve ADDR:PORT")?;
     let rounds = num(&opts, "rounds", 3)?;
     let bound = Duration::from_millis(num(&opts, "bound-ms", 20_000)?);
     let ctx = Context::open_at(addr.ip()).map_err(e("open device"))?;
@@ -601,10 +454,7 @@ fn serve(args: &[String]) -> Res<()> {
         let inc = acceptor.incoming().map_err(e("incoming"))?;
         let peer = parse_desc(inc.private_data())?;
         let c = inc.accept(&[]).map_err(e("accept"))?;
-        let mr = c
-            .pd()
-            .alloc_mr(STREAM_BUF, all_rights())
-            .map_err(e("alloc_mr"))?;
+        let mr = c.pd().alloc_mr(STREAM_BUF, ALL).map_err(e("alloc_mr"))?;
         mr.write(0, &pattern(round, STREAM_BUF))
             .map_err(e("fill"))?;
         // Tell the peer where to write (a SEND it has a receive for).
@@ -713,20 +563,14 @@ fn serve(args: &[String]) -> Res<()> {
 
 fn stream(args: &[String]) -> Res<()> {
     let (pos, _) = options(args)?;
-    let addr: SocketAddr = pos
-        .first()
-        .ok_or("stream ADDR:PORT")?
-        .parse()
-        .map_err(e("address"))?;
+    let addr = first_addr(&pos, "stream ADDR:PORT")?;
     let ctx = Context::open().map_err(e("open device"))?;
     let pd = ctx.alloc_pd().map_err(e("alloc_pd"))?;
     let opts = ConnOptions {
         pd: Some(pd.clone()),
         ..conn_opts()
     };
-    let mr = pd
-        .alloc_mr(STREAM_BUF, all_rights())
-        .map_err(e("alloc_mr"))?;
+    let mr = pd.alloc_mr(STREAM_BUF, ALL).map_err(e("alloc_mr"))?;
     let t0 = Instant::now();
     let c = loop {
         match Connector::on(&ctx)
@@ -745,12 +589,7 @@ fn stream(args: &[String]) -> Res<()> {
     };
     // The server's buffer arrives in its first SEND, into the first receive
     // (a buffer of its own: later SENDs cycle through the ring).
-    c.qp()
-        .post_recv(RecvWr {
-            wr_id: DESC_WR,
-            sgl: vec![mr.sge(DESC_OFF, 64).map_err(e("sge"))?],
-        })
-        .map_err(e("post_recv"))?;
+    post_recv(c.qp(), &mr, DESC_WR, DESC_OFF, 64)?;
     for n in 0..DEPTH as u64 {
         post_stream_recv(&c, &mr, n)?;
     }
@@ -835,16 +674,8 @@ fn soak(args: &[String]) -> Res<()> {
                     let mut cs = Vec::new();
                     for _ in 0..conns {
                         let c = acceptor.accept().map_err(e("accept"))?;
-                        let mr = c
-                            .pd()
-                            .alloc_mr(16 * 1024, all_rights())
-                            .map_err(e("alloc_mr"))?;
-                        c.qp()
-                            .post_recv(RecvWr {
-                                wr_id: 1,
-                                sgl: vec![mr.sge(0, 4096).map_err(e("sge"))?],
-                            })
-                            .map_err(e("post_recv"))?;
+                        let mr = c.pd().alloc_mr(16 * 1024, ALL).map_err(e("alloc_mr"))?;
+                        post_recv(c.qp(), &mr, 1, 0, 4096)?;
                         let mut w = SendWr::new(2, WrOpcode::Send);
                         w.flags = SendFlags::SIGNALED | SendFlags::INLINE;
                         w.inline = Some(desc(&mr));
@@ -852,7 +683,7 @@ fn soak(args: &[String]) -> Res<()> {
                         cs.push((c, mr));
                     }
                     for (c, mr) in &cs {
-                        let wcs = wait_wcs(c.cq(), 2, WAIT)?;
+                        let wcs = wait_wcs(c.cq(), 2, WAIT, IDLE)?;
                         for w in &wcs {
                             // The descriptor SEND (2) may be flushed: its ACK
                             // can be lost (SOFTRDMA_FAULTS) after the client
@@ -888,7 +719,7 @@ fn soak(args: &[String]) -> Res<()> {
         let pd = ca.alloc_pd().map_err(e("alloc_pd"))?;
         for i in 0..64usize {
             let len = 1 + (i * 7919 + cycle as usize * 31) % (256 * 1024);
-            let mr = pd.alloc_mr(len, all_rights()).map_err(e("alloc_mr"))?;
+            let mr = pd.alloc_mr(len, ALL).map_err(e("alloc_mr"))?;
             let k = mr.rkey();
             if !recent_set.insert(k) {
                 return Err(format!("key {k:#x} reused within 1024 registrations"));
@@ -948,62 +779,47 @@ fn soak_client(
             .options(conn_opts())
             .connect(server, &[])
             .map_err(e("connect"))?;
-        let mr = c
-            .pd()
-            .alloc_mr(16 * 1024, all_rights())
-            .map_err(e("alloc_mr"))?;
-        c.qp()
-            .post_recv(RecvWr {
-                wr_id: 100,
-                sgl: vec![mr.sge(8192, 4096).map_err(e("sge"))?],
-            })
-            .map_err(e("post_recv"))?;
+        let mr = c.pd().alloc_mr(16 * 1024, ALL).map_err(e("alloc_mr"))?;
+        post_recv(c.qp(), &mr, 100, 8192, 4096)?;
         let attr = c.qp().query().map_err(e("query_qp"))?;
         psns.insert(attr.sq_psn);
         cs.push((c, mr));
     }
     let mut ops = 0;
     for (c, mr) in &cs {
-        let d = wait_wcs(c.cq(), 1, WAIT)?;
+        let d = wait_wcs(c.cq(), 1, WAIT, IDLE)?;
         expect_ok(&d[0], 100, "descriptor")?;
         let (raddr, rkey, _) = parse_desc(&mr.to_vec(8192, 16).map_err(e("read"))?)?;
         let qpn = c.qp().qpn();
         let data = pattern(u64::from(qpn), 3000);
         mr.write(0, &data).map_err(e("fill"))?;
-        let sig = |id, op| {
+        // A signalled request from `len` bytes at `off` of ours, to `roff` of
+        // the server's region.
+        let to_server = |id, op, off, len, roff: u64| -> Res<SendWr> {
             let mut w = SendWr::new(id, op);
             w.flags = SendFlags::SIGNALED;
-            w
+            w.sgl = vec![mr.sge(off, len).map_err(e("sge"))?];
+            w.remote_addr = raddr + roff;
+            w.rkey = rkey;
+            Ok(w)
         };
+        let post = |w, what| c.qp().post_send(w).map_err(e(what));
         // WRITE 3000 bytes to the server's [4096..), READ them back to
         // [4096..) of ours, atomics on [12288..), then the SEND.
-        let mut w = sig(1, WrOpcode::RdmaWrite);
-        w.sgl = vec![mr.sge(0, 3000).map_err(e("sge"))?];
-        w.remote_addr = raddr + 4096;
-        w.rkey = rkey;
-        c.qp().post_send(w).map_err(e("WRITE"))?;
-        let mut w = sig(2, WrOpcode::RdmaRead);
-        w.sgl = vec![mr.sge(4096, 3000).map_err(e("sge"))?];
-        w.remote_addr = raddr + 4096;
-        w.rkey = rkey;
-        c.qp().post_send(w).map_err(e("READ"))?;
-        let mut w = sig(3, WrOpcode::AtomicFetchAndAdd);
-        w.sgl = vec![mr.sge(12288, 8).map_err(e("sge"))?];
-        w.remote_addr = raddr + 12288;
-        w.rkey = rkey;
+        post(to_server(1, WrOpcode::RdmaWrite, 0, 3000, 4096)?, "WRITE")?;
+        post(to_server(2, WrOpcode::RdmaRead, 4096, 3000, 4096)?, "READ")?;
+        let mut w = to_server(3, WrOpcode::AtomicFetchAndAdd, 12288, 8, 12288)?;
         w.compare_add = 5;
-        c.qp().post_send(w).map_err(e("FADD"))?;
-        let mut w = sig(4, WrOpcode::AtomicCmpAndSwp);
-        w.sgl = vec![mr.sge(12296, 8).map_err(e("sge"))?];
-        w.remote_addr = raddr + 12288;
-        w.rkey = rkey;
+        post(w, "FADD")?;
+        let mut w = to_server(4, WrOpcode::AtomicCmpAndSwp, 12296, 8, 12288)?;
         w.compare_add = 5;
         w.swap = 77;
-        c.qp().post_send(w).map_err(e("CAS"))?;
-        let mut w = sig(5, WrOpcode::Send);
+        post(w, "CAS")?;
+        let mut w = SendWr::new(5, WrOpcode::Send);
+        w.flags = SendFlags::SIGNALED;
         w.sgl = vec![mr.sge(0, 3000).map_err(e("sge"))?];
-        c.qp().post_send(w).map_err(e("SEND"))?;
-        let wcs = wait_wcs(c.cq(), 5, WAIT)?;
+        post(w, "SEND")?;
+        let wcs = wait_wcs(c.cq(), 5, WAIT, IDLE)?;
         for (i, w) in wcs.iter().enumerate() {
             expect_ok(w, i as u64 + 1, "soak op")?;
         }

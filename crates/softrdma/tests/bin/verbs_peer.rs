@@ -29,20 +29,20 @@
 //! last line `PASS` mean everything matched; the line before it gives the
 //! transport counters (`STATS ...`).
 
-use softrdma::verbs::{
-    Access, ConnectParams, Context, Cq, Gid, Mr, Mtu, Qp, QpInit, QpType, RecvWr, SendFlags,
-    SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
-};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, TcpListener, TcpStream};
+mod peer;
+
+use peer::{Chan, Hello, RcSide, pattern, u64_at, wait_wcs};
+use softrdma::verbs::{Mtu, RecvWr, SendFlags, SendWr, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MIB: usize = 1 << 20;
 /// Size of each side's region.
 const REGION: usize = 8 * MIB;
 /// How long any single wait may take before the peer gives up.
 const WAIT: Duration = Duration::from_secs(60);
+/// How long completion waits sleep while nothing arrives.
+const IDLE: Duration = Duration::from_micros(100);
 
 /// One 64-bit FNV-1a hash per MiB of a region.
 fn chunk_hashes(b: &[u8]) -> Vec<u64> {
@@ -53,51 +53,6 @@ fn chunk_hashes(b: &[u8]) -> Vec<u64> {
             })
         })
         .collect()
-}
-
-/// The seeded byte pattern a region is filled with (xorshift64*).
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        v.extend_from_slice(&s.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-/// Polls `cq` until `n` completions arrived. Unlike `Cq::poll_blocking` it backs
-/// off (yield, then short sleeps) while nothing arrives, so that two peers and
-/// their progress threads share a 2-CPU test machine without starving each other.
-fn wait_wcs(cq: &Cq, n: usize) -> softrdma::Result<Vec<Wc>> {
-    let t0 = Instant::now();
-    let mut last = Instant::now();
-    let mut v = Vec::with_capacity(n);
-    while v.len() < n {
-        let k = v.len();
-        cq.poll(&mut v, n - k)?;
-        if v.len() > k {
-            last = Instant::now();
-        } else if t0.elapsed() > WAIT {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("{} of {n} completions after {WAIT:?}", v.len()),
-            )
-            .into());
-        } else if last.elapsed() < Duration::from_micros(200) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
-    Ok(v)
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    u64::from_ne_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 
 struct Opts {
@@ -173,141 +128,18 @@ fn main() -> ExitCode {
     }
 }
 
-/// The TCP side channel: newline-terminated text lines.
-struct Chan {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Chan {
-    fn send(&mut self, line: &str) -> Result<(), String> {
-        self.w
-            .write_all(format!("{line}\n").as_bytes())
-            .map_err(|e| format!("side channel write: {e}"))
-    }
-    fn recv(&mut self) -> Result<String, String> {
-        let mut s = String::new();
-        match self.r.read_line(&mut s) {
-            Ok(0) => Err("side channel closed by the peer".into()),
-            Ok(_) => Ok(s.trim_end().to_string()),
-            Err(e) => Err(format!("side channel read: {e}")),
-        }
-    }
-    fn expect(&mut self, what: &str) -> Result<String, String> {
-        let l = self.recv()?;
-        if l.split_whitespace().next() == Some(what) {
-            Ok(l)
-        } else {
-            Err(format!("expected {what} from the peer, got {l:?}"))
-        }
-    }
-}
-
-fn open_channel(o: &Opts) -> Result<Chan, String> {
-    let s = match &o.server {
-        None => {
-            let l = TcpListener::bind(("0.0.0.0", o.port))
-                .map_err(|e| format!("listen on port {}: {e}", o.port))?;
-            l.accept().map_err(|e| format!("accept: {e}"))?.0
-        }
-        Some(host) => {
-            // The server may not listen yet: retry for a while.
-            let t0 = Instant::now();
-            loop {
-                match TcpStream::connect((host.as_str(), o.port)) {
-                    Ok(s) => break s,
-                    Err(e) if t0.elapsed() > Duration::from_secs(20) => {
-                        return Err(format!("connect to {host}:{}: {e}", o.port));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        }
-    };
-    s.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
-    let _ = s.set_nodelay(true);
-    Ok(Chan {
-        r: BufReader::new(s.try_clone().map_err(|e| e.to_string())?),
-        w: s,
-    })
-}
-
-/// What one side tells the other at the start.
-struct Hello {
-    qpn: u32,
-    psn: u32,
-    ip: IpAddr,
-    addr: u64,
-    rkey: u32,
-}
-
-fn parse_hello(l: &str) -> Result<Hello, String> {
-    let f: Vec<&str> = l.split_whitespace().collect();
-    let bad = || format!("bad HELLO {l:?}");
-    if f.len() != 6 {
-        return Err(bad());
-    }
-    Ok(Hello {
-        qpn: f[1].parse().map_err(|_| bad())?,
-        psn: f[2].parse().map_err(|_| bad())?,
-        ip: f[3].parse().map_err(|_| bad())?,
-        addr: f[4].parse().map_err(|_| bad())?,
-        rkey: f[5].parse().map_err(|_| bad())?,
-    })
-}
-
 struct Side {
-    qp: Qp,
-    cq: Cq,
-    mr: Mr,
+    rc: RcSide,
     peer: Hello,
 }
 
 fn run(o: &Opts) -> Result<(), String> {
-    let e = |what: &'static str| move |err: softrdma::Error| format!("{what}: {err}");
-    let ctx = Context::open().map_err(e("open device"))?;
-    println!("backend: {}", ctx.backend_info());
-    let pd = ctx.alloc_pd().map_err(e("alloc_pd"))?;
-    let all =
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let mr = pd.alloc_mr(REGION, all).map_err(e("alloc_mr"))?;
-    let cq = ctx.create_cq(256, None).map_err(e("create_cq"))?;
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .map_err(e("create_qp"))?;
-    qp.to_init(
-        Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        0,
-    )
-    .map_err(e("to_init"))?;
+    let rc = RcSide::open(REGION)?;
+    println!("backend: {}", rc.ctx.backend_info());
+    let mut ch = Chan::open(o.server.as_deref(), o.port, WAIT)?;
+    let peer = rc.connect(&mut ch, o.psn, o.mtu, o.timeout)?;
 
-    let mut ch = open_channel(o)?;
-    ch.send(&format!(
-        "HELLO {} {} {} {} {}",
-        qp.qpn(),
-        o.psn,
-        ctx.local_addr().ip(),
-        mr.addr(),
-        mr.rkey()
-    ))?;
-    let peer = parse_hello(&ch.expect("HELLO")?)?;
-    let mut cp = ConnectParams::new(peer.qpn, Gid::from_ip(peer.ip), peer.psn, o.psn);
-    cp.mtu = o.mtu;
-    cp.timeout = o.timeout;
-    qp.connect(&cp).map_err(e("connect"))?;
-    println!(
-        "connected: QPN {:#x} PSN {:#x} at {} <-> QPN {:#x} PSN {:#x} at {}",
-        qp.qpn(),
-        o.psn,
-        ctx.local_addr().ip(),
-        peer.qpn,
-        peer.psn,
-        peer.ip
-    );
-    ch.send("READY")?;
-    ch.expect("READY")?;
-
-    let side = Side { qp, cq, mr, peer };
+    let side = Side { rc, peer };
     let client = o.server.is_some();
     for phase in 1..=2u64 {
         let active = (phase == 1) == client;
@@ -322,24 +154,9 @@ fn run(o: &Opts) -> Result<(), String> {
             if active { "active" } else { "passive" }
         );
     }
-    let (s, sock) = ctx.stats();
-    println!(
-        "STATS tx_packets={} rx_packets={} retransmits={} timeouts={} tx_nak_seq={} rx_nak={} \
-         drop_out_of_seq={} rx_duplicates={} drop_bad_icrc={} drop_malformed={} socket={sock:?}",
-        s.tx_packets,
-        s.rx_packets,
-        s.retransmits,
-        s.timeouts,
-        s.tx_nak_seq,
-        s.rx_nak,
-        s.drop_out_of_seq,
-        s.rx_duplicates,
-        s.drop_bad_icrc,
-        s.drop_malformed
-    );
+    println!("{}", side.rc.stats_line());
     // Keep the QP alive until the peer is done with it too.
-    ch.send("BYE")?;
-    ch.expect("BYE")?;
+    ch.barrier("BYE")?;
     Ok(())
 }
 
@@ -367,18 +184,18 @@ const ATOMIC_RES: usize = REGION - 4096; // where the active side collects atomi
 
 fn passive_phase(s: &Side, ch: &mut Chan, seed: u64) -> Result<(), String> {
     let e = |err: softrdma::Error| err.to_string();
-    s.mr.write(0, &pattern(seed, REGION)).map_err(e)?;
+    s.rc.mr.write(0, &pattern(seed, REGION)).map_err(e)?;
     let recvs = [
         RecvWr {
             wr_id: 100,
             sgl: vec![
-                s.mr.sge(RECV0_A.0, RECV0_A.1).map_err(e)?,
-                s.mr.sge(RECV0_B, MIB).map_err(e)?,
+                s.rc.mr.sge(RECV0_A.0, RECV0_A.1).map_err(e)?,
+                s.rc.mr.sge(RECV0_B, MIB).map_err(e)?,
             ],
         },
         RecvWr {
             wr_id: 101,
-            sgl: vec![s.mr.sge(RECV1, 4096).map_err(e)?],
+            sgl: vec![s.rc.mr.sge(RECV1, 4096).map_err(e)?],
         },
         // WRITE with immediate consumes a receive but writes no receive buffer.
         RecvWr {
@@ -387,15 +204,17 @@ fn passive_phase(s: &Side, ch: &mut Chan, seed: u64) -> Result<(), String> {
         },
         RecvWr {
             wr_id: 103,
-            sgl: vec![s.mr.sge(RECV1 + 8192, 64).map_err(e)?],
+            sgl: vec![s.rc.mr.sge(RECV1 + 8192, 64).map_err(e)?],
         },
     ];
     for r in recvs {
-        s.qp.post_recv(r).map_err(|e| format!("post_recv: {e}"))?;
+        s.rc.qp
+            .post_recv(r)
+            .map_err(|e| format!("post_recv: {e}"))?;
     }
     ch.send("POSTED")?;
     ch.expect("DONE")?;
-    let wcs = wait_wcs(&s.cq, 4).map_err(|e| format!("receive completions: {e}"))?;
+    let wcs = wait_wcs(&s.rc.cq, 4, WAIT, IDLE).map_err(|e| format!("receive completions: {e}"))?;
     let got: Vec<_> = wcs
         .iter()
         .map(|w| {
@@ -437,7 +256,7 @@ fn passive_phase(s: &Side, ch: &mut Chan, seed: u64) -> Result<(), String> {
             "receive completions differ:\n got  {got:?}\n want {want:?}"
         ));
     }
-    let image = s.mr.to_vec(0, REGION).map_err(e)?;
+    let image = s.rc.mr.to_vec(0, REGION).map_err(e)?;
     let hashes: Vec<String> = chunk_hashes(&image)
         .iter()
         .map(|h| format!("{h:016x}"))
@@ -460,7 +279,7 @@ fn active_phase(
 ) -> Result<(), String> {
     let e = |err: softrdma::Error| err.to_string();
     let mine = pattern(seed_self, REGION);
-    s.mr.write(0, &mine).map_err(e)?;
+    s.rc.mr.write(0, &mine).map_err(e)?;
     // What the peer's region holds now, and must hold after our operations.
     let theirs = pattern(seed_peer, REGION);
     let mut peer = theirs.clone();
@@ -480,7 +299,7 @@ fn active_phase(
     let mut msg = Vec::new();
     let mut w = SendWr::new(1, WrOpcode::Send);
     for (off, len) in parts {
-        w.sgl.push(s.mr.sge(off, len).map_err(e)?);
+        w.sgl.push(s.rc.mr.sge(off, len).map_err(e)?);
         msg.extend_from_slice(&mine[off..off + len]);
     }
     peer[RECV0_A.0..RECV0_A.0 + RECV0_A.1].copy_from_slice(&msg[..RECV0_A.1]);
@@ -499,7 +318,7 @@ fn active_phase(
 
     // 3. RDMA WRITE, 2 MiB.
     let mut w = SendWr::new(3, WrOpcode::RdmaWrite);
-    w.sgl = vec![s.mr.sge(0, WRITE_LEN).map_err(e)?];
+    w.sgl = vec![s.rc.mr.sge(0, WRITE_LEN).map_err(e)?];
     w.remote_addr = raddr(WRITE_OFF);
     w.rkey = rkey;
     peer[WRITE_OFF..WRITE_OFF + WRITE_LEN].copy_from_slice(&mine[..WRITE_LEN]);
@@ -507,7 +326,7 @@ fn active_phase(
 
     // 4. RDMA WRITE with immediate (consumes the peer's empty receive).
     let mut w = SendWr::new(4, WrOpcode::RdmaWriteWithImm);
-    w.sgl = vec![s.mr.sge(3 * MIB, WIMM_LEN).map_err(e)?];
+    w.sgl = vec![s.rc.mr.sge(3 * MIB, WIMM_LEN).map_err(e)?];
     w.remote_addr = raddr(WIMM_OFF);
     w.rkey = rkey;
     w.imm_data = IMM_WRITE;
@@ -519,8 +338,8 @@ fn active_phase(
     let read_len = o.read_len;
     let (a_len, b_len) = (read_len / 2, read_len - read_len / 2);
     w.sgl = vec![
-        s.mr.sge(READ_DST_A, a_len).map_err(e)?,
-        s.mr.sge(READ_DST_B, b_len).map_err(e)?,
+        s.rc.mr.sge(READ_DST_A, a_len).map_err(e)?,
+        s.rc.mr.sge(READ_DST_B, b_len).map_err(e)?,
     ];
     w.remote_addr = raddr(READ_SRC);
     w.rkey = rkey;
@@ -534,7 +353,7 @@ fn active_phase(
     let new = 0x1111_2222_3333_4444u64 ^ phase;
     for (id, compare, res_off) in [(6u64, old, ATOMIC_RES), (7, !old, ATOMIC_RES + 8)] {
         let mut w = SendWr::new(id, WrOpcode::AtomicCmpAndSwp);
-        w.sgl = vec![s.mr.sge(res_off, 8).map_err(e)?];
+        w.sgl = vec![s.rc.mr.sge(res_off, 8).map_err(e)?];
         w.remote_addr = raddr(CAS_OFF);
         w.rkey = rkey;
         w.compare_add = compare;
@@ -548,7 +367,7 @@ fn active_phase(
     // 7. Fetch-and-add.
     let fold = u64_at(&theirs, FADD_OFF);
     let mut w = SendWr::new(8, WrOpcode::AtomicFetchAndAdd);
-    w.sgl = vec![s.mr.sge(ATOMIC_RES + 16, 8).map_err(e)?];
+    w.sgl = vec![s.rc.mr.sge(ATOMIC_RES + 16, 8).map_err(e)?];
     w.remote_addr = raddr(FADD_OFF);
     w.rkey = rkey;
     w.compare_add = 0x100 + phase;
@@ -574,16 +393,19 @@ fn active_phase(
     for (mut w, op) in wrs {
         w.flags = w.flags | SendFlags::SIGNALED;
         want.push((w.wr_id, WcStatus::Success, op));
-        s.qp.post_send(w).map_err(|e| format!("post_send: {e}"))?;
+        s.rc.qp
+            .post_send(w)
+            .map_err(|e| format!("post_send: {e}"))?;
     }
-    let wcs: Vec<Wc> = wait_wcs(&s.cq, n).map_err(|e| format!("send completions: {e}"))?;
+    let wcs: Vec<Wc> =
+        wait_wcs(&s.rc.cq, n, WAIT, IDLE).map_err(|e| format!("send completions: {e}"))?;
     let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
     if got != want {
         return Err(format!(
             "send completions differ:\n got  {got:?}\n want {want:?}"
         ));
     }
-    let local = s.mr.to_vec(0, REGION).map_err(e)?;
+    let local = s.rc.mr.to_vec(0, REGION).map_err(e)?;
     if let Some(i) = (0..REGION).find(|&i| local[i] != me[i]) {
         return Err(format!(
             "local region differs first at offset {i}: {:#04x}, expected {:#04x}",

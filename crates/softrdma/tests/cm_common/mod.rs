@@ -1,23 +1,16 @@
 //! Helpers of the cm_* tests: two devices in one process on a shared free
-//! UDP port, and bounded event waits (hang protection only).
+//! UDP port, ids resolved towards a listener, and bounded event waits (hang
+//! protection only). Its tests declare `mod common;` too.
 #![allow(dead_code)]
 
-use softrdma::cm::{CmEvent, EventChannel, EventKind};
-use softrdma::verbs::{Context, EngineConfig};
+use crate::common::loopback::{device_at, two_devices_at};
+use softrdma::cm::{CmEvent, CmId, Connection, EventChannel, EventKind, PortSpace, QpOptions};
+use softrdma::verbs::{Access, Context, Mr, QpType, RecvWr};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 /// Hang protection for every wait.
 pub(crate) const T: Duration = Duration::from_secs(10);
-
-/// A UDP port that was free a moment ago on 127.0.0.1 (likely free on 127.0.0.x too).
-pub(crate) fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `127.0.0.last`.
 pub(crate) fn ip(last: u8) -> IpAddr {
@@ -26,13 +19,90 @@ pub(crate) fn ip(last: u8) -> IpAddr {
 
 /// A device at `127.0.0.last:port`.
 pub(crate) fn device(last: u8, port: u16) -> Context {
-    Context::open_with(EngineConfig::bound_to(SocketAddr::new(ip(last), port))).unwrap()
+    device_at(ip(last), port)
 }
 
 /// Two devices, 127.0.0.a and 127.0.0.b, on one free port.
 pub(crate) fn two_devices(a: u8, b: u8) -> (Context, Context) {
-    let port = free_port();
-    (device(a, port), device(b, port))
+    two_devices_at(ip(a), ip(b))
+}
+
+/// Port space and QP type of an RC connection.
+pub(crate) const TCP_RC: (PortSpace, QpType) = (PortSpace::Tcp, QpType::Rc);
+/// Port space and QP type of a UC connection.
+pub(crate) const TCP_UC: (PortSpace, QpType) = (PortSpace::Tcp, QpType::Uc);
+/// Port space and QP type of UD (SIDR, multicast).
+pub(crate) const UDP_UD: (PortSpace, QpType) = (PortSpace::Udp, QpType::Ud);
+
+/// An event channel on each device, and the address where the second
+/// one's listener goes: port `port` of `cb`.
+pub(crate) fn channels(
+    ca: &Context,
+    cb: &Context,
+    port: u16,
+) -> (EventChannel, EventChannel, SocketAddr) {
+    let (cha, chb) = (
+        EventChannel::new(ca).unwrap(),
+        EventChannel::new(cb).unwrap(),
+    );
+    (cha, chb, SocketAddr::new(cb.local_addr().ip(), port))
+}
+
+/// An id of `ps` and `qp_type` on `ch`, bound to `at` and listening with
+/// room for `backlog` requests.
+pub(crate) fn listener(
+    ch: &EventChannel,
+    (ps, qp_type): (PortSpace, QpType),
+    at: SocketAddr,
+    backlog: u32,
+) -> CmId {
+    let l = CmId::new(ch, ps, qp_type).unwrap();
+    l.bind_addr(at).unwrap();
+    l.listen(backlog).unwrap();
+    l
+}
+
+/// A synchronous id of `ps` and `qp_type` on `ctx` (waits bounded by [`T`])
+/// with `dst` resolved and a default QP: ready to connect.
+pub(crate) fn resolved_sync(
+    ctx: &Context,
+    (ps, qp_type): (PortSpace, QpType),
+    dst: SocketAddr,
+) -> CmId {
+    let id = CmId::new_sync(ctx, ps, qp_type).unwrap();
+    id.set_sync_timeout(Some(T));
+    id.resolve_addr(None, dst, Duration::from_secs(2)).unwrap();
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    id.create_qp(None, &QpOptions::default()).unwrap();
+    id
+}
+
+/// A region of `len` bytes on `conn`'s PD, with a receive (`wr_id` 1) for
+/// all of it posted.
+pub(crate) fn recv_buffer(conn: &Connection, len: usize) -> Mr {
+    let mr = conn.pd().alloc_mr(len, Access::LOCAL_WRITE).unwrap();
+    conn.qp()
+        .post_recv(RecvWr {
+            wr_id: 1,
+            sgl: vec![mr.sge(0, len).unwrap()],
+        })
+        .unwrap();
+    mr
+}
+
+/// An id of `ps` and `qp_type` on `ch` with `dst` resolved (address and
+/// route, each event checked).
+pub(crate) fn resolved(
+    ch: &EventChannel,
+    (ps, qp_type): (PortSpace, QpType),
+    dst: SocketAddr,
+) -> CmId {
+    let id = CmId::new(ch, ps, qp_type).unwrap();
+    id.resolve_addr(None, dst, Duration::from_secs(2)).unwrap();
+    assert!(expect(ch, EventKind::AddrResolved).is_for(&id));
+    id.resolve_route(Duration::from_secs(2)).unwrap();
+    assert!(expect(ch, EventKind::RouteResolved).is_for(&id));
+    id
 }
 
 /// The next event, failing the test if none comes in time.

@@ -1,7 +1,12 @@
 //! Helpers for tests that run the examples as real processes: finding (and if
 //! needed building) the example binaries, children that are killed when the
-//! test fails or hangs, and free ports.
+//! test fails or hangs, and free ports; in [`netns`], network namespaces to
+//! run them in. [`loopback`] serves the tests whose devices are all in the
+//! test's own process.
 #![allow(dead_code)]
+
+pub(crate) mod loopback;
+pub(crate) mod netns;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, UdpSocket};
@@ -225,6 +230,76 @@ impl Drop for Proc {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// Runs a pingpong example (`rc_pingpong`, `ud_pingpong`) with rdma-core's
+/// command line, `-p PORT opts`: `server(args)` starts the server and, once
+/// it listens (the C client does not retry its connect), `client(args)` the
+/// client, whose args end with the server's host. Returns both outputs.
+pub(crate) fn pingpong_pair(
+    opts: &[&str],
+    timeout: Duration,
+    server: impl FnOnce(&[&str]) -> Proc,
+    client: impl FnOnce(&[&str]) -> Proc,
+) -> (Output, Output) {
+    let tcp = free_tcp_port();
+    let tcp_s = tcp.to_string();
+    let mut args = vec!["-p", &tcp_s];
+    args.extend_from_slice(opts);
+    let mut s = server(&args);
+    s.wait_for("the TCP listener", timeout, |_| is_listening(tcp));
+    args.push("127.0.0.1");
+    let c = client(&args).finish(timeout);
+    let s = s.finish(timeout);
+    (s, c)
+}
+
+/// Checks the closing report of a pingpong run: `iters` exchanges of
+/// `size` bytes each way.
+pub(crate) fn check_pingpong_report(o: &Output, size: u64, iters: u64) {
+    let bytes = o.line("bytes in");
+    assert!(
+        bytes.starts_with(&format!("{} bytes in ", size * iters * 2))
+            && bytes.ends_with(" Mbit/sec"),
+        "{}: {bytes:?}",
+        o.name
+    );
+    let it = o.line("iters in");
+    assert!(
+        it.starts_with(&format!("{iters} iters in ")) && it.ends_with(" usec/iter"),
+        "{}: {it:?}",
+        o.name
+    );
+}
+
+/// `verbs_peer`'s server and client arguments for TCP port `tcp` (the
+/// server on 127.0.0.1): initial PSNs just below 2^24, so both send queues
+/// wrap within the first message, and a 1 KiB MTU.
+pub(crate) fn verbs_peer_args(tcp: &str) -> [Vec<&str>; 2] {
+    [
+        vec![
+            "server", "--port", tcp, "--psn", "0xfffff0", "--mtu", "1024",
+        ],
+        vec![
+            "client",
+            "127.0.0.1",
+            "--port",
+            tcp,
+            "--psn",
+            "0xffff00",
+            "--mtu",
+            "1024",
+        ],
+    ]
+}
+
+/// What a `verbs_peer` pair that passed printed: the server was passive in
+/// phase 1, the client active, and both ended with `PASS`.
+pub(crate) fn check_verbs_peer(s: &Output, c: &Output) {
+    for (o, first) in [(s, "passive"), (c, "active")] {
+        assert!(o.stdout.contains(&format!("phase 1 ({first}) OK")), "{o}");
+        assert_eq!(o.stdout.lines().last(), Some("PASS"), "{o}");
     }
 }
 
