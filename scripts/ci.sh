@@ -22,6 +22,10 @@ step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+step "cargo doc --no-deps (no warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
+
 step "cargo xtask compat (target/compat/libibverbs.so.1, librdmacm.so.1)"
 cargo xtask compat
 

@@ -88,8 +88,8 @@
 //! CM event channel.
 //!
 //! **Async.** With the `tokio` feature every blocking call has an `_async`
-//! twin ([`Server::accept_async`], [`Client::connect_async`],
-//! [`Connection::recv_async`], ...): event mode awaits the completion
+//! twin (`Server::accept_async`, `Client::connect_async`,
+//! `Connection::recv_async`, ...): event mode awaits the completion
 //! channel's fd, polling mode polls and yields to the runtime between
 //! polls. A timeout needs a runtime with the time driver.
 //!

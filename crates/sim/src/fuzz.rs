@@ -51,7 +51,7 @@ const PSN_B: u32 = 0x0000_0100;
 
 /// Memory whose every access is checked against what is registered.
 ///
-/// Allocations sit at distinct synthetic addresses with [`GUARD`] bytes
+/// Allocations sit at distinct synthetic addresses with `GUARD` (64) bytes
 /// around the part a region covers.
 #[derive(Debug, Default)]
 pub struct GuardedMemory {
