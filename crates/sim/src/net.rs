@@ -171,6 +171,9 @@ pub struct Net {
     pub faults: Faults,
     /// Packets to remove deterministically (trace tests).
     pub drops: Vec<DropRule>,
+    /// Random loss only for packets this node sends (a one-way lossy
+    /// link); `None`: every node's.
+    pub loss_only_from: Option<usize>,
     /// What happened.
     pub stats: NetStats,
     /// Every packet put on the wire, if recording (see [`crate::trace`]).
@@ -206,6 +209,7 @@ impl Net {
             now: Instant::ZERO,
             faults: Faults::default(),
             drops: Vec::new(),
+            loss_only_from: None,
             stats: NetStats::default(),
             trace: None,
             key_names: Vec::new(),
@@ -310,7 +314,10 @@ impl Net {
             fate = Fate::Dropped;
         }
         self.drops.retain(|r| r.count > 0);
-        if fate == Fate::Sent && self.chance(self.faults.loss) {
+        if fate == Fate::Sent
+            && self.loss_only_from.is_none_or(|n| n == from)
+            && self.chance(self.faults.loss)
+        {
             fate = Fate::Lost;
         }
         let original = self.trace.is_some().then(|| data.clone());
