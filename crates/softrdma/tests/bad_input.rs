@@ -5,9 +5,10 @@
 
 mod common;
 
-use common::loopback::{ALL, connect_pair, fill_icrc, two_devices_in, ud_qp};
+use common::loopback::{ALL, connect_pair, two_devices_in, ud_qp};
 use softrdma::verbs::*;
 use softrdma_engine::transport::{QpInitAttr, VerbsError};
+use softrdma_transport::fill_icrc_between;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -834,7 +835,7 @@ impl Pkt<'_> {
         p.extend_from_slice(self.payload);
         p.extend(std::iter::repeat_n(0u8, pad));
         p.extend_from_slice(&[0; 4]);
-        fill_icrc(&mut p, src, dst);
+        fill_icrc_between(src, dst, &mut p);
         if self.corrupt_icrc {
             let n = p.len();
             p[n - 1] ^= 0x01;

@@ -15,9 +15,10 @@
 
 mod common;
 
-use common::loopback::{ALL, connect_pair, fill_icrc, two_devices_in, ud_qp};
+use common::loopback::{ALL, connect_pair, two_devices_in, ud_qp};
 use softrdma::verbs::*;
 use softrdma_engine::transport::Stats;
+use softrdma_transport::fill_icrc_between;
 use softrdma_wire::{AtomicEth, Bth, Deth, Headers, Opcode, Psn, Reth};
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -117,7 +118,7 @@ fn frame(
         p.truncate(n);
         p.extend_from_slice(&[0; 4]);
     }
-    fill_icrc(&mut p, from, to);
+    fill_icrc_between(from, to, &mut p);
     if bad_icrc {
         let n = p.len();
         p[n - 2] ^= 0x10;
@@ -337,7 +338,7 @@ fn wrong_qpn_and_opcodes_for_the_qp_type_are_dropped() {
             "opcode {op:#x} parses"
         );
         // The ICRC covers the opcode: recompute it over the changed byte.
-        fill_icrc(&mut p, me, dev);
+        fill_icrc_between(me, dev, &mut p);
         dgs.push(p);
     }
     send_and_count(&s, &sock, &dgs, &[("drop_malformed", 3)]);

@@ -3,7 +3,6 @@
 //! hand and sends from a socket of its own.
 
 use softrdma::verbs::{Access, ConnectParams, Context, Cq, EngineConfig, Pd, Qp, QpInit, QpType};
-use softrdma_wire::ip;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -53,25 +52,4 @@ pub(crate) fn ud_qp(pd: &Pd, cq: &Cq, qkey: u32) -> Qp {
     qp.to_init(Access::EMPTY, qkey).unwrap();
     qp.activate_ud(0).unwrap();
     qp
-}
-
-/// Computes the ICRC of the RoCEv2 packet `p` (BTH to ICRC) as if sent from
-/// `from` to `to` over IPv4, into its last four bytes.
-pub(crate) fn fill_icrc(p: &mut [u8], from: SocketAddr, to: SocketAddr) {
-    let (IpAddr::V4(src), IpAddr::V4(dst)) = (from.ip(), to.ip()) else {
-        unreachable!("IPv4 only here")
-    };
-    let iph = ip::ipv4_header(
-        &ip::Ipv4Fields {
-            src,
-            dst,
-            id: 0,
-            tos: 0,
-            ttl: 64,
-            df: true,
-        },
-        ip::UDP_HDR_LEN + p.len(),
-    );
-    let udp = ip::udp_header(from.port(), to.port(), p.len());
-    softrdma_wire::icrc::fill(&iph, &udp, p).unwrap();
 }
