@@ -112,12 +112,19 @@ const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The earliest deadline of the transport, the CM and the keepalive.
 pub(super) fn earliest(core: &Core) -> Option<Instant> {
-    [
+    // Compared as integers with "never" for None: `flatten().min()` over the
+    // options compiles (inlined here) to a branch on a None's unset payload,
+    // which valgrind's memcheck, run on the C ABI in CI, reports as a use of
+    // uninitialised memory.
+    const NEVER: u64 = u64::MAX;
+    let t = [
         core.ep.poll_timeout(),
         core.cm.poll_timeout(),
         core.keepalive_at,
     ]
+    .map(|t| t.map_or(NEVER, Instant::as_nanos))
     .into_iter()
-    .flatten()
     .min()
+    .unwrap_or(NEVER);
+    (t != NEVER).then(|| Instant::from_nanos(t))
 }
