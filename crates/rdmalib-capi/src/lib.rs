@@ -28,9 +28,9 @@
 //! Message size: each side receives messages of up to
 //! `min(buffer_size, 1 MiB)` bytes (8 receive slots of that size).
 
-use rdmalib_rs::softrdma::cm::{AddrInfoHints, getaddrinfo};
-use rdmalib_rs::softrdma::verbs::{Context, devices};
-use rdmalib_rs::{Client, Config, Connection, Error, Mode, NotifyKind, Server};
+use rdmalib_rs::softrdma::cm::{AddrInfoHints, CmId, getaddrinfo};
+use rdmalib_rs::softrdma::verbs::{Context, Cq, devices};
+use rdmalib_rs::{Buffer, Client, Config, Connection, Error, Mode, NotifyKind, Server};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::net::{IpAddr, SocketAddr};
@@ -243,13 +243,8 @@ fn refresh(ctx: &mut RdmaContext) {
         if let Some(c) = &st.client {
             let (id, ch, cq, _) = c.link();
             f.ec = handle(ch);
-            f.conn = handle(id);
-            f.pd = opt_handle(id.pd());
-            f.qp = opt_handle(id.qp());
-            f.cq = handle(cq);
-            f.mr = handle(c.buffer().mr());
-            f.buffer = c.buffer().as_ptr().cast();
-            f.buffer_size = c.buffer().len();
+            set_link(&mut f, id, cq);
+            set_buffer(&mut f, c.buffer());
             f.event = opt_handle(c.last_event());
         }
         if let Some(c) = &st.conn {
@@ -257,19 +252,29 @@ fn refresh(ctx: &mut RdmaContext) {
                 if st.server.is_none() {
                     f.ec = handle(ch);
                 }
-                f.conn = handle(id);
-                f.pd = opt_handle(id.pd());
-                f.qp = opt_handle(id.qp());
-                f.cq = handle(cq);
+                set_link(&mut f, id, cq);
             }
-            f.mr = handle(c.buffer().mr());
-            f.buffer = c.buffer().as_ptr().cast();
-            f.buffer_size = c.buffer().len();
+            set_buffer(&mut f, c.buffer());
             f.event = handle(c.established_event());
             f.remote_size = c.remote().len as usize;
         }
     }
     *ctx = f;
+}
+
+/// The output fields of a connection's CM id (with its PD and QP) and CQ.
+fn set_link(f: &mut RdmaContext, id: &CmId, cq: &Cq) {
+    f.conn = handle(id);
+    f.pd = opt_handle(id.pd());
+    f.qp = opt_handle(id.qp());
+    f.cq = handle(cq);
+}
+
+/// The output fields of a registered buffer.
+fn set_buffer(f: &mut RdmaContext, b: &Buffer) {
+    f.mr = handle(b.mr());
+    f.buffer = b.as_ptr().cast();
+    f.buffer_size = b.len();
 }
 
 /// The connection of a connected context, with the context's timeout.
@@ -382,22 +387,37 @@ pub unsafe extern "C" fn rdma_wait_for_client(sctx: *mut RdmaContext) -> c_int {
     run(|| {
         // SAFETY: forwarded contract.
         let ctx = unsafe { context(sctx) }?;
-        let t = timeout(ctx);
-        let st = state(ctx)
-            .ok_or_else(|| Fail::new(libc::ENOTCONN, "not set up (rdma_setup_server first)"))?;
-        if st.conn.is_some() {
-            return Err(Fail::new(libc::EISCONN, "a client is connected already"));
-        }
-        let server = st
-            .server
-            .as_mut()
-            .ok_or_else(|| Fail::new(libc::EINVAL, "not a server context"))?;
-        server.set_timeout(t);
-        let conn = server.accept();
-        let r = conn.map(|c| st.conn = Some(c));
-        refresh(ctx);
-        Ok(r?)
+        let connected = "a client is connected already";
+        establish(ctx, "rdma_setup_server", connected, |st, t| {
+            let server = st
+                .server
+                .as_mut()
+                .ok_or_else(|| Fail::new(libc::EINVAL, "not a server context"))?;
+            server.set_timeout(t);
+            Ok(server.accept())
+        })
     })
+}
+
+/// What `rdma_wait_for_client` and `rdma_connect_server` share: `ctx` must
+/// be set up (by `setup`, which the error names) and not connected yet
+/// (else EISCONN with `connected`); `connect` gets the state and the
+/// context's timeout, and the connection it makes is kept.
+fn establish(
+    ctx: &mut RdmaContext,
+    setup: &str,
+    connected: &str,
+    connect: impl FnOnce(&mut State, Option<Duration>) -> Result<Result<Connection, Error>, Fail>,
+) -> CResult {
+    let t = timeout(ctx);
+    let st = state(ctx)
+        .ok_or_else(|| Fail::new(libc::ENOTCONN, format!("not set up ({setup} first)")))?;
+    if st.conn.is_some() {
+        return Err(Fail::new(libc::EISCONN, connected));
+    }
+    let r = connect(st, t)?.map(|c| st.conn = Some(c));
+    refresh(ctx);
+    Ok(r?)
 }
 
 // ---- client ----
@@ -460,22 +480,16 @@ pub unsafe extern "C" fn rdma_connect_server(cctx: *mut RdmaContext) -> c_int {
     run(|| {
         // SAFETY: forwarded contract.
         let ctx = unsafe { context(cctx) }?;
-        let t = timeout(ctx);
-        let st = state(ctx)
-            .ok_or_else(|| Fail::new(libc::ENOTCONN, "not set up (rdma_setup_client first)"))?;
-        if st.conn.is_some() {
-            return Err(Fail::new(libc::EISCONN, "connected already"));
-        }
-        let mut client = st.client.take().ok_or_else(|| {
-            Fail::new(
-                libc::EINVAL,
-                "not a client context, or a connect failed before (rdma_close it)",
-            )
-        })?;
-        client.set_timeout(t);
-        let r = client.connect().map(|c| st.conn = Some(c));
-        refresh(ctx);
-        Ok(r?)
+        establish(ctx, "rdma_setup_client", "connected already", |st, t| {
+            let mut client = st.client.take().ok_or_else(|| {
+                Fail::new(
+                    libc::EINVAL,
+                    "not a client context, or a connect failed before (rdma_close it)",
+                )
+            })?;
+            client.set_timeout(t);
+            Ok(client.connect())
+        })
     })
 }
 
@@ -515,18 +529,50 @@ pub unsafe extern "C" fn rdma_close(ctx: *mut RdmaContext) -> c_int {
     })
 }
 
-/// See `rdmalib.h`.
+/// Runs an export's body on the connection of a connected context: 0 or
+/// -1 as [`run`] says.
 ///
 /// # Safety
 ///
 /// `ctx` is NULL or a valid, exclusively used `struct rdma_context`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rdma_send(ctx: *mut RdmaContext, offset: usize, len: usize) -> c_int {
+unsafe fn on_connection(
+    ctx: *mut RdmaContext,
+    body: impl FnOnce(&mut Connection) -> CResult,
+) -> c_int {
     run(|| {
         // SAFETY: forwarded contract.
         let ctx = unsafe { context(ctx) }?;
-        Ok(connection(ctx)?.send_from_buffer(offset, len)?)
+        body(connection(ctx)?)
     })
+}
+
+/// Defines exports whose body is one call on the connection (`$c`) of a
+/// connected context, each `fn name(args) => |c| call;`.
+macro_rules! connection_exports {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) => |$c:ident| $call:expr;)*) => {$(
+        /// See `rdmalib.h`.
+        ///
+        /// # Safety
+        ///
+        /// `ctx` is NULL or a valid, exclusively used `struct rdma_context`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(ctx: *mut RdmaContext, $($arg: $ty),*) -> c_int {
+            // SAFETY: forwarded contract.
+            unsafe { on_connection(ctx, |$c| Ok($call?)) }
+        }
+    )*};
+}
+
+connection_exports! {
+    fn rdma_send(offset: usize, len: usize) => |c| c.send_from_buffer(offset, len);
+    fn rdma_write(local_offset: usize, remote_offset: usize, len: usize) =>
+        |c| c.write(local_offset, remote_offset as u64, len);
+    fn rdma_read(local_offset: usize, remote_offset: usize, len: usize) =>
+        |c| c.read(local_offset, remote_offset as u64, len);
+    fn rdma_notify_write(remote_offset: usize, len: usize) =>
+        |c| c.notify_write(remote_offset as u64, len as u64);
+    fn rdma_notify_read(remote_offset: usize, len: usize) =>
+        |c| c.notify_read(remote_offset as u64, len as u64);
 }
 
 /// See `rdmalib.h`.
@@ -537,88 +583,14 @@ pub unsafe extern "C" fn rdma_send(ctx: *mut RdmaContext, offset: usize, len: us
 /// is NULL or valid for writing a `size_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_recv(ctx: *mut RdmaContext, offset: usize, len: *mut usize) -> c_int {
-    run(|| {
-        // SAFETY: forwarded contract.
-        let ctx = unsafe { context(ctx) }?;
-        let n = connection(ctx)?.recv_to_buffer(offset)?;
+    let body = |c: &mut Connection| {
+        let n = c.recv_to_buffer(offset)?;
         // SAFETY: forwarded contract.
         unsafe { put(len, n) };
         Ok(())
-    })
-}
-
-/// See `rdmalib.h`.
-///
-/// # Safety
-///
-/// `ctx` is NULL or a valid, exclusively used `struct rdma_context`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rdma_write(
-    ctx: *mut RdmaContext,
-    local_offset: usize,
-    remote_offset: usize,
-    len: usize,
-) -> c_int {
-    run(|| {
-        // SAFETY: forwarded contract.
-        let ctx = unsafe { context(ctx) }?;
-        Ok(connection(ctx)?.write(local_offset, remote_offset as u64, len)?)
-    })
-}
-
-/// See `rdmalib.h`.
-///
-/// # Safety
-///
-/// `ctx` is NULL or a valid, exclusively used `struct rdma_context`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rdma_read(
-    ctx: *mut RdmaContext,
-    local_offset: usize,
-    remote_offset: usize,
-    len: usize,
-) -> c_int {
-    run(|| {
-        // SAFETY: forwarded contract.
-        let ctx = unsafe { context(ctx) }?;
-        Ok(connection(ctx)?.read(local_offset, remote_offset as u64, len)?)
-    })
-}
-
-/// See `rdmalib.h`.
-///
-/// # Safety
-///
-/// `ctx` is NULL or a valid, exclusively used `struct rdma_context`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rdma_notify_write(
-    ctx: *mut RdmaContext,
-    remote_offset: usize,
-    len: usize,
-) -> c_int {
-    run(|| {
-        // SAFETY: forwarded contract.
-        let ctx = unsafe { context(ctx) }?;
-        Ok(connection(ctx)?.notify_write(remote_offset as u64, len as u64)?)
-    })
-}
-
-/// See `rdmalib.h`.
-///
-/// # Safety
-///
-/// `ctx` is NULL or a valid, exclusively used `struct rdma_context`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rdma_notify_read(
-    ctx: *mut RdmaContext,
-    remote_offset: usize,
-    len: usize,
-) -> c_int {
-    run(|| {
-        // SAFETY: forwarded contract.
-        let ctx = unsafe { context(ctx) }?;
-        Ok(connection(ctx)?.notify_read(remote_offset as u64, len as u64)?)
-    })
+    };
+    // SAFETY: forwarded contract.
+    unsafe { on_connection(ctx, body) }
 }
 
 /// See `rdmalib.h`.
@@ -634,10 +606,8 @@ pub unsafe extern "C" fn rdmalib_wait_notify(
     offset: *mut usize,
     len: *mut usize,
 ) -> c_int {
-    run(|| {
-        // SAFETY: forwarded contract.
-        let ctx = unsafe { context(ctx) }?;
-        let n = connection(ctx)?.wait_notification()?;
+    let body = |c: &mut Connection| {
+        let n = c.wait_notification()?;
         let k = match n.kind {
             NotifyKind::Write => NOTIFY_WRITE,
             NotifyKind::Read => NOTIFY_READ,
@@ -650,7 +620,9 @@ pub unsafe extern "C" fn rdmalib_wait_notify(
             put(len, n.len as usize);
         }
         Ok(())
-    })
+    };
+    // SAFETY: forwarded contract.
+    unsafe { on_connection(ctx, body) }
 }
 
 /// See `rdmalib.h`.

@@ -11,13 +11,13 @@
 #[path = "../../rdmalib/tests/common/proc.rs"]
 mod proc;
 
-use proc::{Proc, example, unique_addr};
+use proc::{Proc, device_cmd, example_cmd, newest, tmp, unique_addr};
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 const NET: u8 = 72;
 const T: Duration = Duration::from_secs(60);
@@ -49,21 +49,6 @@ macro_rules! require_cc {
             return;
         }
     };
-}
-
-/// The newest modification time of the files under `dir`.
-fn newest(dir: &Path) -> SystemTime {
-    let mut t = SystemTime::UNIX_EPOCH;
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        let m = if p.is_dir() {
-            newest(&p)
-        } else {
-            e.metadata().and_then(|m| m.modified()).unwrap_or(t)
-        };
-        t = t.max(m);
-    }
-    t
 }
 
 /// `target/compat`, with a `librdmalib.so` no older than the sources of the
@@ -162,25 +147,9 @@ const MISUSE: &str = "crates/rdmalib-capi/tests/c/misuse.c";
 
 /// A C program of `src` on a device at `addr`.
 fn c_cmd(src: &str, addr: Ipv4Addr, args: &[&str]) -> Command {
-    let mut c = Command::new(compile(src));
-    c.env("LD_LIBRARY_PATH", compat_dir())
-        .env("SOFTRDMA_ADDR", addr.to_string())
-        .env_remove("SOFTRDMA_PORT")
-        .args(args);
+    let mut c = device_cmd(compile(src), addr, args);
+    c.env("LD_LIBRARY_PATH", compat_dir());
     c
-}
-
-/// A Rust example on a device at `addr`.
-fn rust_cmd(name: &str, addr: Ipv4Addr, args: &[&str]) -> Command {
-    let mut c = Command::new(example(name));
-    c.env("SOFTRDMA_ADDR", addr.to_string())
-        .env_remove("SOFTRDMA_PORT")
-        .args(args);
-    c
-}
-
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{name}", std::process::id()))
 }
 
 fn data(n: usize) -> Vec<u8> {
@@ -278,7 +247,7 @@ fn c_and_rust_examples_interoperate() {
     let (s, c) = run_pair(server, |port| {
         let a = a.to_string();
         let args = ["-p", port, "-n", "100", "-s", "5000", "-e", &a];
-        Proc::spawn("Rust echo client", rust_cmd("rdmalib_echo", b, &args))
+        Proc::spawn("Rust echo client", example_cmd("rdmalib_echo", b, &args))
     });
     assert!(c.contains("100 round trips of 5000 bytes"), "{c}");
     assert!(s.contains("echoed 100 messages"), "{s}");
@@ -292,7 +261,7 @@ fn c_and_rust_examples_interoperate() {
     let (a, b) = (unique_addr(NET), unique_addr(NET));
     let server = Proc::spawn(
         "Rust file server",
-        rust_cmd(
+        example_cmd(
             "rdmalib_file_transfer",
             a,
             &["-p", "0", "-c", "65536", "-o", output.to_str().unwrap()],

@@ -11,10 +11,11 @@
 //! different pattern each), checks each answer and prints the average round
 //! trip. `-e` waits on completion channels instead of polling.
 
+mod common;
+
 use clap::Parser;
-use rdmalib::{Client, Config, Error, Mode, Server};
-use std::io::Write;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use common::{Endpoint, Side};
+use rdmalib::{Client, Config, Error};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -24,23 +25,16 @@ use std::time::Instant;
     about = "rdmalib request/response echo; without <host> serve one client"
 )]
 struct Args {
-    /// Server: address to listen on.
-    #[arg(short = 'a', long, default_value = "0.0.0.0")]
-    addr: IpAddr,
-    /// Port to listen on / connect to (server: 0 picks a free one).
-    #[arg(short = 'p', long, default_value_t = 7471)]
-    port: u16,
+    #[command(flatten)]
+    at: Endpoint<7471>,
     /// Client: number of requests.
     #[arg(short = 'n', long, default_value_t = 1000)]
     count: u32,
     /// Client: bytes per request (the server accepts up to 1 MiB).
     #[arg(short = 's', long, default_value_t = 64)]
     size: usize,
-    /// Sleep on completion events instead of polling.
-    #[arg(short = 'e', long)]
-    events: bool,
-    /// The server to connect to (no host: be the server).
-    host: Option<String>,
+    #[command(flatten)]
+    side: Side,
 }
 
 /// Largest message either side accepts.
@@ -50,7 +44,7 @@ fn config(a: &Args) -> Config {
     Config {
         max_message: MAX_MESSAGE,
         buffer_size: 4096,
-        ..Config::with_mode(if a.events { Mode::Event } else { Mode::Polling })
+        ..Config::with_mode(a.side.mode())
     }
 }
 
@@ -61,10 +55,7 @@ fn request(i: u32, size: usize) -> Vec<u8> {
 }
 
 fn server(a: &Args) -> rdmalib::Result<()> {
-    let mut server = Server::bind(SocketAddr::new(a.addr, a.port), config(a))?;
-    println!("listening on {}", server.local_addr());
-    std::io::stdout().flush()?;
-    let mut conn = server.accept()?;
+    let mut conn = a.at.accept(config(a))?;
     println!("client {:?} connected", conn.peer_addr());
     let mut n = 0u64;
     loop {
@@ -82,11 +73,7 @@ fn server(a: &Args) -> rdmalib::Result<()> {
 }
 
 fn client(a: &Args, host: &str) -> rdmalib::Result<()> {
-    let addr = (host, a.port)
-        .to_socket_addrs()?
-        .find(|s| s.is_ipv4())
-        .ok_or_else(|| Error::InvalidArgument(format!("cannot resolve {host}")))?;
-    let mut conn = Client::new(addr, config(a))?.connect()?;
+    let mut conn = Client::new(a.at.resolve(host)?, config(a))?.connect()?;
     let t0 = Instant::now();
     for i in 0..a.count {
         let req = request(i, a.size);
@@ -103,22 +90,16 @@ fn client(a: &Args, host: &str) -> rdmalib::Result<()> {
         "{} round trips of {} bytes: {us:.1} us each ({} mode)",
         a.count,
         a.size,
-        if a.events { "event" } else { "polling" }
+        if a.side.events { "event" } else { "polling" }
     );
     conn.close()
 }
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    let r = match &a.host {
+    let r = match &a.side.host {
         None => server(&a),
         Some(h) => client(&a, h),
     };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rdmalib_echo: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit("rdmalib_echo", r.map(|()| true))
 }

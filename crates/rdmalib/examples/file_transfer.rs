@@ -25,11 +25,13 @@
 //!
 //! Exit status 0 only if the checksums match.
 
+mod common;
+
 use clap::Parser;
-use rdmalib::{Client, Config, Connection, Error, Mode, NotifyKind, Server};
+use common::{Endpoint, Side};
+use rdmalib::{Client, Config, Connection, Error, NotifyKind};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -40,12 +42,8 @@ use std::time::Instant;
     about = "rdmalib file transfer: the client RDMA-writes a file into the server's buffer"
 )]
 struct Args {
-    /// Server: address to listen on.
-    #[arg(short = 'a', long, default_value = "0.0.0.0")]
-    addr: IpAddr,
-    /// Port to listen on / connect to (server: 0 picks a free one).
-    #[arg(short = 'p', long, default_value_t = 7472)]
-    port: u16,
+    #[command(flatten)]
+    at: Endpoint<7472>,
     /// Bytes per chunk (the server's buffer is two chunks).
     #[arg(short = 'c', long, default_value_t = 64 << 10)]
     chunk: usize,
@@ -55,18 +53,15 @@ struct Args {
     /// Client: the file to send.
     #[arg(short = 'f', long)]
     file: Option<PathBuf>,
-    /// Sleep on completion events instead of polling.
-    #[arg(short = 'e', long)]
-    events: bool,
-    /// The server to connect to (no host: be the server).
-    host: Option<String>,
+    #[command(flatten)]
+    side: Side,
 }
 
 fn config(a: &Args, buffer_size: usize) -> Config {
     Config {
         buffer_size,
         max_message: 64,
-        ..Config::with_mode(if a.events { Mode::Event } else { Mode::Polling })
+        ..Config::with_mode(a.side.mode())
     }
 }
 
@@ -75,10 +70,7 @@ fn bad(msg: impl Into<String>) -> Error {
 }
 
 fn server(a: &Args, out: &PathBuf) -> rdmalib::Result<bool> {
-    let mut server = Server::bind(SocketAddr::new(a.addr, a.port), config(a, 2 * a.chunk))?;
-    println!("listening on {}", server.local_addr());
-    std::io::stdout().flush()?;
-    let mut conn = server.accept()?;
+    let mut conn = a.at.accept(config(a, 2 * a.chunk))?;
     let header = conn.recv()?;
     if header.len() != 12 || &header[..4] != b"RDLF" {
         return Err(bad("expected the RDLF header"));
@@ -135,10 +127,7 @@ fn ack(conn: &mut Connection) -> rdmalib::Result<()> {
 }
 
 fn client(a: &Args, host: &str, path: &PathBuf) -> rdmalib::Result<bool> {
-    let addr = (host, a.port)
-        .to_socket_addrs()?
-        .find(|s| s.is_ipv4())
-        .ok_or_else(|| Error::InvalidArgument(format!("cannot resolve {host}")))?;
+    let addr = a.at.resolve(host)?;
     let mut file = File::open(path)?;
     let size = file.metadata()?.len();
     let mut conn = Client::new(addr, config(a, a.chunk))?.connect()?;
@@ -197,7 +186,7 @@ fn client(a: &Args, host: &str, path: &PathBuf) -> rdmalib::Result<bool> {
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    let r = match (&a.host, &a.out, &a.file) {
+    let r = match (&a.side.host, &a.out, &a.file) {
         (None, Some(out), None) => server(&a, out),
         (Some(h), None, Some(f)) => client(&a, h, f),
         _ => {
@@ -205,12 +194,5 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match r {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("rdmalib_file_transfer: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit("rdmalib_file_transfer", r)
 }

@@ -95,6 +95,27 @@ impl Down {
     }
 }
 
+/// The first error of the waits for a transfer's work requests.
+#[derive(Debug, Default)]
+struct FirstError(Option<Error>);
+
+impl FirstError {
+    /// Notes one wait's result; false once waiting should stop (after a
+    /// timeout).
+    fn note(&mut self, r: Result<()>) -> bool {
+        if let Err(e) = r
+            && self.0.is_none()
+        {
+            self.0 = Some(e);
+        }
+        !matches!(self.0, Some(Error::Timeout(_)))
+    }
+
+    fn result(self) -> Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
 /// The connected part, dropped by [`Connection::close`].
 #[derive(Debug)]
 pub(crate) struct Link {
@@ -294,15 +315,19 @@ impl Connection {
     /// protocol). A range outside either buffer fails before anything is
     /// sent.
     pub fn write(&mut self, local_offset: usize, remote_offset: u64, len: usize) -> Result<()> {
-        let ids = self.post_rdma(Op::Write, local_offset, remote_offset, len)?;
-        self.wait_all(ids)
+        self.rdma(Op::Write, local_offset, remote_offset, len)
     }
 
     /// RDMA READ: copies `len` bytes at `remote_offset` of the peer's
     /// buffer into this side's buffer at `local_offset`. Returns when the
     /// data is in the local buffer.
     pub fn read(&mut self, local_offset: usize, remote_offset: u64, len: usize) -> Result<()> {
-        let ids = self.post_rdma(Op::Read, local_offset, remote_offset, len)?;
+        self.rdma(Op::Read, local_offset, remote_offset, len)
+    }
+
+    /// A WRITE or READ, waited for.
+    fn rdma(&mut self, op: Op, local_offset: usize, remote_offset: u64, len: usize) -> Result<()> {
+        let ids = self.post_rdma(op, local_offset, remote_offset, len)?;
         self.wait_all(ids)
     }
 
@@ -313,14 +338,18 @@ impl Connection {
     /// IMMEDIATE after the writes (an RC queue pair executes in order, so
     /// the peer sees the notification only after the data is in place).
     pub fn notify_write(&mut self, offset: u64, len: u64) -> Result<()> {
-        let id = self.post_notify(wire::IMM_NOTIFY_WRITE, offset, len)?;
-        self.wait_for(|c| c.take_sent(id))
+        self.notify(wire::IMM_NOTIFY_WRITE, offset, len)
     }
 
     /// Tells the peer that this side finished reading `[offset, offset +
     /// len)` of *its* buffer (with [`Connection::read`]): it may reuse it.
     pub fn notify_read(&mut self, offset: u64, len: u64) -> Result<()> {
-        let id = self.post_notify(wire::IMM_NOTIFY_READ, offset, len)?;
+        self.notify(wire::IMM_NOTIFY_READ, offset, len)
+    }
+
+    /// A notification with immediate value `imm`, waited for.
+    fn notify(&mut self, imm: u32, offset: u64, len: u64) -> Result<()> {
+        let id = self.post_notify(imm, offset, len)?;
         self.wait_for(|c| c.take_sent(id))
     }
 
@@ -497,18 +526,13 @@ impl Connection {
     }
 
     fn wait_all(&mut self, ids: Vec<u64>) -> Result<()> {
-        let mut first_err = None;
+        let mut first = FirstError::default();
         for id in ids {
-            if let Err(e) = self.wait_for(|c| c.take_sent(id))
-                && first_err.is_none()
-            {
-                first_err = Some(e);
-            }
-            if matches!(first_err, Some(Error::Timeout(_))) {
+            if !first.note(self.wait_for(|c| c.take_sent(id))) {
                 break;
             }
         }
-        first_err.map_or(Ok(()), Err)
+        first.result()
     }
 
     // ---- completions ----
@@ -786,8 +810,8 @@ impl Connection {
         remote_offset: u64,
         len: usize,
     ) -> Result<()> {
-        let ids = self.post_rdma(Op::Write, local_offset, remote_offset, len)?;
-        self.wait_all_async(ids).await
+        self.rdma_async(Op::Write, local_offset, remote_offset, len)
+            .await
     }
 
     /// [`Connection::read`] without blocking the thread.
@@ -797,19 +821,35 @@ impl Connection {
         remote_offset: u64,
         len: usize,
     ) -> Result<()> {
-        let ids = self.post_rdma(Op::Read, local_offset, remote_offset, len)?;
+        self.rdma_async(Op::Read, local_offset, remote_offset, len)
+            .await
+    }
+
+    /// [`Connection::rdma`] without blocking the thread.
+    async fn rdma_async(
+        &mut self,
+        op: Op,
+        local_offset: usize,
+        remote_offset: u64,
+        len: usize,
+    ) -> Result<()> {
+        let ids = self.post_rdma(op, local_offset, remote_offset, len)?;
         self.wait_all_async(ids).await
     }
 
     /// [`Connection::notify_write`] without blocking the thread.
     pub async fn notify_write_async(&mut self, offset: u64, len: u64) -> Result<()> {
-        let id = self.post_notify(wire::IMM_NOTIFY_WRITE, offset, len)?;
-        self.wait_for_async(|c| c.take_sent(id)).await
+        self.notify_async(wire::IMM_NOTIFY_WRITE, offset, len).await
     }
 
     /// [`Connection::notify_read`] without blocking the thread.
     pub async fn notify_read_async(&mut self, offset: u64, len: u64) -> Result<()> {
-        let id = self.post_notify(wire::IMM_NOTIFY_READ, offset, len)?;
+        self.notify_async(wire::IMM_NOTIFY_READ, offset, len).await
+    }
+
+    /// [`Connection::notify`] without blocking the thread.
+    async fn notify_async(&mut self, imm: u32, offset: u64, len: u64) -> Result<()> {
+        let id = self.post_notify(imm, offset, len)?;
         self.wait_for_async(|c| c.take_sent(id)).await
     }
 
@@ -838,18 +878,13 @@ impl Connection {
     }
 
     async fn wait_all_async(&mut self, ids: Vec<u64>) -> Result<()> {
-        let mut first_err = None;
+        let mut first = FirstError::default();
         for id in ids {
-            if let Err(e) = self.wait_for_async(|c| c.take_sent(id)).await
-                && first_err.is_none()
-            {
-                first_err = Some(e);
-            }
-            if matches!(first_err, Some(Error::Timeout(_))) {
+            if !first.note(self.wait_for_async(|c| c.take_sent(id)).await) {
                 break;
             }
         }
-        first_err.map_or(Ok(()), Err)
+        first.result()
     }
 
     async fn wait_for_async<T>(

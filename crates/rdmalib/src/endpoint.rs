@@ -38,24 +38,54 @@ fn event_error(ev: &CmEvent) -> Option<Error> {
     Some(e.into())
 }
 
-/// Waits on `ch` for event `want` of `id` (`None`: of any id); a failure
-/// event becomes its error, events of other ids are skipped.
-fn wait_event(
-    ch: &EventChannel,
-    id: Option<&CmId>,
+/// A wait on `ch` for event `want` of `id` (`None`: of any id) until
+/// `deadline` (`timeout` is what a timeout error reports); a failure event
+/// becomes its error, events of other ids are skipped.
+struct EventWait<'a> {
+    ch: &'a EventChannel,
+    id: Option<&'a CmId>,
     want: EventKind,
     deadline: Option<Instant>,
     timeout: Option<Duration>,
-) -> Result<CmEvent> {
-    loop {
-        let ev = match deadline {
-            None => ch.get_event()?,
-            Some(d) => ch
-                .get_event_timeout(d.saturating_duration_since(Instant::now()))?
-                .ok_or(Error::Timeout(timeout.unwrap_or_default()))?,
-        };
-        if let Some(r) = check_event(ev, id, want) {
-            return r;
+}
+
+impl EventWait<'_> {
+    fn timed_out(&self) -> Error {
+        Error::Timeout(self.timeout.unwrap_or_default())
+    }
+
+    /// Blocks the thread until the event.
+    fn wait(self) -> Result<CmEvent> {
+        loop {
+            let ev = match self.deadline {
+                None => self.ch.get_event()?,
+                Some(d) => self
+                    .ch
+                    .get_event_timeout(d.saturating_duration_since(Instant::now()))?
+                    .ok_or_else(|| self.timed_out())?,
+            };
+            if let Some(r) = check_event(ev, self.id, self.want) {
+                return r;
+            }
+        }
+    }
+
+    /// [`EventWait::wait`] without blocking the thread.
+    #[cfg(feature = "tokio")]
+    async fn wait_async(self) -> Result<CmEvent> {
+        loop {
+            let ev = match self.deadline {
+                None => self.ch.get_event_async().await?,
+                Some(d) => tokio::time::timeout_at(
+                    tokio::time::Instant::from_std(d),
+                    self.ch.get_event_async(),
+                )
+                .await
+                .map_err(|_| self.timed_out())??,
+            };
+            if let Some(r) = check_event(ev, self.id, self.want) {
+                return r;
+            }
         }
     }
 }
@@ -77,29 +107,6 @@ fn check_event(ev: CmEvent, id: Option<&CmId>, want: EventKind) -> Option<Result
         kind: ev.kind(),
         status: ev.status(),
     })))
-}
-
-#[cfg(feature = "tokio")]
-async fn wait_event_async(
-    ch: &EventChannel,
-    id: Option<&CmId>,
-    want: EventKind,
-    deadline: Option<Instant>,
-    timeout: Option<Duration>,
-) -> Result<CmEvent> {
-    loop {
-        let ev = match deadline {
-            None => ch.get_event_async().await?,
-            Some(d) => {
-                tokio::time::timeout_at(tokio::time::Instant::from_std(d), ch.get_event_async())
-                    .await
-                    .map_err(|_| Error::Timeout(timeout.unwrap_or_default()))??
-            }
-        };
-        if let Some(r) = check_event(ev, id, want) {
-            return r;
-        }
-    }
 }
 
 /// The CM parameters of rdmalib connections: the device's READ depth both
@@ -147,6 +154,17 @@ fn hello(res: &Resources, role: Role) -> Hello {
         rkey: b.rkey,
         max_message: res.max_message as u32,
         size: b.len,
+    }
+}
+
+/// The wait for the ESTABLISHED event of `link`.
+fn established(link: &Link, deadline: Option<Instant>, timeout: Option<Duration>) -> EventWait<'_> {
+    EventWait {
+        ch: &link.channel,
+        id: Some(&link.id),
+        want: EventKind::Established,
+        deadline,
+        timeout,
     }
 }
 
@@ -231,51 +249,42 @@ impl Server {
     /// connection is established. A client that is not rdmalib's is
     /// rejected ([`Error::Protocol`]; the server can accept the next one).
     pub fn accept(&mut self) -> Result<Connection> {
-        let d = deadline(self.config.timeout);
-        let ev = wait_event(
-            &self.channel,
-            None,
-            EventKind::ConnectRequest,
-            d,
-            self.config.timeout,
-        )?;
-        let (child, channel, peer) = self.take_request(ev)?;
-        let (link, res, est) = self.prepare(child, channel)?;
-        link.id.accept(&conn_param(&hello(&res, Role::Server)))?;
-        let est = wait_event(
-            &link.channel,
-            Some(&link.id),
-            EventKind::Established,
-            est,
-            self.config.timeout,
-        )?;
+        let ev = self.request().wait()?;
+        let (link, res, peer, d) = self.answer(ev)?;
+        let est = established(&link, d, self.config.timeout).wait()?;
         Ok(Connection::new(link, res, peer, &self.config, est))
     }
 
     /// [`Server::accept`] without blocking the thread.
     #[cfg(feature = "tokio")]
     pub async fn accept_async(&mut self) -> Result<Connection> {
-        let d = deadline(self.config.timeout);
-        let ev = wait_event_async(
-            &self.channel,
-            None,
-            EventKind::ConnectRequest,
-            d,
-            self.config.timeout,
-        )
-        .await?;
+        let ev = self.request().wait_async().await?;
+        let (link, res, peer, d) = self.answer(ev)?;
+        let est = established(&link, d, self.config.timeout)
+            .wait_async()
+            .await?;
+        Ok(Connection::new(link, res, peer, &self.config, est))
+    }
+
+    /// The wait for the next connection request.
+    fn request(&self) -> EventWait<'_> {
+        EventWait {
+            ch: &self.channel,
+            id: None,
+            want: EventKind::ConnectRequest,
+            deadline: deadline(self.config.timeout),
+            timeout: self.config.timeout,
+        }
+    }
+
+    /// Takes request `ev` and accepts it ([`Server::take_request`],
+    /// [`Server::prepare`]); the link, its resources, the client's hello
+    /// and the deadline of ESTABLISHED.
+    fn answer(&mut self, ev: CmEvent) -> Result<(Link, Resources, Hello, Option<Instant>)> {
         let (child, channel, peer) = self.take_request(ev)?;
         let (link, res, est) = self.prepare(child, channel)?;
         link.id.accept(&conn_param(&hello(&res, Role::Server)))?;
-        let est = wait_event_async(
-            &link.channel,
-            Some(&link.id),
-            EventKind::Established,
-            est,
-            self.config.timeout,
-        )
-        .await?;
-        Ok(Connection::new(link, res, peer, &self.config, est))
+        Ok((link, res, peer, est))
     }
 
     /// The request's id on a channel of its own, and the client's hello
@@ -353,64 +362,23 @@ impl Client {
 
     /// [`Client::new`] on device `ctx`.
     pub fn on(ctx: &Context, addr: SocketAddr, config: Config) -> Result<Client> {
-        config.check()?;
-        let channel = EventChannel::new(ctx)?;
-        let id = CmId::new(&channel, PortSpace::Tcp, QpType::Rc)?;
-        let d = deadline(config.timeout);
-        id.resolve_addr(None, addr, RESOLVE_TIMEOUT)?;
-        wait_event(
-            &channel,
-            Some(&id),
-            EventKind::AddrResolved,
-            d,
-            config.timeout,
-        )?;
-        id.resolve_route(RESOLVE_TIMEOUT)?;
-        let last = wait_event(
-            &channel,
-            Some(&id),
-            EventKind::RouteResolved,
-            d,
-            config.timeout,
-        )?;
-        Client::build(ctx, id, channel, config, last)
+        let r = Resolving::start(ctx, addr, &config)?;
+        r.wait_for(EventKind::AddrResolved).wait()?;
+        let last = r.resolve_route()?.wait()?;
+        Client::build(ctx, r, config, last)
     }
 
     /// [`Client::on`] without blocking the thread.
     #[cfg(feature = "tokio")]
     pub async fn on_async(ctx: &Context, addr: SocketAddr, config: Config) -> Result<Client> {
-        config.check()?;
-        let channel = EventChannel::new(ctx)?;
-        let id = CmId::new(&channel, PortSpace::Tcp, QpType::Rc)?;
-        let d = deadline(config.timeout);
-        id.resolve_addr(None, addr, RESOLVE_TIMEOUT)?;
-        wait_event_async(
-            &channel,
-            Some(&id),
-            EventKind::AddrResolved,
-            d,
-            config.timeout,
-        )
-        .await?;
-        id.resolve_route(RESOLVE_TIMEOUT)?;
-        let last = wait_event_async(
-            &channel,
-            Some(&id),
-            EventKind::RouteResolved,
-            d,
-            config.timeout,
-        )
-        .await?;
-        Client::build(ctx, id, channel, config, last)
+        let r = Resolving::start(ctx, addr, &config)?;
+        r.wait_for(EventKind::AddrResolved).wait_async().await?;
+        let last = r.resolve_route()?.wait_async().await?;
+        Client::build(ctx, r, config, last)
     }
 
-    fn build(
-        ctx: &Context,
-        id: CmId,
-        channel: EventChannel,
-        config: Config,
-        last: CmEvent,
-    ) -> Result<Client> {
+    fn build(ctx: &Context, r: Resolving, config: Config, last: CmEvent) -> Result<Client> {
+        let Resolving { channel, id, .. } = r;
         let pd = ctx.alloc_pd()?;
         let (cq, comp) = create_qp(&id, &pd, &config)?;
         let res = Resources::new(&pd, &config)?;
@@ -454,36 +422,24 @@ impl Client {
     /// until the connection is established (up to the configured timeout).
     /// No listener, a rejection or an unreachable server is an error.
     pub fn connect(self) -> Result<Connection> {
-        let d = deadline(self.config.timeout);
-        self.link
-            .id
-            .connect(&conn_param(&hello(&self.res, Role::Client)))?;
-        let est = wait_event(
-            &self.link.channel,
-            Some(&self.link.id),
-            EventKind::Established,
-            d,
-            self.config.timeout,
-        )?;
+        let est = self.request()?.wait()?;
         self.finish(est)
     }
 
     /// [`Client::connect`] without blocking the thread.
     #[cfg(feature = "tokio")]
     pub async fn connect_async(self) -> Result<Connection> {
+        let est = self.request()?.wait_async().await?;
+        self.finish(est)
+    }
+
+    /// Sends the connection request; the wait for its answer.
+    fn request(&self) -> Result<EventWait<'_>> {
         let d = deadline(self.config.timeout);
         self.link
             .id
             .connect(&conn_param(&hello(&self.res, Role::Client)))?;
-        let est = wait_event_async(
-            &self.link.channel,
-            Some(&self.link.id),
-            EventKind::Established,
-            d,
-            self.config.timeout,
-        )
-        .await?;
-        self.finish(est)
+        Ok(established(&self.link, d, self.config.timeout))
     }
 
     fn finish(self, est: CmEvent) -> Result<Connection> {
@@ -496,6 +452,49 @@ impl Client {
             &self.config,
             est,
         ))
+    }
+}
+
+/// A client's CM id on its event channel while its address and route are
+/// resolved (within the configured timeout).
+struct Resolving {
+    channel: EventChannel,
+    id: CmId,
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+}
+
+impl Resolving {
+    /// Checks `config`, makes the id and starts resolving `addr`.
+    fn start(ctx: &Context, addr: SocketAddr, config: &Config) -> Result<Resolving> {
+        config.check()?;
+        let channel = EventChannel::new(ctx)?;
+        let id = CmId::new(&channel, PortSpace::Tcp, QpType::Rc)?;
+        let deadline = deadline(config.timeout);
+        id.resolve_addr(None, addr, RESOLVE_TIMEOUT)?;
+        Ok(Resolving {
+            channel,
+            id,
+            deadline,
+            timeout: config.timeout,
+        })
+    }
+
+    /// The wait for the id's event `want`.
+    fn wait_for(&self, want: EventKind) -> EventWait<'_> {
+        EventWait {
+            ch: &self.channel,
+            id: Some(&self.id),
+            want,
+            deadline: self.deadline,
+            timeout: self.timeout,
+        }
+    }
+
+    /// Starts resolving the route (once the address is); the wait for it.
+    fn resolve_route(&self) -> Result<EventWait<'_>> {
+        self.id.resolve_route(RESOLVE_TIMEOUT)?;
+        Ok(self.wait_for(EventKind::RouteResolved))
     }
 }
 

@@ -8,28 +8,14 @@ mod common;
 mod proc;
 
 use common::pattern;
-use proc::{Proc, example, unique_addr};
+use proc::{Proc, example_cmd, tmp, unique_addr};
 use rdmalib::softrdma::verbs::{Context, EngineConfig};
 use rdmalib::*;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
-use std::process::Command;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 const NET: u8 = 71;
 const T: Duration = Duration::from_secs(60);
-
-fn cmd(name: &str, addr: Ipv4Addr, args: &[&str]) -> Command {
-    let mut c = Command::new(example(name));
-    c.env("SOFTRDMA_ADDR", addr.to_string())
-        .env_remove("SOFTRDMA_PORT")
-        .args(args);
-    c
-}
-
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{name}", std::process::id()))
-}
 
 /// A device of this process at a fresh `127.71.x.y` on the RoCE port.
 fn device() -> Context {
@@ -44,7 +30,7 @@ fn echo_between_two_processes_in_both_modes() {
         let a_str = a.to_string();
         // The server names its address with -a instead of SOFTRDMA_ADDR: the
         // device starts on the address it binds (as rdma_bind_addr does).
-        let mut server_cmd = cmd(
+        let mut server_cmd = example_cmd(
             "rdmalib_echo",
             a,
             &[&["-p", "0", "-a", &a_str], mode].concat(),
@@ -65,7 +51,7 @@ fn echo_between_two_processes_in_both_modes() {
             &[a_str.as_str()],
         ]
         .concat();
-        let mut client = Proc::spawn("echo client", cmd("rdmalib_echo", b, &args));
+        let mut client = Proc::spawn("echo client", example_cmd("rdmalib_echo", b, &args));
         assert!(client.wait(T).success(), "{}", client.report());
         assert!(server.wait(T).success(), "{}", server.report());
         assert!(
@@ -93,7 +79,7 @@ fn file_transfer_between_two_processes_in_both_modes() {
         let out = output.to_str().unwrap();
         let mut server = Proc::spawn(
             "file server",
-            cmd(
+            example_cmd(
                 "rdmalib_file_transfer",
                 a,
                 &[&["-p", "0", "-c", "100000", "-o", out], mode].concat(),
@@ -107,7 +93,10 @@ fn file_transfer_between_two_processes_in_both_modes() {
             &[a_str.as_str()],
         ]
         .concat();
-        let mut client = Proc::spawn("file client", cmd("rdmalib_file_transfer", b, &args));
+        let mut client = Proc::spawn(
+            "file client",
+            example_cmd("rdmalib_file_transfer", b, &args),
+        );
         assert!(client.wait(T).success(), "{}", client.report());
         assert!(server.wait(T).success(), "{}", server.report());
         assert!(
@@ -158,7 +147,7 @@ fn a_client_killed_mid_transfer_ends_the_servers_wait_with_an_error() {
         ];
         let mut client = Proc::spawn(
             "file client",
-            cmd("rdmalib_file_transfer", unique_addr(NET), &args),
+            example_cmd("rdmalib_file_transfer", unique_addr(NET), &args),
         );
         let mut conn = srv.accept().unwrap();
         assert_eq!(&conn.recv().unwrap()[..4], b"RDLF");
@@ -208,7 +197,7 @@ fn a_server_killed_mid_transfer_fails_the_writer() {
         let a = unique_addr(NET);
         let mut server = Proc::spawn(
             "file server",
-            cmd(
+            example_cmd(
                 "rdmalib_file_transfer",
                 a,
                 &["-p", "0", "-c", "4096", "-o", sink.to_str().unwrap()],

@@ -2,6 +2,7 @@
 //! on first use if needed), output collected, killed when dropped, unique
 //! loopback addresses for their devices.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{Ipv4Addr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 const EXAMPLES: [&str; 2] = ["rdmalib_echo", "rdmalib_file_transfer"];
 
 /// The newest modification time of the files under `dir`.
-fn newest(dir: &Path) -> SystemTime {
+pub(crate) fn newest(dir: &Path) -> SystemTime {
     let mut t = SystemTime::UNIX_EPOCH;
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let p = e.path();
@@ -83,6 +84,26 @@ pub(crate) fn example(name: &str) -> PathBuf {
     let p = dir.join(name);
     assert!(p.exists(), "{} is missing", p.display());
     p
+}
+
+/// `program` on a device at `addr` (the default RoCE port).
+pub(crate) fn device_cmd(program: impl AsRef<OsStr>, addr: Ipv4Addr, args: &[&str]) -> Command {
+    let mut c = Command::new(program);
+    c.env("SOFTRDMA_ADDR", addr.to_string())
+        .env_remove("SOFTRDMA_PORT")
+        .args(args);
+    c
+}
+
+/// Example `name` of rdmalib on a device at `addr`.
+pub(crate) fn example_cmd(name: &str, addr: Ipv4Addr, args: &[&str]) -> Command {
+    device_cmd(example(name), addr, args)
+}
+
+/// A path for file `name` in the tests' scratch directory, unique to this
+/// process.
+pub(crate) fn tmp(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{name}", std::process::id()))
 }
 
 /// A loopback address `127.<net>.x.y` whose RoCE port is free now, unique per
