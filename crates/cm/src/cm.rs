@@ -358,6 +358,35 @@ impl Cm {
         av
     }
 
+    /// The QP attributes of connection `c` from our address `local`: path,
+    /// MTU, remote QPN and both starting PSNs come from the REQ/REP exchange;
+    /// the READ/atomic depths and retry counts, which the active and passive
+    /// sides settle differently, are given.
+    pub(crate) fn connect_qp(
+        &self,
+        local: IpAddr,
+        c: &Conn,
+        max_dest_rd_atomic: u8,
+        max_rd_atomic: u8,
+        retry_cnt: u8,
+        rnr_retry: u8,
+    ) -> ConnectQp {
+        ConnectQp {
+            av: self.path_av(local, c.peer_ip),
+            mtu: Mtu::from_u32(u32::from(c.mtu)).unwrap_or(Mtu::M1024),
+            remote_qpn: c.remote_qpn,
+            // Linux ib_cm: each side sends from the PSN its peer advertised.
+            rq_psn: c.local_psn,
+            sq_psn: c.remote_psn,
+            max_dest_rd_atomic,
+            max_rd_atomic,
+            timeout: LOCAL_ACK_TIMEOUT,
+            retry_cnt,
+            rnr_retry,
+            min_rnr_timer: MIN_RNR_TIMER,
+        }
+    }
+
     // ---- active side ----
 
     /// Connects (`rdma_connect`): sends a REQ (RC/UC) or SIDR_REQ (UD).
@@ -512,22 +541,16 @@ impl Cm {
                 let local_ip = local.unwrap_or(c.peer_ip);
                 // `c.local_psn` was chosen when the request arrived, so what
                 // `qp_params` reported before this accept holds.
-                let cq = ConnectQp {
-                    av: self.path_av(local_ip, c.peer_ip),
-                    mtu: Mtu::from_u32(u32::from(c.mtu)).unwrap_or(Mtu::M1024),
-                    remote_qpn: c.remote_qpn,
-                    // Linux ib_cm: each side sends from the PSN its peer advertised.
-                    rq_psn: c.local_psn,
-                    sq_psn: c.remote_psn,
-                    max_dest_rd_atomic: p.responder_resources,
-                    max_rd_atomic: p.initiator_depth,
-                    timeout: LOCAL_ACK_TIMEOUT,
-                    // IB CM: each side uses the RNR retry count its peer advertised
-                    // and the REQ's transport retry count.
-                    retry_cnt: c.peer.retry_count.min(7),
-                    rnr_retry: c.peer.rnr_retry_count.min(7),
-                    min_rnr_timer: MIN_RNR_TIMER,
-                };
+                // IB CM: each side uses the RNR retry count its peer advertised
+                // and the REQ's transport retry count.
+                let cq = self.connect_qp(
+                    local_ip,
+                    &c,
+                    p.responder_resources,
+                    p.initiator_depth,
+                    c.peer.retry_count.min(7),
+                    c.peer.rnr_retry_count.min(7),
+                );
                 // Only a QP attached to the id is the CM's to connect; one named
                 // by `p.qp_num` alone the application connected itself (rping -q).
                 if id.qpn.is_some() {
@@ -691,28 +714,22 @@ impl Cm {
         let c = id.conn.as_ref()?;
         let local = id.local.map_or(c.peer_ip, |a| a.ip());
         let passive = id.listener.is_some();
-        Some(ConnectQp {
-            av: self.path_av(local, c.peer_ip),
-            mtu: Mtu::from_u32(u32::from(c.mtu)).unwrap_or(Mtu::M1024),
-            remote_qpn: c.remote_qpn,
-            // Linux ib_cm: each side sends from the PSN its peer advertised.
-            rq_psn: c.local_psn,
-            sq_psn: c.remote_psn,
-            max_dest_rd_atomic: if passive {
-                c.peer.initiator_depth
-            } else {
-                id.mine.responder_resources
-            },
-            max_rd_atomic: if passive {
-                c.peer.responder_resources
-            } else {
-                id.mine.initiator_depth.min(c.peer.responder_resources)
-            },
-            timeout: LOCAL_ACK_TIMEOUT,
-            retry_cnt: c.peer.retry_count.min(7),
-            rnr_retry: c.peer.rnr_retry_count.min(7),
-            min_rnr_timer: MIN_RNR_TIMER,
-        })
+        let (max_dest_rd_atomic, max_rd_atomic) = if passive {
+            (c.peer.initiator_depth, c.peer.responder_resources)
+        } else {
+            (
+                id.mine.responder_resources,
+                id.mine.initiator_depth.min(c.peer.responder_resources),
+            )
+        };
+        Some(self.connect_qp(
+            local,
+            c,
+            max_dest_rd_atomic,
+            max_rd_atomic,
+            c.peer.retry_count.min(7),
+            c.peer.rnr_retry_count.min(7),
+        ))
     }
 
     /// The network reported that nothing listens at `ip` any more (ICMP port

@@ -1,11 +1,9 @@
 //! Incoming MADs: the IB CM protocol's receive side.
 
-use crate::cm::{Cm, LOCAL_ACK_TIMEOUT, MIN_RNR_TIMER};
+use crate::cm::Cm;
 use crate::id::{Conn, Id, State};
-use crate::types::{
-    ConnParam, ConnectQp, EventKind, EventParam, IdHandle, PortSpace, QpOps, UdParam,
-};
-use softrdma_transport::{Instant, Mtu};
+use crate::types::{ConnParam, EventKind, EventParam, IdHandle, PortSpace, QpOps, UdParam};
+use softrdma_transport::{Instant, QpType};
 use softrdma_wire::cm::{
     CmMad, CmMessage, CmaHdr, Drep, Dreq, Rej, Rep, Req, Rtu, SidrRep, SidrReq, rej_reason,
     service_id_parts, sidr_status,
@@ -73,6 +71,35 @@ impl Cm {
         })
     }
 
+    /// The child id, in `state`, for a REQ or SIDR_REQ from `src` to `dst`;
+    /// `None` when no listener takes its Service ID at the address its
+    /// rdma_cm header names (the caller rejects it).
+    fn child_for(
+        &self,
+        src: IpAddr,
+        dst: IpAddr,
+        service_id: u64,
+        private_data: &[u8],
+        default_qp_type: QpType,
+        state: State,
+    ) -> Option<Id> {
+        let hdr = CmaHdr::parse(private_data).ok();
+        let target = hdr.as_ref().map_or(dst, |h| h.dst);
+        let (ps, port) = service_id_parts(service_id)
+            .and_then(|(ps, port)| PortSpace::from_value(ps).map(|p| (p, port)))?;
+        let l = self.listener(ps, port, target)?;
+        let qp_type = self.ids_ref(l).map_or(default_qp_type, |i| i.qp_type);
+        let mut child = Id::new(ps, qp_type);
+        child.local = Some(SocketAddr::new(target, port));
+        child.remote = Some(match &hdr {
+            Some(h) => SocketAddr::new(h.src, h.src_port),
+            None => SocketAddr::new(src, 0),
+        });
+        child.listener = Some(l);
+        child.state = state;
+        Some(child)
+    }
+
     fn on_req(&mut self, now: Instant, src: IpAddr, dst: IpAddr, tid: u64, r: &Req) {
         if let Some(h) = self.find_child(src, r.local_comm_id) {
             // A retransmitted REQ: our REP was lost; send it again.
@@ -86,13 +113,10 @@ impl Cm {
             }
             return;
         }
-        let hdr = CmaHdr::parse(r.private_data.as_bytes()).ok();
-        let parts = service_id_parts(r.service_id)
-            .and_then(|(ps, port)| PortSpace::from_value(ps).map(|p| (p, port)));
-        let target = hdr.as_ref().map_or(dst, |h| h.dst);
-        let listener =
-            parts.and_then(|(ps, port)| self.listener(ps, port, target).map(|l| (l, ps, port)));
-        let Some((l, ps, port)) = listener else {
+        let data = r.private_data.as_bytes();
+        let Some(mut child) =
+            self.child_for(src, dst, r.service_id, data, QpType::Rc, State::ReqRcvd)
+        else {
             let rej = Rej {
                 local_comm_id: 0,
                 remote_comm_id: r.local_comm_id,
@@ -103,17 +127,6 @@ impl Cm {
             self.send_once(dst, src, CmMad::new(tid, rej));
             return;
         };
-        let qp_type = self
-            .ids_ref(l)
-            .map_or(softrdma_transport::QpType::Rc, |i| i.qp_type);
-        let mut child = Id::new(ps, qp_type);
-        child.local = Some(SocketAddr::new(target, port));
-        child.remote = Some(match &hdr {
-            Some(h) => SocketAddr::new(h.src, h.src_port),
-            None => SocketAddr::new(src, 0),
-        });
-        child.listener = Some(l);
-        child.state = State::ReqRcvd;
         let mut c = Conn::new(src);
         c.remote_comm_id = r.local_comm_id;
         c.tid = tid;
@@ -188,20 +201,14 @@ impl Cm {
             self.event(h, EventKind::ConnectResponse, 0, EventParam::Conn(peer));
             return;
         };
-        let cq = ConnectQp {
-            av: self.path(local_ip, c.peer_ip),
-            mtu: Mtu::from_u32(u32::from(c.mtu)).unwrap_or(Mtu::M1024),
-            remote_qpn: c.remote_qpn,
-            // Linux ib_cm: each side sends from the PSN its peer advertised.
-            rq_psn: c.local_psn,
-            sq_psn: c.remote_psn,
-            max_dest_rd_atomic: id.mine.responder_resources,
-            max_rd_atomic: id.mine.initiator_depth.min(r.responder_resources),
-            timeout: LOCAL_ACK_TIMEOUT,
-            retry_cnt: id.mine.retry_count.min(7),
-            rnr_retry: r.rnr_retry_count,
-            min_rnr_timer: MIN_RNR_TIMER,
-        };
+        let cq = self.connect_qp(
+            local_ip,
+            &c,
+            id.mine.responder_resources,
+            id.mine.initiator_depth.min(r.responder_resources),
+            id.mine.retry_count.min(7),
+            r.rnr_retry_count,
+        );
         if qp.connect(qpn, &cq).is_err() {
             let rej = Rej {
                 local_comm_id: c.local_comm_id,
@@ -343,12 +350,9 @@ impl Cm {
             }
             return;
         }
-        let hdr = CmaHdr::parse(r.private_data.as_bytes()).ok();
-        let target = hdr.as_ref().map_or(dst, |h| h.dst);
-        let parts = service_id_parts(r.service_id)
-            .and_then(|(ps, port)| PortSpace::from_value(ps).map(|p| (p, port)));
-        let Some((l, ps, port)) =
-            parts.and_then(|(ps, port)| self.listener(ps, port, target).map(|l| (l, ps, port)))
+        let data = r.private_data.as_bytes();
+        let Some(mut child) =
+            self.child_for(src, dst, r.service_id, data, QpType::Ud, State::SidrReqRcvd)
         else {
             let rep = SidrRep {
                 request_id: r.request_id,
@@ -359,17 +363,8 @@ impl Cm {
             self.send_once(dst, src, CmMad::new(tid, rep));
             return;
         };
-        let qp_type = self
-            .ids_ref(l)
-            .map_or(softrdma_transport::QpType::Ud, |i| i.qp_type);
-        let mut child = Id::new(ps, qp_type);
-        child.local = Some(SocketAddr::new(target, port));
-        child.remote = Some(match &hdr {
-            Some(h) => SocketAddr::new(h.src, h.src_port),
-            None => SocketAddr::new(src, 0),
-        });
-        child.listener = Some(l);
-        child.state = State::SidrReqRcvd;
+        // The address the request was for (its rdma_cm header's).
+        let target = child.local.map_or(dst, |a| a.ip());
         let mut c = Conn::new(src);
         c.remote_comm_id = r.request_id;
         c.tid = tid;

@@ -77,17 +77,38 @@ fn events(s: &mut Side) -> Vec<Event> {
     std::iter::from_fn(|| s.cm.poll_event()).collect()
 }
 
+/// An RC id on `s` with QP `qpn` attached, its address resolved to `dst`.
+fn rc_id(s: &mut Side, qpn: Qpn, dst: SocketAddr) -> IdHandle {
+    let c = s.cm.create_id(PortSpace::Tcp, QpType::Rc);
+    s.qps.qps.insert(qpn, (QpType::Rc, None, false));
+    s.cm.set_qp(c, Some(qpn)).unwrap();
+    s.cm.resolve_addr(c, s.ip, dst).unwrap();
+    c
+}
+
+/// `rc_id`, its events dropped, connecting at `now` with default parameters.
+fn rc_connect(s: &mut Side, qpn: Qpn, dst: SocketAddr, now: Instant) -> IdHandle {
+    let c = rc_id(s, qpn, dst);
+    events(s);
+    s.cm.connect(now, c, &ConnParam::default(), &mut s.qps)
+        .unwrap();
+    c
+}
+
+/// The passive side attaches QP 0x200 to `child` and accepts it with `p`.
+fn accept_rc(b: &mut Side, child: IdHandle, now: Instant, p: &ConnParam) {
+    b.qps.qps.insert(0x200, (QpType::Rc, None, false));
+    b.cm.set_qp(child, Some(0x200)).unwrap();
+    b.cm.accept(now, child, p, &mut b.qps).unwrap();
+}
+
 fn rc_pair() -> (Side, Side, IdHandle, IdHandle) {
     let (mut a, mut b) = (side(1), side(2));
     let now = Instant::from_millis(1);
     let l = b.cm.create_id(PortSpace::Tcp, QpType::Rc);
     b.cm.bind(l, SocketAddr::new(b.ip, 7471)).unwrap();
     b.cm.listen(l).unwrap();
-    let c = a.cm.create_id(PortSpace::Tcp, QpType::Rc);
-    a.qps.qps.insert(0x100, (QpType::Rc, None, false));
-    a.cm.set_qp(c, Some(0x100)).unwrap();
-    a.cm.resolve_addr(c, a.ip, SocketAddr::new(b.ip, 7471))
-        .unwrap();
+    let c = rc_id(&mut a, 0x100, SocketAddr::new(b.ip, 7471));
     a.cm.resolve_route(c).unwrap();
     let e = events(&mut a);
     assert_eq!(
@@ -123,8 +144,6 @@ fn rc_pair() -> (Side, Side, IdHandle, IdHandle) {
 fn rc_connect_accept_disconnect() {
     let (mut a, mut b, c, child) = rc_pair();
     let now = Instant::from_millis(2);
-    b.qps.qps.insert(0x200, (QpType::Rc, None, false));
-    b.cm.set_qp(child, Some(0x200)).unwrap();
     let p = ConnParam {
         private_data: b"welcome".to_vec(),
         responder_resources: 2,
@@ -132,7 +151,7 @@ fn rc_connect_accept_disconnect() {
         rnr_retry_count: 7,
         ..Default::default()
     };
-    b.cm.accept(now, child, &p, &mut b.qps).unwrap();
+    accept_rc(&mut b, child, now, &p);
     pump(&mut a, &mut b, now, |_| false);
     let ea = events(&mut a);
     assert_eq!(ea.len(), 1);
@@ -194,14 +213,7 @@ fn reject_carries_private_data() {
 fn no_listener_is_rejected_with_invalid_service_id() {
     let (mut a, mut b) = (side(1), side(2));
     let now = Instant::from_millis(1);
-    let c = a.cm.create_id(PortSpace::Tcp, QpType::Rc);
-    a.qps.qps.insert(7, (QpType::Rc, None, false));
-    a.cm.set_qp(c, Some(7)).unwrap();
-    a.cm.resolve_addr(c, a.ip, SocketAddr::new(b.ip, 9))
-        .unwrap();
-    events(&mut a);
-    a.cm.connect(now, c, &ConnParam::default(), &mut a.qps)
-        .unwrap();
+    rc_connect(&mut a, 7, SocketAddr::new(b.ip, 9), now);
     pump(&mut a, &mut b, now, |_| false);
     let e = events(&mut a);
     assert_eq!(e[0].kind, EventKind::Rejected);
@@ -213,11 +225,8 @@ fn no_listener_is_rejected_with_invalid_service_id() {
 fn lost_req_is_retransmitted_and_silence_is_unreachable() {
     let (mut a, mut b, _c, child) = rc_pair();
     // Lose the REP once: the REQ retransmission makes B resend it.
-    b.qps.qps.insert(0x200, (QpType::Rc, None, false));
-    b.cm.set_qp(child, Some(0x200)).unwrap();
     let t = Instant::from_millis(3);
-    b.cm.accept(t, child, &ConnParam::default(), &mut b.qps)
-        .unwrap();
+    accept_rc(&mut b, child, t, &ConnParam::default());
     let mut lost = 0;
     pump(&mut a, &mut b, t, |o| {
         let lose = lost == 0;
@@ -244,18 +253,8 @@ fn lost_req_is_retransmitted_and_silence_is_unreachable() {
 
     // A peer that never answers: UNREACHABLE after the retries.
     let mut x = side(3);
-    let c = x.cm.create_id(PortSpace::Tcp, QpType::Rc);
-    x.qps.qps.insert(9, (QpType::Rc, None, false));
-    x.cm.set_qp(c, Some(9)).unwrap();
-    x.cm.resolve_addr(
-        c,
-        x.ip,
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 99)), 1),
-    )
-    .unwrap();
-    events(&mut x);
-    x.cm.connect(Instant::ZERO, c, &ConnParam::default(), &mut x.qps)
-        .unwrap();
+    let nobody = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 99)), 1);
+    rc_connect(&mut x, 9, nobody, Instant::ZERO);
     let mut sent = 0;
     while let Some(t) = x.cm.poll_timeout() {
         while x.cm.poll_transmit().is_some() {
@@ -342,11 +341,8 @@ fn ports_are_exclusive_and_released() {
 #[test]
 fn established_connection_retransmits_nothing() {
     let (mut a, mut b, _c, child) = rc_pair();
-    b.qps.qps.insert(0x200, (QpType::Rc, None, false));
-    b.cm.set_qp(child, Some(0x200)).unwrap();
     let t = Instant::from_millis(2);
-    b.cm.accept(t, child, &ConnParam::default(), &mut b.qps)
-        .unwrap();
+    accept_rc(&mut b, child, t, &ConnParam::default());
     pump(&mut a, &mut b, t, |_| false);
     assert_eq!(events(&mut a).len(), 1);
     // Nothing is armed any more on either side: the REQ and REP were answered.
@@ -365,11 +361,8 @@ fn established_connection_retransmits_nothing() {
 #[test]
 fn unreachable_peer_ends_its_connections_at_once() {
     let (mut a, mut b, c, child) = rc_pair();
-    b.qps.qps.insert(0x200, (QpType::Rc, None, false));
-    b.cm.set_qp(child, Some(0x200)).unwrap();
     let t = Instant::from_millis(2);
-    b.cm.accept(t, child, &ConnParam::default(), &mut b.qps)
-        .unwrap();
+    accept_rc(&mut b, child, t, &ConnParam::default());
     pump(&mut a, &mut b, t, |_| false);
     events(&mut a);
     events(&mut b);
@@ -384,14 +377,7 @@ fn unreachable_peer_ends_its_connections_at_once() {
     assert!(a.qps.qps[&0x100].2, "the dead peer's QP is flushed");
     // A pending request to a dead address is unreachable at once.
     let mut x = side(3);
-    let r = x.cm.create_id(PortSpace::Tcp, QpType::Rc);
-    x.qps.qps.insert(5, (QpType::Rc, None, false));
-    x.cm.set_qp(r, Some(5)).unwrap();
-    x.cm.resolve_addr(r, x.ip, SocketAddr::new(b_ip, 1))
-        .unwrap();
-    events(&mut x);
-    x.cm.connect(Instant::ZERO, r, &ConnParam::default(), &mut x.qps)
-        .unwrap();
+    rc_connect(&mut x, 5, SocketAddr::new(b_ip, 1), Instant::ZERO);
     x.cm.peer_unreachable(Instant::from_millis(1), b_ip, &mut x.qps);
     assert_eq!(
         events(&mut x).iter().map(|e| e.kind).collect::<Vec<_>>(),
@@ -411,15 +397,13 @@ fn starting_psns_follow_linux_ib_cm() {
     use softrdma_wire::cm::{CmMad, CmMessage};
     let (mut a, mut b, _c, child) = rc_pair();
     let now = Instant::from_millis(2);
-    b.qps.qps.insert(0x200, (QpType::Rc, None, false));
-    b.cm.set_qp(child, Some(0x200)).unwrap();
     let p = ConnParam {
         responder_resources: 1,
         initiator_depth: 1,
         rnr_retry_count: 7,
         ..Default::default()
     };
-    b.cm.accept(now, child, &p, &mut b.qps).unwrap();
+    accept_rc(&mut b, child, now, &p);
     let mut rep_psn = None;
     pump(&mut a, &mut b, now, |o| {
         if let Ok(CmMad {

@@ -497,26 +497,26 @@ impl Endpoint {
         let to = check_modify(qp.state, qp.qp_type, attr, mask)?;
         validate_values(attr, mask, &limits, ngids)?;
         let a = &mut qp.attr;
-        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
-            a.qp_access_flags = attr.qp_access_flags;
+        // Attributes with no transport state of their own are taken as given.
+        macro_rules! take {
+            ($($bit:ident => $field:ident,)*) => {
+                $(if mask.contains(QpAttrMask::$bit) {
+                    a.$field = attr.$field;
+                })*
+            };
         }
-        if mask.contains(QpAttrMask::PKEY_INDEX) {
-            a.pkey_index = attr.pkey_index;
-        }
-        if mask.contains(QpAttrMask::PORT) {
-            a.port_num = attr.port_num;
-        }
-        if mask.contains(QpAttrMask::QKEY) {
-            a.qkey = attr.qkey;
-        }
-        if mask.contains(QpAttrMask::AV) {
-            a.ah_attr = attr.ah_attr;
-        }
-        if mask.contains(QpAttrMask::PATH_MTU) {
-            a.path_mtu = attr.path_mtu;
-        }
-        if mask.contains(QpAttrMask::TIMEOUT) {
-            a.timeout = attr.timeout;
+        take! {
+            ACCESS_FLAGS => qp_access_flags,
+            PKEY_INDEX => pkey_index,
+            PORT => port_num,
+            QKEY => qkey,
+            AV => ah_attr,
+            PATH_MTU => path_mtu,
+            TIMEOUT => timeout,
+            MAX_QP_RD_ATOMIC => max_rd_atomic,
+            MAX_DEST_RD_ATOMIC => max_dest_rd_atomic,
+            MIN_RNR_TIMER => min_rnr_timer,
+            EN_SQD_ASYNC_NOTIFY => en_sqd_async_notify,
         }
         if mask.contains(QpAttrMask::RETRY_CNT) {
             a.retry_cnt = attr.retry_cnt;
@@ -537,20 +537,8 @@ impl Endpoint {
             qp.req.una = p;
             qp.req.high = p;
         }
-        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
-            a.max_rd_atomic = attr.max_rd_atomic;
-        }
-        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
-            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
-        }
-        if mask.contains(QpAttrMask::MIN_RNR_TIMER) {
-            a.min_rnr_timer = attr.min_rnr_timer;
-        }
         if mask.contains(QpAttrMask::DEST_QPN) {
             a.dest_qp_num = attr.dest_qp_num & 0xFF_FFFF;
-        }
-        if mask.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
-            a.en_sqd_async_notify = attr.en_sqd_async_notify;
         }
         let from = qp.state;
         match to {

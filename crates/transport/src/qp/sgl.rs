@@ -54,32 +54,27 @@ pub(crate) fn scatter(
     offset: u64,
     data: &[u8],
 ) -> Result<(), ScatterError> {
+    let mut pass = |write: bool| {
+        walk(
+            mrs,
+            pd,
+            sgl,
+            offset,
+            data.len(),
+            Access::LOCAL_WRITE,
+            |h, r| {
+                if write {
+                    mem.write(h, &data[r]);
+                }
+            },
+        )
+        .map_err(ScatterError::Prot)
+    };
     // Check everything first so a failure writes nothing.
-    let left = walk(
-        mrs,
-        pd,
-        sgl,
-        offset,
-        data.len(),
-        Access::LOCAL_WRITE,
-        |_, _| {},
-    )
-    .map_err(ScatterError::Prot)?;
-    if left != 0 {
+    if pass(false)? != 0 {
         return Err(ScatterError::TooLong);
     }
-    walk(
-        mrs,
-        pd,
-        sgl,
-        offset,
-        data.len(),
-        Access::LOCAL_WRITE,
-        |h, r| {
-            mem.write(h, &data[r]);
-        },
-    )
-    .map_err(ScatterError::Prot)?;
+    pass(true)?;
     Ok(())
 }
 
