@@ -10,7 +10,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 use serde_json::Value;
 
@@ -63,6 +63,34 @@ fn ok(args: &[&str], env: &[(&str, &str)]) -> String {
         text(&out.stderr)
     );
     text(&out.stdout)
+}
+
+/// The environment of a device at `addr` on UDP `port`.
+fn device_env<'a>(addr: &'a str, port: &'a str) -> [(&'static str, &'a str); 2] {
+    [("SOFTRDMA_ADDR", addr), ("SOFTRDMA_PORT", port)]
+}
+
+/// Runs `softrdma TOOL_ARGS -- softrdma perf PERF_ARGS` (a subcommand that
+/// runs a command, around a perf run) and insists on success; returns stdout.
+fn ok_around_perf(tool_args: &[&str], perf_args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut args = tool_args.to_vec();
+    args.extend(["--", BIN, "perf"]);
+    args.extend(perf_args);
+    ok(&args, env)
+}
+
+/// Starts a server (`softrdma ARGS`) with its output piped; returns it, its
+/// stdout and the first line it printed there.
+fn spawn_server(args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<ChildStdout>, String) {
+    let mut child = softrdma(args, env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut r = BufReader::new(child.stdout.take().unwrap());
+    let mut banner = String::new();
+    r.read_line(&mut banner).unwrap();
+    (child, r, banner)
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -128,10 +156,7 @@ fn help_for_every_subcommand() {
 #[test]
 fn devices_and_devinfo_show_the_configured_address() {
     let port = free_port().to_string();
-    let env = [
-        ("SOFTRDMA_ADDR", "127.0.0.61"),
-        ("SOFTRDMA_PORT", port.as_str()),
-    ];
+    let env = device_env("127.0.0.61", &port);
 
     let out = ok(&["devices"], &env);
     let row = out
@@ -384,17 +409,10 @@ fn perf_table_lists_rows_with_units() {
 
 /// Starts `softrdma perf --server` and returns it with its control port.
 fn perf_server(env: &[(&str, &str)]) -> (Child, u16) {
-    let mut child = softrdma(
+    let (child, mut r, line) = spawn_server(
         &["perf", "--server", "--port", "0", "--listen", "127.0.0.1"],
         env,
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    let mut r = BufReader::new(child.stdout.take().unwrap());
-    r.read_line(&mut line).unwrap();
+    );
     let port = line
         .trim()
         .rsplit_once("control channel on 127.0.0.1:")
@@ -417,10 +435,7 @@ fn perf_server_and_client_in_two_processes() {
     for (n, events) in [(62u8, false), (64, true)] {
         let server_addr = format!("127.0.0.{n}");
         let client_addr = format!("127.0.0.{}", n + 1);
-        let (mut server, ctl) = perf_server(&[
-            ("SOFTRDMA_ADDR", server_addr.as_str()),
-            ("SOFTRDMA_PORT", port.as_str()),
-        ]);
+        let (mut server, ctl) = perf_server(&device_env(&server_addr, &port));
         let ctl = ctl.to_string();
         let mut args = vec![
             "perf",
@@ -439,13 +454,7 @@ fn perf_server_and_client_in_two_processes() {
         if events {
             args.push("--events");
         }
-        let out = run(
-            &args,
-            &[
-                ("SOFTRDMA_ADDR", client_addr.as_str()),
-                ("SOFTRDMA_PORT", port.as_str()),
-            ],
-        );
+        let out = run(&args, &device_env(&client_addr, &port));
         let status = server.wait().unwrap();
         let mut err = String::new();
         std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut err).unwrap();
@@ -477,22 +486,9 @@ fn capture_of_a_perf_run_decodes_clean() {
     let port = free_port().to_string();
     let pcap = tmp("perf.pcap");
     let env = [("SOFTRDMA_PORT", port.as_str())];
-    let out = ok(
-        &[
-            "capture",
-            "--out",
-            pcap.to_str().unwrap(),
-            "--",
-            BIN,
-            "perf",
-            "--op",
-            "write,send",
-            "--size",
-            "64",
-            "-n",
-            "30",
-            "--json",
-        ],
+    let out = ok_around_perf(
+        &["capture", "--out", pcap.to_str().unwrap()],
+        &["--op", "write,send", "--size", "64", "-n", "30", "--json"],
         &env,
     );
     // CMD's output first (the JSON), then the capture summary.
@@ -521,21 +517,9 @@ fn capture_of_a_perf_run_decodes_clean() {
     assert!(dec.contains("RC_ACKNOWLEDGE"));
 
     // --decode prints every packet too.
-    let full = ok(
-        &[
-            "capture",
-            "--decode",
-            "--out",
-            pcap.to_str().unwrap(),
-            "--",
-            BIN,
-            "perf",
-            "--op",
-            "atomic",
-            "-n",
-            "10",
-            "--lat",
-        ],
+    let full = ok_around_perf(
+        &["capture", "--decode", "--out", pcap.to_str().unwrap()],
+        &["--op", "atomic", "-n", "10", "--lat"],
         &env,
     );
     assert!(
@@ -595,20 +579,9 @@ fn stats_self_test_shows_every_kind_of_event() {
 fn stats_of_a_command_and_of_a_file() {
     let port = free_port().to_string();
     let keep = tmp("stats.txt");
-    let out = ok(
-        &[
-            "stats",
-            "--keep",
-            keep.to_str().unwrap(),
-            "--",
-            BIN,
-            "perf",
-            "--op",
-            "atomic",
-            "-n",
-            "20",
-            "--json",
-        ],
+    let out = ok_around_perf(
+        &["stats", "--keep", keep.to_str().unwrap()],
+        &["--op", "atomic", "-n", "20", "--json"],
         &[("SOFTRDMA_PORT", port.as_str())],
     );
     // The perf JSON, then one block per process: client and server.
@@ -651,20 +624,10 @@ fn stats_of_a_command_and_of_a_file() {
 #[test]
 fn ping_through_the_connection_manager() {
     let port = free_port().to_string();
-    let mut server = softrdma(
+    let (mut server, mut r, banner) = spawn_server(
         &["ping", "--server", "--once", "--port", "0"],
-        &[
-            ("SOFTRDMA_ADDR", "127.0.0.66"),
-            ("SOFTRDMA_PORT", port.as_str()),
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut r = BufReader::new(server.stdout.take().unwrap());
-    let mut banner = String::new();
-    r.read_line(&mut banner).unwrap();
+        &device_env("127.0.0.66", &port),
+    );
     let cm_port = banner
         .split("listening on 127.0.0.66:")
         .nth(1)
@@ -684,10 +647,7 @@ fn ping_through_the_connection_manager() {
             "-s",
             "100",
         ],
-        &[
-            ("SOFTRDMA_ADDR", "127.0.0.67"),
-            ("SOFTRDMA_PORT", port.as_str()),
-        ],
+        &device_env("127.0.0.67", &port),
     );
     let status = server.wait().unwrap();
     let mut rest = String::new();
@@ -726,10 +686,7 @@ fn ping_through_the_connection_manager() {
     // Nobody listens on that port any more: a one-line error at once.
     let out = run(
         &["ping", "127.0.0.67", "--port", &cm_port, "-c", "1"],
-        &[
-            ("SOFTRDMA_ADDR", "127.0.0.68"),
-            ("SOFTRDMA_PORT", port.as_str()),
-        ],
+        &device_env("127.0.0.68", &port),
     );
     assert_one_line_error(&out, "no softrdma device answers at 127.0.0.67");
 }
@@ -769,13 +726,7 @@ fn bad_arguments_and_failures_are_one_line_errors() {
     assert_one_line_error(&out, "cannot reach a perf server at 127.0.0.1:");
     let out = run(&["devinfo"], &[("SOFTRDMA_ADDR", "not-an-address")]);
     assert_one_line_error(&out, "SOFTRDMA_ADDR");
-    let out = run(
-        &["devices"],
-        &[
-            ("SOFTRDMA_ADDR", "10.255.255.254"),
-            ("SOFTRDMA_PORT", &port),
-        ],
-    );
+    let out = run(&["devices"], &device_env("10.255.255.254", &port));
     assert_one_line_error(&out, "not available");
     let out = run(
         &[
@@ -829,10 +780,7 @@ fn capture_compat_runs_a_c_program_on_softrdma() {
             "--",
             "ibv_devinfo",
         ],
-        &[
-            ("SOFTRDMA_ADDR", "127.0.0.69"),
-            ("SOFTRDMA_PORT", port.as_str()),
-        ],
+        &device_env("127.0.0.69", &port),
     );
     // rdma-core's own program lists softrdma's device; it sends nothing.
     assert!(out.starts_with("hca_id:\tsoftrdma0\n"), "{out}");

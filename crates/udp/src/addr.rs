@@ -309,37 +309,25 @@ pub fn parse_addr(var: &'static str, value: &str) -> Result<(IpAddr, u32), AddrE
             })?,
         },
     };
-    match ip {
-        IpAddr::V4(v4) => {
-            if v4.is_unspecified() {
-                return Err(unusable(
-                    "the unspecified address 0.0.0.0 is not a unicast address",
-                ));
-            }
-            if v4.is_multicast() {
-                return Err(unusable("multicast address"));
-            }
-            if v4.is_broadcast() {
-                return Err(unusable("broadcast address"));
-            }
+    // The first reason that applies, in this order, makes it unusable.
+    let not_unicast = match ip {
+        IpAddr::V4(v4) if v4.is_unspecified() => {
+            Some("the unspecified address 0.0.0.0 is not a unicast address")
         }
-        IpAddr::V6(v6) => {
-            if v6.is_unspecified() {
-                return Err(unusable(
-                    "the unspecified address :: is not a unicast address",
-                ));
-            }
-            if v6.is_multicast() {
-                return Err(unusable("multicast address"));
-            }
-            if is_v6_link_local(&v6) && scope == 0 {
-                return Err(unusable(
-                    "a link-local IPv6 address needs a zone, e.g. fe80::1%eth0",
-                ));
-            }
+        IpAddr::V6(v6) if v6.is_unspecified() => {
+            Some("the unspecified address :: is not a unicast address")
         }
+        _ if ip.is_multicast() => Some("multicast address"),
+        IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast address"),
+        IpAddr::V6(v6) if is_v6_link_local(&v6) && scope == 0 => {
+            Some("a link-local IPv6 address needs a zone, e.g. fe80::1%eth0")
+        }
+        _ => None,
+    };
+    match not_unicast {
+        Some(reason) => Err(unusable(reason)),
+        None => Ok((ip, scope)),
     }
-    Ok((ip, scope))
 }
 
 fn is_v6_link_local(v6: &Ipv6Addr) -> bool {

@@ -77,6 +77,35 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("softrdma-udp supports Linux only");
 
+/// Implements `AsFd` and `AsRawFd` for each type through its `fd: OwnedFd` field.
+macro_rules! impl_as_fd {
+    ($($t:ty),+ $(,)?) => {$(
+        impl std::os::fd::AsFd for $t {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                std::os::fd::AsFd::as_fd(&self.fd)
+            }
+        }
+
+        impl std::os::fd::AsRawFd for $t {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                std::os::fd::AsRawFd::as_raw_fd(&self.fd)
+            }
+        }
+    )+};
+}
+
+/// Builder setters, written `name(arg: T) => field;`: each a
+/// `pub fn name(mut self, arg: T) -> Self` that sets `field` to `arg`.
+macro_rules! setters {
+    ($($(#[$attr:meta])* $name:ident($arg:ident: $t:ty) => $field:ident;)+) => {$(
+        $(#[$attr])*
+        pub fn $name(mut self, $arg: $t) -> Self {
+            self.$field = $arg;
+            self
+        }
+    )+};
+}
+
 pub mod addr;
 mod cmsg;
 mod probe;

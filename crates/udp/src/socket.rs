@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use crate::addr::{AddrConfig, BindError};
@@ -100,28 +100,15 @@ impl SocketConfig {
         }
     }
 
-    /// Sets [`SocketConfig::gso`].
-    pub fn with_gso(mut self, gso: GsoPolicy) -> Self {
-        self.gso = gso;
-        self
-    }
-
-    /// Sets [`SocketConfig::gro`].
-    pub fn with_gro(mut self, gro: bool) -> Self {
-        self.gro = gro;
-        self
-    }
-
-    /// Sets [`SocketConfig::buffer_size`].
-    pub fn with_buffer_size(mut self, bytes: usize) -> Self {
-        self.buffer_size = bytes;
-        self
-    }
-
-    /// Sets [`SocketConfig::ipv6_zero_checksum_tx`].
-    pub fn with_ipv6_zero_checksum_tx(mut self, on: bool) -> Self {
-        self.ipv6_zero_checksum_tx = on;
-        self
+    setters! {
+        /// Sets [`SocketConfig::gso`].
+        with_gso(gso: GsoPolicy) => gso;
+        /// Sets [`SocketConfig::gro`].
+        with_gro(gro: bool) => gro;
+        /// Sets [`SocketConfig::buffer_size`].
+        with_buffer_size(bytes: usize) => buffer_size;
+        /// Sets [`SocketConfig::ipv6_zero_checksum_tx`].
+        with_ipv6_zero_checksum_tx(on: bool) => ipv6_zero_checksum_tx;
     }
 }
 
@@ -277,17 +264,7 @@ pub struct RoceSocket {
     err_pending: std::sync::atomic::AtomicBool,
 }
 
-impl AsFd for RoceSocket {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for RoceSocket {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-}
+impl_as_fd!(RoceSocket);
 
 impl RoceSocket {
     /// Opens the socket from `SOFTRDMA_ADDR` / `SOFTRDMA_PORT` (see [`crate::addr`]).

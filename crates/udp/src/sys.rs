@@ -146,18 +146,7 @@ pub(crate) fn setsockopt_int(
     name: libc::c_int,
     value: libc::c_int,
 ) -> io::Result<()> {
-    // SAFETY: `value` is a live `c_int` on our stack and we pass its exact size; the kernel
-    // only reads `optlen` bytes from it.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            ptr::from_ref(&value).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
+    setsockopt_bytes(fd, level, name, &value.to_ne_bytes())
 }
 
 /// `setsockopt` with a value given as raw bytes (struct-valued options).

@@ -33,16 +33,11 @@ pub struct EventFdOptions {
 }
 
 impl EventFdOptions {
-    /// Sets [`EventFdOptions::semaphore`].
-    pub fn semaphore(mut self, on: bool) -> Self {
-        self.semaphore = on;
-        self
-    }
-
-    /// Sets [`EventFdOptions::blocking`].
-    pub fn blocking(mut self, on: bool) -> Self {
-        self.blocking = on;
-        self
+    setters! {
+        /// Sets [`EventFdOptions::semaphore`].
+        semaphore(on: bool) => semaphore;
+        /// Sets [`EventFdOptions::blocking`].
+        blocking(on: bool) => blocking;
     }
 }
 
@@ -148,17 +143,7 @@ impl EventFd {
     }
 }
 
-impl AsFd for EventFd {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for EventFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-}
+impl_as_fd!(EventFd, TimerFd);
 
 impl IntoRawFd for EventFd {
     fn into_raw_fd(self) -> RawFd {
@@ -210,18 +195,6 @@ impl TimerFd {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             Err(e) => Err(e),
         }
-    }
-}
-
-impl AsFd for TimerFd {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for TimerFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
     }
 }
 
@@ -438,26 +411,24 @@ impl Poller {
 
     /// Watches any fd under `key`.
     pub fn add_fd(&self, fd: BorrowedFd<'_>, key: u8, interest: Interest) -> io::Result<()> {
-        let k = Self::check_key(key)?;
-        sys::epoll_ctl(
-            self.epfd.as_fd(),
-            libc::EPOLL_CTL_ADD,
-            fd.as_raw_fd(),
-            interest.bits(),
-            k,
-        )
+        self.watch(libc::EPOLL_CTL_ADD, fd, key, interest)
     }
 
     /// Changes the interest (and key) of a registered fd.
     pub fn modify_fd(&self, fd: BorrowedFd<'_>, key: u8, interest: Interest) -> io::Result<()> {
+        self.watch(libc::EPOLL_CTL_MOD, fd, key, interest)
+    }
+
+    /// `epoll_ctl` `op` (add or modify) for `fd` with `interest`, reported under `key`.
+    fn watch(
+        &self,
+        op: libc::c_int,
+        fd: BorrowedFd<'_>,
+        key: u8,
+        interest: Interest,
+    ) -> io::Result<()> {
         let k = Self::check_key(key)?;
-        sys::epoll_ctl(
-            self.epfd.as_fd(),
-            libc::EPOLL_CTL_MOD,
-            fd.as_raw_fd(),
-            interest.bits(),
-            k,
-        )
+        sys::epoll_ctl(self.epfd.as_fd(), op, fd.as_raw_fd(), interest.bits(), k)
     }
 
     /// Stops watching `fd` (registered under `key`).

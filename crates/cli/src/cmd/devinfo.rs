@@ -56,6 +56,33 @@ fn mtu_str(v: u32) -> String {
     }
 }
 
+/// Where `ibv_devinfo` puts a line: its indent in tabs, and the column its
+/// value starts at (tab stops every 8).
+type Layout = (usize, usize);
+/// The device's own lines.
+const DEV: Layout = (1, 40);
+/// The port's lines.
+const PORT: Layout = (3, 48);
+
+/// Writes the line `k: v` laid out as `at` says.
+fn kv(s: &mut String, at: Layout, k: &str, v: &str) {
+    let (indent, col) = at;
+    let _ = writeln!(
+        s,
+        "{}{k}:{}{v}",
+        "\t".repeat(indent),
+        tabs_to(indent * 8 + k.len() + 1, col)
+    );
+}
+
+/// Writes a [`kv`] line for each field of `$src` named after it, its value
+/// formatted with the group's format string; in the order given.
+macro_rules! fields {
+    ($s:expr, $at:expr, $src:expr; $($fmt:literal => $($f:ident),+;)+) => {
+        $($( kv($s, $at, stringify!($f), &format!($fmt, $src.$f)); )+)+
+    };
+}
+
 pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
     let ctx = crate::cmd::open_device()?;
     let d = ctx.query_device();
@@ -63,122 +90,104 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
     let mut s = String::new();
     let _ = writeln!(s, "backend: {}", ctx.backend_info());
     let _ = writeln!(s, "hca_id:\t{}", ctx.name());
-    let mut kv = |indent: usize, k: &str, v: String| {
-        let _ = writeln!(
-            s,
-            "{}{k}:{}{v}",
-            "\t".repeat(indent),
-            tabs_to(indent * 8 + k.len() + 1, 40)
-        );
-    };
-    kv(1, "transport", "InfiniBand (0)".into());
-    kv(1, "fw_ver", d.fw_ver.clone());
-    kv(1, "node_guid", guid_groups(d.node_guid));
-    kv(1, "sys_image_guid", guid_groups(d.sys_image_guid));
-    kv(1, "vendor_id", format!("{:#x}", d.vendor_id));
-    kv(1, "vendor_part_id", d.vendor_part_id.to_string());
-    kv(1, "hw_ver", format!("{:#x}", d.hw_ver));
-    kv(1, "phys_port_cnt", d.phys_port_cnt.to_string());
+    kv(&mut s, DEV, "transport", "InfiniBand (0)");
+    kv(&mut s, DEV, "fw_ver", &d.fw_ver);
+    kv(&mut s, DEV, "node_guid", &guid_groups(d.node_guid));
+    kv(
+        &mut s,
+        DEV,
+        "sys_image_guid",
+        &guid_groups(d.sys_image_guid),
+    );
+    fields!(&mut s, DEV, d;
+        "{:#x}" => vendor_id;
+        "{}" => vendor_part_id;
+        "{:#x}" => hw_ver;
+        "{}" => phys_port_cnt;
+    );
     if args.verbose {
-        kv(1, "max_mr_size", format!("{:#x}", d.max_mr_size));
-        kv(1, "page_size_cap", format!("{:#x}", d.page_size_cap));
-        kv(1, "max_qp", d.max_qp.to_string());
-        kv(1, "max_qp_wr", d.max_qp_wr.to_string());
-        kv(
-            1,
-            "device_cap_flags",
-            format!("{:#010x}", d.device_cap_flags),
+        fields!(&mut s, DEV, d;
+            "{:#x}" => max_mr_size, page_size_cap;
+            "{}" => max_qp, max_qp_wr;
+            "{:#010x}" => device_cap_flags;
+            "{}" => max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd,
+                max_qp_rd_atom, max_res_rd_atom, max_qp_init_rd_atom;
         );
-        kv(1, "max_sge", d.max_sge.to_string());
-        kv(1, "max_sge_rd", d.max_sge_rd.to_string());
-        kv(1, "max_cq", d.max_cq.to_string());
-        kv(1, "max_cqe", d.max_cqe.to_string());
-        kv(1, "max_mr", d.max_mr.to_string());
-        kv(1, "max_pd", d.max_pd.to_string());
-        kv(1, "max_qp_rd_atom", d.max_qp_rd_atom.to_string());
-        kv(1, "max_res_rd_atom", d.max_res_rd_atom.to_string());
-        kv(1, "max_qp_init_rd_atom", d.max_qp_init_rd_atom.to_string());
+        let atomic = if d.atomic_cap == 1 {
+            "ATOMIC_HCA"
+        } else {
+            "ATOMIC_NONE"
+        };
         kv(
-            1,
+            &mut s,
+            DEV,
             "atomic_cap",
-            format!(
-                "{} ({})",
-                if d.atomic_cap == 1 {
-                    "ATOMIC_HCA"
-                } else {
-                    "ATOMIC_NONE"
-                },
-                d.atomic_cap
-            ),
+            &format!("{atomic} ({})", d.atomic_cap),
         );
-        kv(1, "max_mw", d.max_mw.to_string());
-        kv(1, "max_mcast_grp", d.max_mcast_grp.to_string());
-        kv(1, "max_mcast_qp_attach", d.max_mcast_qp_attach.to_string());
-        kv(
-            1,
-            "max_total_mcast_qp_attach",
-            d.max_total_mcast_qp_attach.to_string(),
+        fields!(&mut s, DEV, d;
+            "{}" => max_mw, max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach,
+                max_ah, max_srq, max_srq_wr, max_srq_sge, max_pkeys, local_ca_ack_delay;
         );
-        kv(1, "max_ah", d.max_ah.to_string());
-        kv(1, "max_srq", d.max_srq.to_string());
-        kv(1, "max_srq_wr", d.max_srq_wr.to_string());
-        kv(1, "max_srq_sge", d.max_srq_sge.to_string());
-        kv(1, "max_pkeys", d.max_pkeys.to_string());
-        kv(1, "local_ca_ack_delay", d.local_ca_ack_delay.to_string());
     }
     let _ = writeln!(s, "\t\tport:\t1");
-    let mut pkv = |k: &str, v: String| {
-        let _ = writeln!(s, "\t\t\t{k}:{}{v}", tabs_to(24 + k.len() + 1, 48));
-    };
     let state = if p.state == 4 {
         "PORT_ACTIVE"
     } else {
         "PORT_DOWN"
     };
-    pkv("state", format!("{state} ({})", p.state));
-    pkv("max_mtu", mtu_str(p.max_mtu));
-    pkv("active_mtu", mtu_str(p.active_mtu));
-    pkv("sm_lid", p.sm_lid.to_string());
-    pkv("port_lid", p.lid.to_string());
-    pkv("port_lmc", format!("{:#04x}", p.lmc));
-    pkv(
-        "link_layer",
-        if p.link_layer == 2 {
-            "Ethernet"
-        } else {
-            "InfiniBand"
-        }
-        .to_string(),
-    );
+    kv(&mut s, PORT, "state", &format!("{state} ({})", p.state));
+    kv(&mut s, PORT, "max_mtu", &mtu_str(p.max_mtu));
+    kv(&mut s, PORT, "active_mtu", &mtu_str(p.active_mtu));
+    fields!(&mut s, PORT, p; "{}" => sm_lid;);
+    kv(&mut s, PORT, "port_lid", &p.lid.to_string());
+    kv(&mut s, PORT, "port_lmc", &format!("{:#04x}", p.lmc));
+    let link = if p.link_layer == 2 {
+        "Ethernet"
+    } else {
+        "InfiniBand"
+    };
+    kv(&mut s, PORT, "link_layer", link);
     if args.verbose {
-        pkv("max_msg_sz", format!("{:#x}", p.max_msg_sz));
-        pkv("port_cap_flags", format!("{:#010x}", p.port_cap_flags));
-        pkv("port_cap_flags2", format!("{:#06x}", p.port_cap_flags2));
-        pkv("max_vl_num", p.max_vl_num.to_string());
-        pkv("bad_pkey_cntr", format!("{:#x}", p.bad_pkey_cntr));
-        pkv("qkey_viol_cntr", format!("{:#x}", p.qkey_viol_cntr));
-        pkv("sm_sl", p.sm_sl.to_string());
-        pkv("pkey_tbl_len", p.pkey_tbl_len.to_string());
-        pkv("gid_tbl_len", p.gid_tbl_len.to_string());
-        pkv("subnet_timeout", p.subnet_timeout.to_string());
-        pkv("init_type_reply", p.init_type_reply.to_string());
-        pkv("active_width", format!("4X ({})", p.active_width));
-        pkv("active_speed", format!("25.0 Gbps ({})", p.active_speed));
-        pkv("phys_state", format!("LINK_UP ({})", p.phys_state));
+        fields!(&mut s, PORT, p;
+            "{:#x}" => max_msg_sz;
+            "{:#010x}" => port_cap_flags;
+            "{:#06x}" => port_cap_flags2;
+            "{}" => max_vl_num;
+            "{:#x}" => bad_pkey_cntr, qkey_viol_cntr;
+            "{}" => sm_sl, pkey_tbl_len, gid_tbl_len, subnet_timeout, init_type_reply;
+        );
+        kv(
+            &mut s,
+            PORT,
+            "active_width",
+            &format!("4X ({})", p.active_width),
+        );
+        kv(
+            &mut s,
+            PORT,
+            "active_speed",
+            &format!("25.0 Gbps ({})", p.active_speed),
+        );
+        kv(
+            &mut s,
+            PORT,
+            "phys_state",
+            &format!("LINK_UP ({})", p.phys_state),
+        );
     }
     for i in 0..usize::try_from(p.gid_tbl_len).unwrap_or(0) {
         if let Ok(g) = ctx.query_gid(1, i) {
-            pkv(&format!("GID[{i:>3}]"), format!("{g}, RoCE v2"));
+            kv(
+                &mut s,
+                PORT,
+                &format!("GID[{i:>3}]"),
+                &format!("{g}, RoCE v2"),
+            );
         }
     }
     if ctx.backend() == softrdma::verbs::Backend::Native {
-        let _ = writeln!(
-            s,
-            "\tsoftrdma:{}UDP {} ({})",
-            tabs_to(8 + 9, 40),
-            ctx.local_addr(),
-            addr_origin()
-        );
+        let udp = format!("UDP {} ({})", ctx.local_addr(), addr_origin());
+        kv(&mut s, DEV, "softrdma", &udp);
     }
     print_out(&s)?;
     Ok(ExitCode::SUCCESS)

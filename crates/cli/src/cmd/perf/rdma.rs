@@ -471,7 +471,7 @@ impl Side {
         let mut i = 0u64;
         while run.more() {
             let t = Instant::now();
-            let signaled = i % LAT_SIGNAL == LAT_SIGNAL - 1;
+            let signaled = lat_signaled(i);
             match op {
                 Op::Read | Op::Atomic => {
                     self.post(Self::opcode(op), i, size, true, 0)?;
@@ -560,55 +560,28 @@ impl Side {
         match (op, test) {
             (Op::Send, Test::Bw) => {
                 ctl.send("READY")?;
-                let mut n = 0u64;
-                'run: loop {
-                    self.wait_into(&mut wcs)?;
-                    for w in &wcs {
-                        if w.opcode == WcOpcode::Recv {
-                            if is_stop(w) {
-                                break 'run;
-                            }
-                            n += 1;
-                        }
-                    }
-                }
+                let n = self.count_recvs(&mut wcs, WcOpcode::Recv, is_stop, |_, _| Ok(()))?;
                 ctl.send(&format!("END {n}"))
             }
             (Op::Send, Test::Lat) => {
                 ctl.send("READY")?;
-                let mut n = 0u64;
-                'run: loop {
-                    self.wait_into(&mut wcs)?;
-                    for w in &wcs {
-                        if w.opcode == WcOpcode::Recv {
-                            if is_stop(w) {
-                                break 'run;
-                            }
-                            let signaled = n % LAT_SIGNAL == LAT_SIGNAL - 1;
-                            self.post(WrOpcode::Send, n, size, signaled, 0)?;
-                            n += 1;
-                        }
-                    }
-                }
+                let n = self.count_recvs(&mut wcs, WcOpcode::Recv, is_stop, |n, _| {
+                    self.post(WrOpcode::Send, n, size, lat_signaled(n), 0)
+                })?;
                 self.finish_pongs(n, &mut wcs)?;
                 ctl.send(&format!("END {n}"))
             }
             (Op::Write, Test::Lat) if self.ch.is_some() => {
                 ctl.send("READY")?;
-                let mut n = 0u64;
-                'run: loop {
-                    self.wait_into(&mut wcs)?;
-                    for w in &wcs {
-                        if w.opcode == WcOpcode::RecvRdmaWithImm {
-                            if w.imm_data == STOP_IMM {
-                                break 'run;
-                            }
-                            let signaled = n % LAT_SIGNAL == LAT_SIGNAL - 1;
-                            self.post(WrOpcode::RdmaWriteWithImm, n, size, signaled, w.imm_data)?;
-                            n += 1;
-                        }
-                    }
-                }
+                let n = self.count_recvs(
+                    &mut wcs,
+                    WcOpcode::RecvRdmaWithImm,
+                    |w| w.imm_data == STOP_IMM,
+                    |n, w| {
+                        let signaled = lat_signaled(n);
+                        self.post(WrOpcode::RdmaWriteWithImm, n, size, signaled, w.imm_data)
+                    },
+                )?;
                 self.finish_pongs(n, &mut wcs)?;
                 ctl.send(&format!("END {n}"))
             }
@@ -623,8 +596,7 @@ impl Side {
                     let b = self.in_byte(size)?;
                     if b == seq_byte(n) {
                         self.set_out_byte(size, b)?;
-                        let signaled = n % LAT_SIGNAL == LAT_SIGNAL - 1;
-                        self.post(WrOpcode::RdmaWrite, n, size, signaled, 0)?;
+                        self.post(WrOpcode::RdmaWrite, n, size, lat_signaled(n), 0)?;
                         n += 1;
                         last = Instant::now();
                     } else if b == STOP_BYTE {
@@ -646,6 +618,31 @@ impl Side {
         }
     }
 
+    /// Waits for receive completions of `kind` until one that `stop` picks
+    /// out, calling `each(n, wc)` for the `n`-th one before it; returns how
+    /// many came before the stop.
+    fn count_recvs(
+        &self,
+        wcs: &mut Vec<Wc>,
+        kind: WcOpcode,
+        stop: impl Fn(&Wc) -> bool,
+        mut each: impl FnMut(u64, &Wc) -> Result<(), CliError>,
+    ) -> Result<u64, CliError> {
+        let mut n = 0u64;
+        loop {
+            self.wait_into(wcs)?;
+            for w in wcs.iter() {
+                if w.opcode == kind {
+                    if stop(w) {
+                        return Ok(n);
+                    }
+                    each(n, w)?;
+                    n += 1;
+                }
+            }
+        }
+    }
+
     /// After `n` pongs, waits for the unsignalled ones to retire.
     fn finish_pongs(&self, n: u64, wcs: &mut Vec<Wc>) -> Result<(), CliError> {
         if n % LAT_SIGNAL != 0 {
@@ -664,6 +661,11 @@ fn relax(spins: u32) {
     } else {
         std::hint::spin_loop();
     }
+}
+
+/// Whether the `n`-th latency ping or pong is signalled: one in [`LAT_SIGNAL`].
+fn lat_signaled(n: u64) -> bool {
+    n % LAT_SIGNAL == LAT_SIGNAL - 1
 }
 
 fn is_stop(w: &Wc) -> bool {
