@@ -240,13 +240,14 @@ mod tests {
 
     #[test]
     fn sees_a_bound_udp_socket() {
-        let addr = Ipv4Addr::new(127, 98, 7, 9);
         let pid = std::process::id();
-        let sock = UdpSocket::bind((addr, ROCE_PORT));
-        if sock.is_ok() {
-            assert!(device_bound(pid, addr));
-        }
+        let addr = crate::unique_loopback_addr(98);
+        let unbound = || !device_bound(pid, addr);
+        // Free again after the probe above (see `within_a_second`).
+        assert!(crate::within_a_second(unbound));
+        let sock = UdpSocket::bind((addr, ROCE_PORT)).unwrap();
+        assert!(device_bound(pid, addr));
         drop(sock);
-        assert!(!device_bound(pid, addr));
+        assert!(crate::within_a_second(unbound), "{addr} still bound");
     }
 }

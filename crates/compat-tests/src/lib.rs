@@ -560,6 +560,22 @@ pub fn system_library(name: &str) -> PathBuf {
     panic!("the system's {name} was not found: {PACKAGES_HINT}");
 }
 
+/// Whether `cond` holds within a second (polled every 5 ms). For checks of
+/// sockets this process just closed: tests running at the same time spawn
+/// children, and a child holds copies of this process's sockets from fork to
+/// exec, so a closed socket can stay bound or listening for that moment.
+#[cfg(test)]
+pub(crate) fn within_a_second(cond: impl Fn() -> bool) -> bool {
+    let t0 = Instant::now();
+    while !cond() {
+        if t0.elapsed() > Duration::from_secs(1) {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
