@@ -54,39 +54,24 @@ impl Exchange<'_> {
     }
 }
 
-/// One `name=value` field of a `STATS` or `softrdma faults:` line.
-fn field(out: &Output, line_start: &str, key: &str) -> u64 {
-    let text = format!("{}{}", out.stdout, out.stderr);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(line_start))
-        .unwrap_or_else(|| panic!("no {line_start:?} line\n{out}"));
-    if line_start == "STATS" {
-        line.split_whitespace()
-            .find_map(|f| f.strip_prefix(&format!("{key}=")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-    } else {
-        // "softrdma faults: N datagrams, N dropped, ..."
-        line.split(':')
-            .nth(1)
-            .and_then(|rest| {
-                rest.split(',').find_map(|part| {
-                    let mut w = part.split_whitespace();
-                    let n = w.next()?.parse().ok()?;
-                    (w.next()? == key).then_some(n)
-                })
-            })
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-    }
-}
-
-fn stat(out: &Output, key: &str) -> u64 {
-    field(out, "STATS", key)
-}
-
+/// Count `key` of the injector's report line (stderr):
+/// "softrdma faults: N datagrams, N dropped, ...".
 fn injected(out: &Output, key: &str) -> u64 {
-    field(out, "softrdma faults:", key)
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("softrdma faults:"))
+        .unwrap_or_else(|| panic!("no injector report\n{out}"));
+    line.split(':')
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(',').find_map(|part| {
+                let mut w = part.split_whitespace();
+                let n = w.next()?.parse().ok()?;
+                (w.next()? == key).then_some(n)
+            })
+        })
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
 }
 
 fn args(x: &Exchange<'_>, role: &[&str], port: u16) -> Vec<String> {
@@ -169,8 +154,8 @@ fn duplication_and_reordering_keep_rc_byte_exact() {
         assert_eq!(injected(o, "dropped"), 0, "{o}");
     }
     // The receivers saw the copies and the gaps.
-    assert!(stat(&s, "rx_duplicates") + stat(&c, "rx_duplicates") > 0);
-    assert!(stat(&s, "drop_out_of_seq") + stat(&c, "drop_out_of_seq") > 0);
+    assert!(s.stat("rx_duplicates") + c.stat("rx_duplicates") > 0);
+    assert!(s.stat("drop_out_of_seq") + c.stat("drop_out_of_seq") > 0);
 }
 
 #[test]
@@ -213,7 +198,7 @@ fn loss_duplication_reordering_and_delay_together() {
     for o in [&s, &c] {
         assert!(injected(o, "dropped") > 0, "{o}");
     }
-    assert!(stat(&s, "retransmits") + stat(&c, "retransmits") > 0);
+    assert!(s.stat("retransmits") + c.stat("retransmits") > 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -255,7 +240,7 @@ fn netns_exchange(test: &str, x: &Exchange<'_>, percent: u32, lossy: &[usize], w
         dropped.iter().all(|d| *d > 0),
         "nothing dropped: {dropped:?}"
     );
-    assert!(stat(&s, "retransmits") + stat(&c, "retransmits") > 0);
+    assert!(s.stat("retransmits") + c.stat("retransmits") > 0);
 }
 
 #[test]

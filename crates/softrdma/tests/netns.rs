@@ -57,17 +57,6 @@ fn add_loss(net: &Netns) {
     }
 }
 
-fn stat(out: &str, key: &str) -> u64 {
-    out.lines()
-        .find(|l| l.starts_with("STATS "))
-        .and_then(|l| {
-            l.split_whitespace()
-                .find_map(|f| f.strip_prefix(&format!("{key}=")))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in:\n{out}"))
-}
-
 #[test]
 fn rc_exchange_across_namespaces_with_5_percent_loss() {
     exchange_with_loss("rc_exchange_across_namespaces_with_5_percent_loss", false);
@@ -139,6 +128,6 @@ fn exchange_with_loss(test: &str, ipv6: bool) {
             "wrong IP family: {counters:?}"
         );
     }
-    let retransmits = stat(&c.stdout, "retransmits") + stat(&s.stdout, "retransmits");
+    let retransmits = c.stat("retransmits") + s.stat("retransmits");
     assert!(retransmits > 0, "loss but no retransmits?\n{c}\n{s}");
 }

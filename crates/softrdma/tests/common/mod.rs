@@ -330,6 +330,16 @@ impl Output {
         self
     }
 
+    /// Counter `key` of the `STATS key=value ...` line the peer programs
+    /// print last.
+    pub(crate) fn stat(&self, key: &str) -> u64 {
+        let line = self.line("STATS ");
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no {key} in {line:?}", self.name))
+    }
+
     /// The first stdout line containing `needle`.
     pub(crate) fn line(&self, needle: &str) -> &str {
         self.stdout
