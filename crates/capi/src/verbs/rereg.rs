@@ -61,19 +61,23 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             r.access = Some(a);
         }
         let key = m.mr.lkey;
-        let changed = r.translation.is_some() || r.access.is_some();
-        let rereg = m.engine.with(|ep, _| {
-            let old = ep.query_mr(key).ok_or(libc::EINVAL)?;
-            if changed {
-                // As ibv_reg_mr: the region as it will be must be mapped, and
-                // writable for writable rights (EFAULT), before any peer can
-                // reach it.
-                let (host, len, _) = r.translation.unwrap_or((old.host, old.length, old.iova));
-                let write = super::pd_mr::writes_memory(r.access.unwrap_or(old.access));
-                softrdma_engine::check_mapped(host, len, write)?;
+        if r.translation.is_some() || r.access.is_some() {
+            let Some(old) = m.engine.with(|ep, _| ep.query_mr(key)) else {
+                return fail(IBV_REREG_MR_ERR_CMD, libc::EINVAL);
+            };
+            // As ibv_reg_mr: the region as it will be must be mapped, and
+            // writable for writable rights (EFAULT), before any peer can
+            // reach it. Checked outside the engine lock: it reads
+            // /proc/self/maps, and the progress thread needs the lock.
+            let (host, len, _) = r.translation.unwrap_or((old.host, old.length, old.iova));
+            let write = super::pd_mr::writes_memory(r.access.unwrap_or(old.access));
+            if let Err(e) = softrdma_engine::check_mapped(host, len, write) {
+                return fail(IBV_REREG_MR_ERR_CMD, e);
             }
-            ep.rereg_mr(key, r).map_err(|e| e.errno())
-        });
+        }
+        let rereg = m
+            .engine
+            .with(|ep, _| ep.rereg_mr(key, r).map_err(|e| e.errno()));
         if let Err(e) = rereg {
             return fail(IBV_REREG_MR_ERR_CMD, e);
         }
