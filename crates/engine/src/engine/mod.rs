@@ -233,9 +233,10 @@ impl Engine {
             mcast: Mutex::new(HashMap::new()),
         });
         let s2 = Arc::clone(&shared);
+        let loadavg = progress::open_loadavg();
         let thread = std::thread::Builder::new()
             .name("softrdma-progress".into())
-            .spawn(move || progress::progress_loop(&s2, &poller))?;
+            .spawn(move || progress::progress_loop(&s2, &poller, loadavg))?;
         Ok(Engine {
             shared,
             thread: Some(thread),

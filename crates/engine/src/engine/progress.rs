@@ -9,6 +9,8 @@ use super::events::earliest;
 use super::rx::Rx;
 use crate::Linger;
 use softrdma_udp::Poller;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
 /// How recently an application must have polled a CQ for the progress thread
@@ -38,12 +40,14 @@ const LINGER_NS: u64 = 200_000;
 /// advances at ticks and context switches.
 const CPU_WINDOW_NS: u64 = 10_000_000;
 
-pub(super) fn progress_loop(s: &Shared, poller: &Poller) {
+/// `loadavg`: `/proc/loadavg`, opened by the engine's start (see
+/// [`open_loadavg`]).
+pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) {
     // While an application polls its CQ it reads the socket itself; the
     // progress thread then stops watching the socket, so it does not wake for
     // every packet and compete for the two vCPUs with the poller (on small
     // VMs that costs milliseconds of scheduling delay).
-    let mut others = OthersCpu::new();
+    let mut others = OthersCpu::new(loadavg);
     let mut was_watching = true;
     let mut active_at = 0;
     let mut standby = STANDBY_NS;
@@ -175,6 +179,10 @@ fn linger(s: &Shared, others: &mut OthersCpu) {
 /// wake-up.
 #[derive(Debug)]
 struct OthersCpu {
+    /// `/proc/loadavg`, kept open: reopening it every window cost two
+    /// system calls and briefly held one more fd, which a process counting
+    /// its fds (a leak check) saw come and go.
+    loadavg: Option<File>,
     at: u64,
     process: u64,
     thread: u64,
@@ -183,8 +191,9 @@ struct OthersCpu {
 }
 
 impl OthersCpu {
-    fn new() -> OthersCpu {
+    fn new(loadavg: Option<File>) -> OthersCpu {
         OthersCpu {
+            loadavg,
             at: 0,
             process: cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID),
             thread: cpu_time(libc::CLOCK_THREAD_CPUTIME_ID),
@@ -206,17 +215,27 @@ impl OthersCpu {
             let others = p
                 .saturating_sub(self.process)
                 .saturating_sub(t.saturating_sub(self.thread));
-            self.idle = others.saturating_mul(4) < wall && runnable() <= self.cpus + 1;
+            let runnable = self.loadavg.as_ref().map_or(0, runnable);
+            self.idle = others.saturating_mul(4) < wall && runnable <= self.cpus + 1;
             (self.at, self.process, self.thread) = (now, p, t);
         }
         self.idle
     }
 }
 
-/// Threads runnable on the machine now (the 4th field of /proc/loadavg,
+/// `/proc/loadavg` for [`progress_loop`], opened before the progress
+/// thread starts so the fd exists from the engine's start on.
+pub(super) fn open_loadavg() -> Option<File> {
+    File::open("/proc/loadavg").ok()
+}
+
+/// Threads runnable on the machine now (the 4th field of `loadavg`,
 /// `running/total`; this thread included). 0 if unknown.
-fn runnable() -> usize {
-    std::fs::read_to_string("/proc/loadavg")
+fn runnable(loadavg: &File) -> usize {
+    // The kernel renders the file afresh for every read from offset 0.
+    let mut buf = [0u8; 128];
+    let n = loadavg.read_at(&mut buf, 0).unwrap_or(0);
+    std::str::from_utf8(&buf[..n])
         .ok()
         .and_then(|s| {
             let f = s.split_whitespace().nth(3)?;
@@ -257,13 +276,15 @@ mod tests {
 
     #[test]
     fn reads_runnable_threads() {
-        // This test's thread is running while it reads.
-        assert!(runnable() >= 1);
+        // This test's thread is running while it reads, twice from one fd.
+        let f = open_loadavg().unwrap();
+        assert!(runnable(&f) >= 1);
+        assert!(runnable(&f) >= 1);
     }
 
     #[test]
     fn verdict_holds_until_the_window_ends() {
-        let mut o = OthersCpu::new();
+        let mut o = OthersCpu::new(None);
         assert!(
             o.idle(CPU_WINDOW_NS - 1),
             "optimistic before the first window"
