@@ -10,7 +10,9 @@
 #   - ibv_rc_pingpong 64 B / 4 KiB / 64 KiB at MTU 1024: Debian's binary over
 #     target/compat (LD_LIBRARY_PATH) and the Rust example rc_pingpong;
 #   - ibv_ud_pingpong (Debian's binary and the Rust example ud_pingpong);
-#   - rping (rdma_cm) over target/compat.
+#   - rping (rdma_cm) over target/compat;
+#   - two softrdma servers at once sharing the host side's address (the host
+#     device), ibv_rc_pingpong and rping, each with its own rxe client.
 # Every softrdma process writes its own traffic (SOFTRDMA_PCAP); each capture
 # must pass `softrdma decode` (parse + ICRC) and tshark's RRoCE dissector (no
 # malformed packet, no expert warning). The guest NIC is captured too (QEMU
@@ -226,6 +228,67 @@ run_case() {
   fi
 }
 
+# run_two_servers NAME KIND: two softrdma servers at once on the host side,
+# sharing its address (the host device: one UDP 4791, steered by QP and CM
+# service ID), and an rxe client for each, started together in the guest.
+# KIND rc2 (ibv_rc_pingpong on TCP 18515 and 18516) or rping2 (rdma_cm ports
+# 7471 and 7472). Sets RUN_OK, RUN_WHY; the first server's capture is
+# $OUT/NAME.pcap, the second's $OUT/NAME-2.pcap.
+run_two_servers() {
+  local name=$1 kind=$2 i hpid jid hrc grc
+  local -a hpids=() jids=() hprog
+  local gprog proto filter
+  RUN_OK=1; RUN_WHY=
+  for i in 1 2; do
+    local pcap=$OUT/$name.pcap
+    [ $i = 2 ] && pcap=$OUT/$name-2.pcap
+    case $kind in
+      rc2) hprog=(/usr/bin/ibv_rc_pingpong -g 0 -n "$ITERS" -s 4096 -m 1024 -p $((18514 + i)))
+           proto=-t filter="sport = :$((18514 + i))" ;;
+      rping2) hprog=(/usr/bin/rping -s -a "$HOST_IP" -C 10 -v -p $((7470 + i)))
+           proto=-u filter='sport = :4791' ;;
+    esac
+    "$LAB/lab.sh" host env SOFTRDMA_PCAP="$pcap" SOFTRDMA_ADDR=$HOST_IP LD_LIBRARY_PATH="$COMPAT" \
+      timeout -k 5 "$T" "${hprog[@]}" > "$OUT/$name.host$i.log" 2>&1 &
+    hpid=$!
+    hpids+=("$hpid"); HOST_PIDS+=("$hpid")
+    if ! host_ready "$hpid" "$proto" "$filter"; then
+      RUN_OK=0; RUN_WHY="softrdma server $i did not start"
+    fi
+  done
+  [ "$kind" = rping2 ] && sleep 0.5   # the CM listeners follow the device's socket
+  if [ $RUN_OK = 1 ]; then
+    for i in 1 2; do
+      case $kind in
+        rc2) gprog="ibv_rc_pingpong -d rxe0 -g $GID -n $ITERS -s 4096 -m 1024 -p $((18514 + i)) $HOST_IP" ;;
+        rping2) gprog="rping -c -a $HOST_IP -C 10 -v -p $((7470 + i))" ;;
+      esac
+      jids+=("$(lab jobbg gA "timeout $T $gprog")")
+    done
+    for i in 1 2; do
+      lab wait gA "${jids[$((i - 1))]}" $((T + 10)) > "$OUT/$name.guest$i.log" 2>&1
+      grc=$(tail -n1 "$OUT/$name.guest$i.log" | sed -n 's/^rc=//p')
+      [ "${grc:-x}" = 0 ] || { RUN_OK=0; RUN_WHY="${RUN_WHY:+$RUN_WHY, }rxe client $i exit ${grc:-?}"; }
+    done
+  fi
+  for i in 1 2; do
+    hpid=${hpids[$((i - 1))]}
+    [ $RUN_OK = 1 ] || kill "$hpid" 2>/dev/null
+    wait "$hpid"; hrc=$?
+    [ "$hrc" = 0 ] || { RUN_OK=0; RUN_WHY="${RUN_WHY:+$RUN_WHY, }softrdma server $i exit $hrc"; }
+    if [ $RUN_OK = 1 ]; then
+      case $kind in
+        rc2) grep -q "$ITERS iters in" "$OUT/$name.host$i.log" &&
+               grep -q "$ITERS iters in" "$OUT/$name.guest$i.log" ||
+               { RUN_OK=0; RUN_WHY="pair $i: no \"$ITERS iters in\" line"; } ;;
+        rping2) [ "$(grep -c 'ping data: rdma-ping-' "$OUT/$name.host$i.log")" -ge 10 ] &&
+               [ "$(grep -c 'ping data: rdma-ping-' "$OUT/$name.guest$i.log")" -ge 10 ] ||
+               { RUN_OK=0; RUN_WHY="pair $i: fewer than 10 pings reported"; } ;;
+      esac
+    fi
+  done
+}
+
 # check_capture PCAP: softrdma decode + tshark. Sets CAP_OK, CAP_WHY, CAP_N.
 check_capture() {
   local pcap=$1 n bad
@@ -265,6 +328,8 @@ ud-rust-client        ud    rust client 512
 ud-rust-server        ud    rust server 512
 rping-c-client        rping c    client 64
 rping-c-server        rping c    server 64
+rc-c-two-servers      rc2   c    server 4096
+rping-c-two-servers   rping2 c   server 64
 "
 RESULTS=()
 FAILED=0
@@ -273,16 +338,21 @@ while read -r name kind impl role size; do
   [ -z "$ONLY" ] || [[ $name =~ $ONLY ]] || continue
   t=$(now)
   printf '=== %-22s ' "$name"
-  run_case "$name" "$kind" "$impl" "$role" "$size"
+  case $kind in
+    rc2|rping2) run_two_servers "$name" "$kind"
+                check_capture "$OUT/$name-2.pcap"; [ $CAP_OK = 1 ] || RUN_OK=0 ;;
+    *) run_case "$name" "$kind" "$impl" "$role" "$size" ;;
+  esac
   check_capture "$OUT/$name.pcap"
   secs=$(since "$t")
   if [ $RUN_OK = 1 ]; then run=PASS; else run="FAIL ($RUN_WHY)"; fi
   if [ $CAP_OK = 1 ]; then cap="ok, $CAP_N pkts"; else cap="FAIL ($CAP_WHY)"; fi
   [ $RUN_OK = 1 ] && [ $CAP_OK = 1 ] || FAILED=1
   echo "$run, capture $cap (${secs} s)"
-  case $impl in c) what="ibv_${kind}_pingpong"; [ "$kind" = rping ] && what=rping; what="$what (compat)" ;;
+  case $impl in c) what="ibv_${kind%2}_pingpong"; [ "${kind%2}" = rping ] && what=rping
+                   [ "$kind" = "${kind%2}" ] || what="2 x $what"; what="$what (compat)" ;;
                 rust) what="${kind}_pingpong (Rust)" ;; esac
-  [ "$kind" = rping ] || [ "$kind" = ud ] || what="$what ${size} B"
+  [ "${kind%2}" = rping ] || [ "$kind" = ud ] || what="$what ${size} B"
   RESULTS+=("$(printf '%-22s | %-34s | softrdma %-6s | %5s s | %-22s | %s' \
     "$name" "$what" "$role" "$secs" "$cap" "$run")")
 done <<< "$CASES"

@@ -39,6 +39,24 @@ pub struct CmConfig {
     pub mtu: Mtu,
     /// Seed for comm ids, PSNs and ephemeral ports.
     pub seed: u64,
+    /// The host-device member slot (1..=255) carried in the top byte of this
+    /// CM's comm IDs, SIDR request IDs and MAD TIDs, so answers to them are
+    /// steered to this process (`softrdma_udp::steer`); 0: none.
+    pub member_slot: u8,
+}
+
+/// Who owns rdma_cm ports beyond this CM: the host's other processes
+/// (`softrdma_host::Registry`). Ports are host-wide like TCP ports, so a bind
+/// checks with it and a listener tells it, which steers REQs for its service
+/// ID to this process.
+pub trait PortAuthority: std::fmt::Debug + Send {
+    /// Takes `addr` (port 0: a free ephemeral port) in port space `ps` for
+    /// `id`; returns the port, or `AddrInUse`.
+    fn reserve(&mut self, id: IdHandle, ps: u16, addr: SocketAddr) -> Result<u16, CmError>;
+    /// `id` listens on the port it reserved.
+    fn listen(&mut self, id: IdHandle) -> Result<(), CmError>;
+    /// `id` gave its port back.
+    fn release(&mut self, id: IdHandle);
 }
 
 /// A MAD to send to QP1 of `dst`, from `src`.
@@ -66,13 +84,14 @@ pub struct Cm {
     ports: HashMap<(PortSpace, u16), Vec<IdHandle>>,
     out: VecDeque<Outgoing>,
     events: VecDeque<Event>,
+    authority: Option<Box<dyn PortAuthority>>,
 }
 
 impl Cm {
     /// A connection manager for a device.
     pub fn new(cfg: CmConfig) -> Cm {
         let mut rng = Rng::new(cfg.seed ^ 0xC0FF_EE00_1234_5678);
-        let tid_hi = rng.next_u32();
+        let tid_hi = with_slot(cfg.member_slot, rng.next_u32());
         Cm {
             cfg,
             rng,
@@ -83,7 +102,13 @@ impl Cm {
             ports: HashMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
+            authority: None,
         }
+    }
+
+    /// Makes ports host-wide: binds and listens check with `a` from now on.
+    pub fn set_port_authority(&mut self, a: Box<dyn PortAuthority>) {
+        self.authority = Some(a);
     }
 
     /// The device's addresses.
@@ -179,6 +204,9 @@ impl Cm {
             && let Some(l) = id.local
         {
             self.release_port(id.ps, l.port(), h);
+            if let Some(a) = &mut self.authority {
+                a.release(h);
+            }
         }
         self.events.retain(|e| e.id != h);
     }
@@ -205,11 +233,14 @@ impl Cm {
         if !self.is_local(addr.ip()) {
             return Err(CmError::AddrNotAvail(addr.ip()));
         }
-        let port = if addr.port() == 0 {
-            self.ephemeral_port(ps, addr.ip())
-                .ok_or_else(|| CmError::Invalid("no free port".into()))?
-        } else {
-            addr.port()
+        let port = match &mut self.authority {
+            // The host's registry picks ephemeral ports: they must be free
+            // in every process.
+            Some(a) => a.reserve(h, ps.value(), addr)?,
+            None if addr.port() == 0 => self
+                .ephemeral_port(ps, addr.ip())
+                .ok_or_else(|| CmError::Invalid("no free port".into()))?,
+            None => addr.port(),
         };
         // A port is taken unless both bindings name different specific addresses.
         if let Some(users) = self.ports.get(&(ps, port)) {
@@ -218,6 +249,9 @@ impl Cm {
                 if let Some(o) = other
                     && (o == addr.ip() || o.is_unspecified() || addr.ip().is_unspecified())
                 {
+                    if let Some(a) = &mut self.authority {
+                        a.release(h);
+                    }
                     return Err(CmError::AddrInUse(SocketAddr::new(addr.ip(), port)));
                 }
             }
@@ -289,6 +323,9 @@ impl Cm {
             };
             self.bind(h, SocketAddr::new(any, 0))?;
         }
+        if let Some(a) = &mut self.authority {
+            a.listen(h)?;
+        }
         self.id_mut(h)?.state = State::Listening;
         Ok(())
     }
@@ -299,7 +336,7 @@ impl Cm {
 
     fn new_comm_id(&mut self, h: IdHandle) -> u32 {
         loop {
-            let c = self.rng.next_u32();
+            let c = with_slot(self.cfg.member_slot, self.rng.next_u32());
             if c != 0 && !self.by_comm.contains_key(&c) {
                 self.by_comm.insert(c, h);
                 return c;
@@ -738,10 +775,38 @@ impl Cm {
     /// pending requests are UNREACHABLE, a pending disconnect completes, and
     /// live connections are DISCONNECTED with their QPs flushed.
     pub fn peer_unreachable(&mut self, now: Instant, ip: IpAddr, qp: &mut dyn QpOps) {
+        self.peers_gone(now, qp, |c| c.peer_ip == ip);
+    }
+
+    /// A member process of this host device died (its slot is free in the
+    /// host's registry): connections to it at `ip` end as for
+    /// [`Cm::peer_unreachable`]. Its comm IDs carry `slot` in their top byte.
+    pub fn member_gone(&mut self, now: Instant, ip: IpAddr, slot: u8, qp: &mut dyn QpOps) {
+        self.peers_gone(now, qp, |c| {
+            c.peer_ip == ip && c.remote_comm_id >> 24 == u32::from(slot)
+        });
+    }
+
+    /// The member slots (top byte of the remote comm ID) of live
+    /// connections to `ip`, a shared address of this host device.
+    pub fn member_peers(&self, ip: IpAddr) -> Vec<u8> {
+        let mut v: Vec<u8> = self
+            .ids
+            .values()
+            .filter_map(|i| i.conn.as_ref())
+            .filter(|c| c.peer_ip == ip && c.remote_comm_id != 0)
+            .map(|c| (c.remote_comm_id >> 24) as u8)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    fn peers_gone(&mut self, now: Instant, qp: &mut dyn QpOps, gone: impl Fn(&Conn) -> bool) {
         let hs: Vec<IdHandle> = self
             .ids
             .iter()
-            .filter(|(_, i)| i.conn.as_ref().is_some_and(|c| c.peer_ip == ip))
+            .filter(|(_, i)| i.conn.as_ref().is_some_and(&gone))
             .map(|(h, _)| *h)
             .collect();
         for h in hs {
@@ -998,4 +1063,12 @@ impl Cm {
 /// Private data into a fixed CM field; `None` if it does not fit.
 pub(crate) fn pdata<const N: usize>(d: &[u8]) -> Option<softrdma_wire::cm::PrivateData<N>> {
     softrdma_wire::cm::PrivateData::from_slice(d).ok()
+}
+
+/// `x` with its top byte replaced by the member slot (unless there is none).
+fn with_slot(slot: u8, x: u32) -> u32 {
+    match slot {
+        0 => x,
+        s => (u32::from(s) << 24) | (x & 0x00FF_FFFF),
+    }
 }

@@ -24,7 +24,9 @@ mod id;
 mod types;
 
 // The public interface is:
-pub use cm::{Cm, CmConfig, LOCAL_ACK_TIMEOUT, MIN_RNR_TIMER, Outgoing, RDMA_UDP_QKEY};
+pub use cm::{
+    Cm, CmConfig, LOCAL_ACK_TIMEOUT, MIN_RNR_TIMER, Outgoing, PortAuthority, RDMA_UDP_QKEY,
+};
 pub use types::{
     CmError, ConnParam, ConnectQp, Event, EventKind, EventParam, IdHandle, PortSpace, QpInfo,
     QpOps, UdParam,

@@ -43,6 +43,7 @@ fn side(last: u8) -> Side {
             node_guid: u64::from(last),
             mtu: Mtu::M4096,
             seed: u64::from(last),
+            member_slot: 0,
         }),
         qps: MockQps::default(),
         ip,

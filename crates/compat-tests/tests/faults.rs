@@ -285,7 +285,7 @@ fn rc_pingpong_across_namespaces(test: &'static str, percent: u32, both_ways: bo
     check_nft_dropped(&ns, both_ways);
 }
 
-/// `rping -C 30 -S 1024 -V` across two namespaces with `percent` % loss of
+/// `rping -C <count> -S 1024 -V` across two namespaces with `percent` % loss of
 /// every RoCE packet (ACKs and CM MADs included) arriving in the server's
 /// namespace and, if `both_ways`, in the client's.
 fn rping_across_namespaces(test: &str, percent: u32, both_ways: bool) {
@@ -299,15 +299,72 @@ fn rping_across_namespaces(test: &str, percent: u32, both_ways: bool) {
     }
     let client = Host::in_netns(ns.addr_a, &ns.a);
     let server = Host::in_netns(ns.addr_b, &ns.b);
+    // Enough packets that the rule drops some for sure: about 6 arrive in
+    // each namespace per ping, so 30 pings at 1 % lose none 1 time in 6.
+    let count = (3000 / percent as usize).clamp(30, 300);
     rping(
         &server,
         &client,
-        30,
+        count,
         1024,
         [None, None],
         "faults-netns-rping",
     );
     check_nft_dropped(&ns, both_ways);
+}
+
+/// Issue 16: three `rping -V` pairs at once between two namespaces with one
+/// address each, 1 % loss both ways: three processes per "host" share its
+/// address (the host device), servers on three rdma_cm ports.
+#[test]
+fn three_rping_pairs_sharing_each_hosts_address_with_1_percent_loss() {
+    if !netns_allowed("faults::three_rping_pairs_sharing_each_hosts_address") {
+        return;
+    }
+    let ns = NetnsPair::create();
+    nft_loss(&ns.b, 1, false);
+    nft_loss(&ns.a, 1, false);
+    // About 6 packets per ping arrive in each namespace: 3 x 100 pings at 1 %
+    // drop some for sure (P(none) < 1e-7).
+    let (count, size) = (100, 1024);
+    let runs: Vec<_> = (0..3)
+        .map(|i| {
+            let client = Host::in_netns(ns.addr_a, &ns.a);
+            let server = Host::in_netns(ns.addr_b, &ns.b);
+            let port = unique_tcp_port().to_string();
+            std::thread::spawn(move || {
+                let a = server.addr.to_string();
+                let (c, sz) = (count.to_string(), size.to_string());
+                let common = ["-a", &a, "-p", &port, "-C", &c, "-S", &sz, "-v", "-V"];
+                let args = |role: &str| -> Vec<String> {
+                    std::iter::once(role)
+                        .chain(common)
+                        .map(String::from)
+                        .collect()
+                };
+                let label = format!("faults-netns-shared-{i}");
+                let out = run_cm_pair(
+                    &mut server.command("rping", &label, &args("-s")),
+                    server.addr,
+                    || client.command("rping", &label, &args("-c")),
+                    turned_away,
+                    ServerEnd::Exits,
+                    rdmacm::PAIR_TIMEOUT,
+                );
+                (
+                    i,
+                    check_rping(&out, count, size).map_err(|e| format!("{e}\n{out}")),
+                )
+            })
+        })
+        .collect();
+    for r in runs {
+        let (i, res) = r.join().unwrap();
+        if let Err(e) = res {
+            panic!("pair {i}: {e}");
+        }
+    }
+    check_nft_dropped(&ns, true);
 }
 
 /// The loss rules really dropped packets (in `b`, and in `a` if it has one).

@@ -6,7 +6,8 @@ use std::io;
 /// How an engine is set up. [`EngineConfig::from_env`] reads:
 ///
 /// - `SOFTRDMA_ADDR` / `SOFTRDMA_PORT`: the device address and UDP port (see
-///   `softrdma_udp::addr`; default: the first free `127.0.0.N:4791`);
+///   `softrdma_udp::addr`; default: `127.0.0.1:4791`, shared with the host's
+///   other processes, or without the host device the first free `127.0.0.N`);
 /// - `SOFTRDMA_BUSY_POLL=0|1`: whether an empty `poll_cq` reads the socket itself
 ///   (default 1: lowest latency for applications that spin on their CQ);
 /// - `SOFTRDMA_ICRC=verify|ignore`: check the ICRC of received packets (default
@@ -16,7 +17,8 @@ use std::io;
 /// - `SOFTRDMA_STATS=FILE`: append the device's counters to FILE at exit
 ///   (`softrdma stats` reads it);
 /// - `SOFTRDMA_LINGER=auto|on|off`: whether the progress thread keeps polling
-///   the socket for a while after packets arrived ([`Linger`]; default auto).
+///   the socket for a while after packets arrived ([`Linger`]; default auto);
+/// - `SOFTRDMA_HOST=0|1`: join the host device (default 1; see `host`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {
@@ -34,6 +36,12 @@ pub struct EngineConfig {
     pub linger: Linger,
     /// Where to append the counters at exit (`SOFTRDMA_STATS`).
     pub stats: Option<std::path::PathBuf>,
+    /// Join the host device: share the address with the host's other
+    /// softrdma processes (`SO_REUSEPORT` group, steering by QPN, host-wide
+    /// rdma_cm ports; see `host.rs`). Default on; `SOFTRDMA_HOST=0` gives the
+    /// process a device of its own (an exclusive bind, the first free
+    /// `127.0.0.N` by default).
+    pub host: bool,
 }
 
 /// Whether the progress thread keeps polling the socket for a while (200 µs
@@ -100,6 +108,7 @@ impl EngineConfig {
         Ok(EngineConfig {
             addr,
             busy_poll: flag("SOFTRDMA_BUSY_POLL", true)?,
+            host: flag("SOFTRDMA_HOST", true)?,
             linger,
             verify_icrc,
             pcap: lookup("SOFTRDMA_PCAP")
@@ -122,6 +131,7 @@ impl EngineConfig {
             seed: None,
             linger: Linger::Auto,
             stats: None,
+            host: true,
         }
     }
 }

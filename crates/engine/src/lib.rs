@@ -1,6 +1,10 @@
 //! # softrdma-engine: the software RDMA NIC
 //!
-//! Contract: an [`Engine`] is one RoCEv2 device in this process. It owns the
+//! Contract: an [`Engine`] is this process's member of the host's RoCEv2
+//! device `softrdma0` (or, with `SOFTRDMA_HOST=0`, a device of its own). It
+//! joins the host device through the registry (`softrdma-host`) and a
+//! steered `SO_REUSEPORT` group (`host.rs`), so a packet reaches the process
+//! owning its destination with no other process in between. It owns its
 //! UDP socket (crate `softrdma-udp`), the [`softrdma_transport::Endpoint`]
 //! with every PD, MR, CQ, SRQ and QP, a progress thread that receives
 //! packets and fires timers (sleeping in `epoll_wait` when idle), completion
@@ -21,6 +25,7 @@ mod config;
 pub mod device;
 mod engine;
 mod faults;
+mod host;
 mod memory;
 mod stats_dump;
 

@@ -59,6 +59,7 @@ impl Engine {
     /// Sends what is still queued and writes the counters if configured.
     pub(crate) fn at_exit(&self) {
         self.flush_for_exit();
+        self.leave_host();
         if let Some(p) = &self.stats_path {
             let _ = self.append_stats(p, "exit");
         }

@@ -89,6 +89,10 @@ pub struct Config {
     /// window, while on lossy paths go-back-N would resend a large window for
     /// every loss.
     pub loopback_unacked_psns: u32,
+    /// The host-device member slot (1..=255) this endpoint's QPNs carry in
+    /// bits 23..16, so the kernel can steer a packet to the process that owns
+    /// its destination QP (`softrdma_udp::steer`); 0: the whole QPN space.
+    pub member_slot: u8,
 }
 
 impl Config {
@@ -104,6 +108,7 @@ impl Config {
             seed,
             max_unacked_psns: 128,
             loopback_unacked_psns: 128,
+            member_slot: 0,
         }
     }
 }

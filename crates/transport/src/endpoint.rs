@@ -106,8 +106,10 @@ impl Endpoint {
     /// Creates an empty device.
     pub fn new(config: Config) -> Endpoint {
         let mut rng = Rng::new(config.seed);
-        // Start QPNs at a random point so numbers differ between processes.
-        let next_qpn = 0x10 + (rng.next_u32() & 0x3F_FFFF);
+        // Start QPNs at a random point so numbers differ between processes
+        // (and between successive holders of one member slot).
+        let (lo, hi) = qpn_range(config.member_slot);
+        let next_qpn = lo + rng.next_u32() % (hi - lo + 1);
         let mrs = MrTable::new(config.seed);
         Endpoint {
             config,
@@ -448,7 +450,7 @@ impl Endpoint {
             },
             max_inline_data: c.max_inline_data.max(l.max_inline.min(256)),
         };
-        let qpn = self.alloc_qpn();
+        let qpn = self.alloc_qpn()?;
         self.pd_acquire(init.pd)?;
         for cq in [init.send_cq, init.recv_cq] {
             self.cqs.get_mut(cq.0).expect("checked").users += 1;
@@ -470,14 +472,16 @@ impl Endpoint {
         Ok((qpn, cap))
     }
 
-    fn alloc_qpn(&mut self) -> Qpn {
-        loop {
+    fn alloc_qpn(&mut self) -> Result<Qpn, VerbsError> {
+        let (lo, hi) = qpn_range(self.config.member_slot);
+        for _ in lo..=hi {
             let q = self.next_qpn;
-            self.next_qpn = if q >= 0x00FF_FFFE { 0x10 } else { q + 1 };
+            self.next_qpn = if q >= hi { lo } else { q + 1 };
             if !self.qps.contains_key(&q) {
-                return q;
+                return Ok(q);
             }
         }
+        Err(VerbsError::NoMemory("no free QP number".into()))
     }
 
     /// Modifies a QP (rdma-core's state machine and attribute checks).
@@ -1007,4 +1011,16 @@ fn validate_values(
         return bad("dest_qp_num (24 bits)");
     }
     Ok(())
+}
+
+/// The QPNs an endpoint hands out: those of its member slot (bits 23..16), or
+/// the whole space; never the special QPNs 0 and 1 nor the multicast QPN.
+fn qpn_range(slot: u8) -> (Qpn, Qpn) {
+    match slot {
+        0 => (0x10, 0x00FF_FFFE),
+        s => {
+            let base = Qpn::from(s) << 16;
+            (base.max(0x10), base | 0xFFFF.min(0x00FF_FFFE - base))
+        }
+    }
 }

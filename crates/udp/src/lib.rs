@@ -29,12 +29,16 @@
 //!   see GRO). GSO/GRO support is detected when the socket opens; a GSO send the kernel
 //!   refuses turns GSO off for the socket and is retried without it. Counters:
 //!   [`RoceSocket::stats`].
+//! * **Steering** ([`steer`]): the classic BPF program that, when several processes share
+//!   one address and port through a `SO_REUSEPORT` group, hands each datagram to the socket
+//!   of the process owning its destination QP ([`RoceSocket::attach_steering`]).
 //! * **Waking** ([`wake`]): [`EventFd`] for completion/CM event channels, [`TimerFd`], and the
 //!   [`Poller`] (epoll + built-in [`Waker`] + nanosecond deadlines) the progress thread
 //!   blocks in with 0 % CPU when idle.
 //!
-//! It does **not**: parse or build RoCE headers, compute or check the ICRC (crate
-//! `softrdma-wire`), demultiplex by QPN, retransmit, keep timers other than the one deadline
+//! It does **not**: parse or build RoCE headers (beyond the few fixed offsets [`steer`]'s
+//! program reads), compute or check the ICRC (crate `softrdma-wire`), demultiplex by QPN
+//! inside a process, retransmit, keep timers other than the one deadline
 //! it is given (crates `softrdma-transport`/`softrdma-engine`), or decide when to busy-poll.
 //!
 //! # GSO and the ICRC (read before enabling GSO toward other hosts)
@@ -110,6 +114,7 @@ pub mod addr;
 mod cmsg;
 mod probe;
 pub mod socket;
+pub mod steer;
 mod sys;
 pub mod wake;
 
@@ -119,4 +124,5 @@ pub use socket::{
     Capabilities, Datagram, Datagrams, GRO_SLOT_SIZE, GsoPolicy, MAX_UDP_PAYLOAD, PLAIN_SLOT_SIZE,
     RecvBatch, RecvMeta, RoceSocket, SocketConfig, SocketStats, Transmit,
 };
+pub use steer::{SteerError, SteerProgram, SteerTable, member_slot, parse_probe, probe_datagram};
 pub use wake::{EventFd, EventFdOptions, Events, Interest, Poller, TimerFd, TimerMode, Waker};

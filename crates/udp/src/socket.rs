@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use crate::addr::{AddrConfig, BindError};
 use crate::cmsg::{self, CmsgBuf};
+use crate::steer::SteerProgram;
 use crate::sys::{self, MAX_MMSG, RawAddr, RecvResult, SendMsg};
 
 /// Largest UDP payload in one IPv4 datagram (65535 − 20 − 8); also the cap on the total size of
@@ -77,6 +78,12 @@ pub struct SocketConfig {
     /// default: receivers accept real checksums, the ICRC masks the UDP checksum anyway, and
     /// Linux refuses GSO on such a socket (so GSO is disabled when this is on).
     pub ipv6_zero_checksum_tx: bool,
+    /// Set `SO_REUSEPORT` before binding, so that sockets of one user bound to the same
+    /// address and port form a kernel reuseport group (one device per host, DESIGN §4);
+    /// [`RoceSocket::attach_steering`] then decides which member receives each datagram.
+    /// With the default loopback scan this joins an existing group on `127.0.0.1` rather
+    /// than moving on to `127.0.0.2`. Off by default: a device binds its address exclusively.
+    pub reuseport: bool,
 }
 
 impl Default for SocketConfig {
@@ -86,6 +93,7 @@ impl Default for SocketConfig {
             gso: GsoPolicy::default(),
             gro: true,
             ipv6_zero_checksum_tx: false,
+            reuseport: false,
         }
     }
 }
@@ -109,6 +117,8 @@ impl SocketConfig {
         with_buffer_size(bytes: usize) => buffer_size;
         /// Sets [`SocketConfig::ipv6_zero_checksum_tx`].
         with_ipv6_zero_checksum_tx(on: bool) => ipv6_zero_checksum_tx;
+        /// Sets [`SocketConfig::reuseport`].
+        with_reuseport(on: bool) => reuseport;
     }
 }
 
@@ -256,6 +266,8 @@ pub struct RoceSocket {
     local: SocketAddr,
     caps: Capabilities,
     gso_policy: GsoPolicy,
+    /// In a steered reuseport group: a GSO send never mixes destination member slots.
+    steered: bool,
     /// Segments per GSO send currently allowed; 0 = GSO off (unsupported, by policy, or
     /// after a kernel refusal).
     gso_segments: AtomicUsize,
@@ -282,6 +294,11 @@ impl RoceSocket {
         let ipv6 = addr.is_ipv6();
         let fd = sys::udp_socket(ipv6).map_err(BindError::Setup)?;
         let caps = configure(fd.as_fd(), ipv6, cfg).map_err(BindError::Setup)?;
+        if cfg.reuseport {
+            // Must precede bind: the kernel joins the group at bind time.
+            sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)
+                .map_err(BindError::Setup)?;
+        }
         let ((), requested) = addr.bind_with(|a| sys::bind(fd.as_fd(), &a))?;
         let local = sys::local_addr(fd.as_fd()).map_err(|source| BindError::Io {
             addr: requested,
@@ -293,6 +310,7 @@ impl RoceSocket {
             local,
             caps,
             gso_policy: cfg.gso,
+            steered: cfg.reuseport,
             gso_segments: AtomicUsize::new(if gso_on { GSO_MAX_SEGMENTS } else { 0 }),
             c: Counters::default(),
             err_pending: std::sync::atomic::AtomicBool::new(false),
@@ -353,10 +371,20 @@ impl RoceSocket {
             local,
             caps,
             gso_policy: GsoPolicy::Off,
+            steered: false,
             gso_segments: AtomicUsize::new(0),
             c: Counters::default(),
             err_pending: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Attaches `prog` (`SO_ATTACH_REUSEPORT_CBPF`) to the reuseport group this socket belongs
+    /// to (opened with [`SocketConfig::reuseport`]). The program is the group's, not the
+    /// socket's: it replaces any program another member attached and keeps steering after
+    /// this socket closes. `EINVAL` if the socket is not in a group or the kernel's checker
+    /// refuses the program. See [`crate::steer`].
+    pub fn attach_steering(&self, prog: &SteerProgram) -> io::Result<()> {
+        sys::attach_reuseport_cbpf(self.fd.as_fd(), prog.instructions())
     }
 
     /// Sends multicast datagrams out of the interface holding `iface` (and
@@ -523,7 +551,11 @@ impl RoceSocket {
                     while i + count < transmits.len() && count < limit {
                         let u = &transmits[i + count];
                         let len = u.payload.len();
-                        if u.dst != t.dst || len == 0 || len > seg || bytes + len > MAX_UDP_PAYLOAD
+                        if u.dst != t.dst
+                            || len == 0
+                            || len > seg
+                            || bytes + len > MAX_UDP_PAYLOAD
+                            || (self.steered && slot_of(u.payload) != slot_of(t.payload))
                         {
                             break;
                         }
@@ -979,6 +1011,13 @@ impl<'a> Iterator for Datagrams<'a> {
             });
         }
     }
+}
+
+/// The destination member slot of a RoCE packet (BTH byte 5: bits 23..16 of
+/// the destination QPN). The receiving host's reuseport program steers a
+/// whole GSO send by its first segment (`steer`), so a run never crosses it.
+fn slot_of(payload: &[u8]) -> Option<u8> {
+    payload.get(5).copied()
 }
 
 #[cfg(test)]

@@ -169,6 +169,32 @@ pub(crate) fn setsockopt_bytes(
     .map(drop)
 }
 
+/// `setsockopt(SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF)` with a classic BPF program.
+pub(crate) fn attach_reuseport_cbpf(
+    fd: BorrowedFd<'_>,
+    prog: &[libc::sock_filter],
+) -> io::Result<()> {
+    let len = u16::try_from(prog.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "BPF program too long"))?;
+    let fprog = libc::sock_fprog {
+        len,
+        // The kernel only reads the instructions (copy_from_user); the field is `*mut` in C.
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fprog` is a live local whose `filter` points at `len` initialized instructions
+    // borrowed for the whole call; the kernel copies the program and keeps no pointer to it.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            ptr::from_ref(&fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
 pub(crate) fn getsockopt_int(
     fd: BorrowedFd<'_>,
     level: libc::c_int,

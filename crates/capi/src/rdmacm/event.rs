@@ -125,11 +125,18 @@ pub(crate) fn attach_device(id: *mut rdma_cm_id, engine: &Arc<Engine>) {
 /// Turns an engine event into a C event (creating the C object of a new
 /// connection request's id). `None` if the id is gone.
 pub(crate) fn convert(e: Event) -> Option<*mut rdma_cm_event> {
-    let (id, listen) = if e.kind == EventKind::ConnectRequest {
-        let l = e.listen_id.and_then(co::id_ptr)?;
-        (new_child(l, e.id)?, l)
+    // The owner's count goes up before anything touches it (a concurrent
+    // rdma_destroy_id then waits for this event's ack); a conversion that
+    // gives up acks it back.
+    let claim = if e.kind == EventKind::ConnectRequest {
+        Claim(e.listen_id.and_then(co::claim_id)?)
     } else {
-        (co::id_ptr(e.id)?, core::ptr::null_mut())
+        Claim(co::claim_id(e.id)?)
+    };
+    let (id, listen) = if e.kind == EventKind::ConnectRequest {
+        (new_child(claim.0, e.id)?, claim.0)
+    } else {
+        (claim.0, core::ptr::null_mut())
     };
     // SAFETY: mapped ids are live objects of this library.
     let obj = unsafe { &*id };
@@ -171,10 +178,21 @@ pub(crate) fn convert(e: Event) -> Option<*mut rdma_cm_event> {
         super::mcast::joined(obj, &engine);
     }
     let p = Box::into_raw(ev);
-    // SAFETY: `owner` is `id` or `listen`, both live mapped ids.
-    unsafe { (*owner).reported() };
+    // The event now holds the claim until it is acked.
+    std::mem::forget(claim);
     o::register(p as usize, Kind::CmEvent);
     Some(p.cast())
+}
+
+/// An event counted against its owner id ([`co::claim_id`]); acked back if
+/// the conversion gives up before handing the event out.
+struct Claim(*mut Id);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // SAFETY: claimed ids stay alive until this ack (rdma_destroy_id waits).
+        unsafe { (*self.0).ack() };
+    }
 }
 
 /// Creates the C object for a connection request's new id.

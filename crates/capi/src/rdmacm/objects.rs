@@ -142,10 +142,14 @@ pub(crate) fn map_id(h: IdHandle, ptr: Option<usize>) {
     };
 }
 
-/// The C object of an engine-side id.
-pub(crate) fn id_ptr(h: IdHandle) -> Option<*mut Id> {
-    IDS.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&h.0)
-        .map(|p| *p as *mut Id)
+/// The C object of an engine-side id, counted as having one more event
+/// handed out ([`Id::reported`]) under the map's lock: `rdma_destroy_id`
+/// unmaps the id under that lock and then waits for the event's ack, so the
+/// object outlives the event being built from it on another thread.
+pub(crate) fn claim_id(h: IdHandle) -> Option<*mut Id> {
+    let m = IDS.lock().unwrap_or_else(|p| p.into_inner());
+    let p = *m.get(&h.0)? as *mut Id;
+    // SAFETY: mapped ids are live until unmapped, and unmapping takes this lock.
+    unsafe { (*p).reported() };
+    Some(p)
 }

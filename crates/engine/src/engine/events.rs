@@ -91,6 +91,7 @@ impl Shared {
                 fired = true;
             }
             if core.keepalive_at.is_some_and(|t| t <= now) {
+                self.check_members(&mut core);
                 let probed = core.cm.send_keepalives();
                 core.keepalive_at = (probed > 0).then(|| now + KEEPALIVE);
                 fired = true;

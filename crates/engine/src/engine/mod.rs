@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 
 mod busy_poll;
 mod events;
+mod membership;
 mod progress;
 mod rx;
 mod tx;
@@ -103,6 +104,10 @@ struct Shared {
     /// Multicast groups joined on this host: a socket bound to each group (every
     /// member process has one), and how many local QPs use it.
     mcast: Mutex<HashMap<IpAddr, (Arc<RoceSocket>, usize)>>,
+    /// This process's membership of the host device (None: a device of its own).
+    host: Option<Arc<crate::host::HostMember>>,
+    /// Itself, for the threads it starts (a reconciliation).
+    me: std::sync::Weak<Shared>,
 }
 
 /// A running software RDMA device.
@@ -159,9 +164,34 @@ impl Engine {
     }
 
     /// Starts an engine: binds the socket and spawns the progress thread.
-    pub fn start(cfg: EngineConfig) -> io::Result<Engine> {
-        let socket = RoceSocket::open(&cfg.addr, &SocketConfig::default())
-            .map_err(|e| io::Error::new(e_kind(&e), e.to_string()))?;
+    pub fn start(mut cfg: EngineConfig) -> io::Result<Engine> {
+        let open = |addr: &softrdma_udp::AddrConfig, sc: &SocketConfig| {
+            RoceSocket::open(addr, sc).map_err(|e| io::Error::new(e_kind(&e), e.to_string()))
+        };
+        // Port 0 (tests: a kernel-chosen port) is a device of its own.
+        let (host, socket, stale) = if cfg.host && cfg.addr.port != 0 {
+            // The host device's default address: loopback, shared.
+            let ip = *cfg
+                .addr
+                .addr
+                .get_or_insert(std::net::Ipv4Addr::LOCALHOST.into());
+            let addr = match ip {
+                IpAddr::V6(a) => {
+                    std::net::SocketAddrV6::new(a, cfg.addr.port, 0, cfg.addr.scope_id).into()
+                }
+                IpAddr::V4(_) => SocketAddr::new(ip, cfg.addr.port),
+            };
+            // GRO on a NIC or veth merges datagrams of one flow for different
+            // members into one, steered by its first segment (measured:
+            // softrdma_udp::steer); loopback never merges.
+            let sc = SocketConfig::default()
+                .with_reuseport(true)
+                .with_gro(ip.to_canonical().is_loopback());
+            let (h, s, stale) = crate::host::HostMember::join(addr, || open(&cfg.addr, &sc))?;
+            (Some(Arc::new(h)), s, stale)
+        } else {
+            (None, open(&cfg.addr, &SocketConfig::default())?, false)
+        };
         let local = socket.local_addr();
         let seed = cfg.seed.unwrap_or_else(os_seed);
         let info = crate::DeviceInfo::new(local.ip());
@@ -171,12 +201,18 @@ impl Engine {
         tcfg.verify_icrc = cfg.verify_icrc;
         tcfg.limits = info.limits;
         tcfg.loopback_unacked_psns = loopback_window(socket.capabilities().recv_buffer);
-        let cm = Cm::new(CmConfig {
+        let slot = host.as_ref().map_or(0, |h| h.slot());
+        tcfg.member_slot = slot;
+        let mut cm = Cm::new(CmConfig {
             addrs: vec![local.ip()],
             node_guid: info.node_guid,
             mtu: info.limits.port_mtu,
             seed: seed.rotate_left(17),
+            member_slot: slot,
         });
+        if let Some(h) = &host {
+            cm.set_port_authority(Box::new(h.port_authority()));
+        }
         let poller = Arc::new(Poller::new()?);
         poller.add_socket(&socket, KEY_SOCKET)?;
         // Multicast sends leave through the device's interface and loop back to
@@ -189,7 +225,9 @@ impl Engine {
             None => None,
         };
         let faults = crate::faults::FaultInjector::from_env(&socket)?;
-        let shared = Arc::new(Shared {
+        let async_events = AsyncChannel::new()?;
+        let shared = Arc::new_cyclic(|me| Shared {
+            me: me.clone(),
             core: Mutex::new(Core {
                 ep: Endpoint::new(tcfg),
                 channels: HashMap::new(),
@@ -226,17 +264,21 @@ impl Engine {
             serve_until: AtomicU64::new(0),
             left_at: AtomicU64::new(0),
             deferred_bytes: std::sync::atomic::AtomicUsize::new(0),
-            async_events: AsyncChannel::new()?,
+            async_events,
             capture,
             faults,
             poller: Arc::clone(&poller),
             mcast: Mutex::new(HashMap::new()),
+            host,
         });
         let s2 = Arc::clone(&shared);
         let loadavg = progress::open_loadavg();
         let thread = std::thread::Builder::new()
             .name("softrdma-progress".into())
             .spawn(move || progress::progress_loop(&s2, &poller, loadavg))?;
+        if stale {
+            shared.reconcile_soon();
+        }
         Ok(Engine {
             shared,
             thread: Some(thread),
@@ -431,7 +473,8 @@ impl Engine {
             group,
             self.local_addr().port(),
             self.local_addr().ip(),
-            &SocketConfig::default(),
+            // Received into the device socket's batch: the same GRO setting.
+            &SocketConfig::default().with_gro(self.shared.socket.capabilities().gro),
         )
         .map_err(|e| VerbsError::InvalidArgument(format!("cannot join {group}: {e}")))?;
         // Every group socket shares one key: any of them readable means "read them all".
@@ -501,6 +544,7 @@ impl Engine {
             r
         };
         self.shared.flush_tx();
+        self.shared.refresh_steering();
         r
     }
 
@@ -570,6 +614,12 @@ impl Engine {
     /// Sends every packet still queued (deferred ACKs included) now.
     pub(crate) fn flush_for_exit(&self) {
         self.shared.flush_pending_sync();
+    }
+
+    /// Leaves the host device's group: its table stops steering to this
+    /// process before the socket closes.
+    pub(crate) fn leave_host(&self) {
+        self.shared.leave_host();
     }
 
     /// Transport and socket counters.

@@ -33,11 +33,13 @@ impl Shared {
         let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
         let mut total = 0;
         let mut requests = 0;
+        let mut noticed = super::membership::Noticed::default();
         loop {
             match self.socket.recv_batch(&mut rx) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
+            self.report_probes(&rx);
             let local_ip = self.socket.local_addr().ip();
             // A GRO batch can hold a whole send window: answer (ACK) every
             // `ACK_CHUNK` datagrams rather than after all of them, so the
@@ -64,6 +66,10 @@ impl Shared {
                             dst_ip: d.dst_ip.unwrap_or(local_ip),
                             payload: d.data,
                         };
+                        if self.notice(d.data, &mut noticed) {
+                            total += 1;
+                            continue;
+                        }
                         if crate::cm::is_gsi(d.data) {
                             self.handle_gsi(&mut core, now, &dg);
                         } else {
@@ -91,6 +97,7 @@ impl Shared {
         if requests > 0 {
             self.rx_requests.fetch_add(requests, Ordering::Relaxed);
         }
+        self.after_notice(noticed);
         self.handle_unreachable();
         total + self.rx_mcast(&mut rx)
     }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The examples these tests run.
-const EXAMPLES: [&str; 2] = ["rdmalib_echo", "rdmalib_file_transfer"];
+const EXAMPLES: [&str; 3] = ["rdmalib_echo", "rdmalib_file_transfer", "rdmalib_mesh"];
 
 /// The newest modification time of the files under `dir`.
 pub(crate) fn newest(dir: &Path) -> SystemTime {

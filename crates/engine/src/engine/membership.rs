@@ -1,0 +1,115 @@
+//! The engine's side of the host device (`crate::host`): probes and
+//! misrouted packets seen on the receive path, reconciliations on their own
+//! thread, re-steering after a listener appeared, leaving at exit, and
+//! connections to member processes that died.
+
+use super::{Core, Shared};
+use crate::cm::EpQps;
+use softrdma_udp::RecvBatch;
+use softrdma_udp::steer::parse_probe;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// What the receive path noticed about the host device in one burst.
+#[derive(Debug, Default)]
+pub(super) struct Noticed {
+    misrouted: u64,
+}
+
+impl Shared {
+    /// Whether `pkt` is the host device's business rather than the
+    /// transport's: a probe is taken (true); a packet for another member's
+    /// QP is counted and left to the transport, which drops it.
+    pub(super) fn notice(&self, pkt: &[u8], n: &mut Noticed) -> bool {
+        let Some(h) = &self.host else { return false };
+        if parse_probe(pkt).is_some() {
+            return true;
+        }
+        if let Some(b) = pkt.get(5..8) {
+            let qpn = u32::from_be_bytes([0, b[0], b[1], b[2]]);
+            if qpn != softrdma_transport::GSI_QPN
+                && qpn != 0xFF_FFFF
+                && (qpn >> 16) as u8 != h.slot()
+            {
+                n.misrouted += 1;
+            }
+        }
+        false
+    }
+
+    /// Answers the probes of a received batch before anything takes the
+    /// engine lock: a reconciler (maybe this process's own, holding the
+    /// registry lock an application thread under the engine lock waits for)
+    /// waits for the answer.
+    pub(super) fn report_probes(&self, rx: &RecvBatch) {
+        let Some(h) = &self.host else { return };
+        for d in rx.datagrams() {
+            if let Some((epoch, index)) = parse_probe(d.data) {
+                h.on_probe(epoch, index);
+            }
+        }
+    }
+
+    /// Acts on what [`Shared::notice`] saw (outside the engine lock).
+    pub(super) fn after_notice(&self, n: Noticed) {
+        let Some(h) = &self.host else { return };
+        if n.misrouted > 0 {
+            h.misrouted.fetch_add(n.misrouted, Ordering::Relaxed);
+            self.reconcile_soon();
+        }
+    }
+
+    /// Starts a reconciliation of the group's table on its own thread (it
+    /// waits for this process's progress thread to report its probe).
+    pub(super) fn reconcile_soon(&self) {
+        let (Some(h), Some(me)) = (&self.host, self.me.upgrade()) else {
+            return;
+        };
+        if !h.should_reconcile() {
+            return;
+        }
+        let h = Arc::clone(h);
+        let spawned = std::thread::Builder::new()
+            .name("softrdma-reconcile".into())
+            .spawn(move || {
+                let _ = h.reconcile(&me.socket);
+            });
+        if spawned.is_err() {
+            // Leave it to the next misrouted packet.
+            if let Some(h) = &self.host {
+                h.reconcile_done();
+            }
+        }
+    }
+
+    /// Re-attaches the steering program if a listener appeared.
+    pub(super) fn refresh_steering(&self) {
+        if let Some(h) = &self.host
+            && h.take_listeners_changed()
+        {
+            let _ = h.refresh(&self.socket);
+        }
+    }
+
+    /// Leaves the host device's group (at exit: the socket closes next).
+    pub(super) fn leave_host(&self) {
+        if let Some(h) = &self.host {
+            h.leave(&self.socket);
+        }
+    }
+
+    /// CM connections to member processes of this host device that died end
+    /// now, as ICMP "port unreachable" ends them for a peer elsewhere (no
+    /// ICMP comes while other members still hold the address).
+    pub(super) fn check_members(&self, core: &mut Core) {
+        let Some(h) = &self.host else { return };
+        let ip = self.socket.local_addr().ip();
+        let now = self.now();
+        for slot in core.cm.member_peers(ip) {
+            if slot != 0 && !h.registry().is_alive(slot) {
+                let Core { ep, cm, .. } = core;
+                cm.member_gone(now, ip, slot, &mut EpQps { ep, now });
+            }
+        }
+    }
+}
