@@ -34,8 +34,8 @@ enum Command {
 
     /// List RDMA devices (like ibv_devices).
     ///
-    /// softrdma has one device per process, softrdma0; this is the one this
-    /// process gets (SOFTRDMA_ADDR, or the first free 127.0.0.N).
+    /// softrdma0 is one device per host, shared by the user's processes; this
+    /// process joins it at SOFTRDMA_ADDR, or 127.0.0.1.
     Devices(cmd::devices::Args),
 
     /// Show the device, its port and GID table, and its UDP address (like ibv_devinfo).

@@ -806,3 +806,29 @@ fn capture_compat_runs_a_c_program_on_softrdma() {
     );
     assert_one_line_error(&none, "no libibverbs.so.1 in /nonexistent");
 }
+
+#[test]
+fn devices_counts_the_host_devices_member_processes() {
+    let port = free_port().to_string();
+    let env = device_env("127.0.0.68", &port);
+    let alone = ok(&["devices"], &env);
+    assert!(
+        alone.contains("the host's device, 1 member process(es) now"),
+        "{alone}"
+    );
+    let (mut server, _r, banner) = spawn_server(&["ping", "--server", "--port", "0"], &env);
+    assert!(banner.contains("listening on 127.0.0.68:"), "{banner}");
+    let shared = ok(&["devices"], &env);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(shared.contains("UDP 127.0.0.68:"), "{shared}");
+    assert!(
+        shared.contains("the host's device, 2 member process(es) now"),
+        "{shared}"
+    );
+    let own = ok(
+        &["devices"],
+        &[&env[..], &[("SOFTRDMA_HOST", "0")]].concat(),
+    );
+    assert!(own.contains("a device of this process's own"), "{own}");
+}

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use super::devinfo::{addr_origin, guid_hex};
+use super::devinfo::{addr_origin, guid_hex, host_members};
 use super::{CliError, print_out};
 
 /// Arguments of `softrdma devices` (none).
@@ -20,8 +20,12 @@ pub(crate) fn run(_: &Args) -> Result<ExitCode, CliError> {
         ctx.name(),
         guid_hex(attr.node_guid)
     ));
+    let shared = match host_members(ctx.local_addr().port()) {
+        Some(n) => format!("the host's device, {n} member process(es) now"),
+        None => "a device of this process's own".to_string(),
+    };
     s.push_str(&format!(
-        "\n{}: UDP {} ({}); one device per process\n",
+        "\n{}: UDP {} ({}); {shared}\n",
         ctx.name(),
         ctx.local_addr(),
         addr_origin()

@@ -1,9 +1,9 @@
 //! `softrdma devinfo [-v]`: the device, its port and GID table, as
 //! `ibv_devinfo` shows them, plus the UDP address the device uses.
 //!
-//! softrdma has one device per process; this shows the one this process
-//! gets: the address in `SOFTRDMA_ADDR`, or else the first free
-//! `127.0.0.N`, on UDP `SOFTRDMA_PORT` (default 4791).
+//! softrdma is one device per host, shared by the user's processes; this
+//! process joins it at the address in `SOFTRDMA_ADDR`, or else `127.0.0.1`,
+//! on UDP `SOFTRDMA_PORT` (default 4791).
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -38,10 +38,30 @@ fn guid_groups(g: u64) -> String {
 
 /// Where the device address came from, for people reading the output.
 pub(crate) fn addr_origin() -> String {
+    let own = std::env::var("SOFTRDMA_HOST").is_ok_and(|v| v.trim() == "0");
     match std::env::var("SOFTRDMA_ADDR") {
         Ok(a) if !a.trim().is_empty() => format!("address from SOFTRDMA_ADDR={}", a.trim()),
-        _ => "address: the first free 127.0.0.N; set SOFTRDMA_ADDR to choose".to_string(),
+        _ if own => "address: the first free 127.0.0.N; set SOFTRDMA_ADDR to choose".to_string(),
+        _ => {
+            "address: 127.0.0.1, the host device's default; set SOFTRDMA_ADDR to choose".to_string()
+        }
     }
+}
+
+/// How many processes share the host device on UDP `port` (this one
+/// included), from its registry (`softrdma-host`); `None` without the host
+/// device (`SOFTRDMA_HOST=0`) or if unreadable.
+pub(crate) fn host_members(port: u16) -> Option<usize> {
+    use softrdma_host::Registry;
+    if std::env::var("SOFTRDMA_HOST").is_ok_and(|v| v.trim() == "0") {
+        return None;
+    }
+    let r = if port == 4791 {
+        Registry::open()
+    } else {
+        Registry::open_in(&Registry::default_base_dir().join(format!("port-{port}")))
+    };
+    r.ok()?.members().ok().map(|m| m.len())
 }
 
 /// Tabs from column `col` to column `target` (tab stops every 8), at least one.
@@ -188,6 +208,14 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
     if ctx.backend() == softrdma::verbs::Backend::Native {
         let udp = format!("UDP {} ({})", ctx.local_addr(), addr_origin());
         kv(&mut s, DEV, "softrdma", &udp);
+        if let Some(n) = host_members(ctx.local_addr().port()) {
+            kv(
+                &mut s,
+                DEV,
+                "host device",
+                &format!("{n} member process(es)"),
+            );
+        }
     }
     print_out(&s)?;
     Ok(ExitCode::SUCCESS)

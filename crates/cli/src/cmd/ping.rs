@@ -36,8 +36,8 @@ pub(crate) struct Args {
     server: bool,
 
     /// Server: the address to listen on; it becomes this process's device
-    /// address too [default: the device's address, SOFTRDMA_ADDR or the
-    /// first free 127.0.0.N].
+    /// address too [default: the device's address, SOFTRDMA_ADDR or
+    /// 127.0.0.1].
     #[arg(short, long, value_name = "ADDR", requires = "server")]
     addr: Option<IpAddr>,
 
