@@ -77,6 +77,8 @@ pub struct Endpoint {
     srqs: Table<Srq>,
     qps: HashMap<Qpn, Qp>,
     next_qpn: Qpn,
+    /// Each QP's earliest armed timer (`timers.rs`).
+    timers: crate::timers::TimerHeap,
     ready: VecDeque<Qpn>,
     events: VecDeque<Event>,
     stats: Stats,
@@ -121,6 +123,7 @@ impl Endpoint {
             srqs: Table::default(),
             qps: HashMap::new(),
             next_qpn,
+            timers: Default::default(),
             ready: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -654,6 +657,7 @@ impl Endpoint {
             s.users = s.users.saturating_sub(1);
         }
         self.pd_release(qp.pd);
+        self.timers.set(qpn, None);
         self.ready.retain(|q| *q != qpn);
         self.mcast.retain(|_, v| {
             v.retain(|(q, _)| *q != qpn);
@@ -782,10 +786,20 @@ impl Endpoint {
         if qp.state == QpState::Err {
             qp.flush(&mut ctx);
         }
+        self.rearm(qpn);
         Ok(())
     }
 
+    /// Records `qpn`'s timers after something ran on it.
+    fn rearm(&mut self, qpn: Qpn) {
+        let t = self.qps.get(&qpn).and_then(Qp::next_timeout);
+        self.timers.set(qpn, t);
+    }
+
+    /// Queues `qpn` to transmit, after something ran on it (its timers may
+    /// have moved too).
     fn schedule(&mut self, qpn: Qpn) {
+        self.rearm(qpn);
         if let Some(qp) = self.qps.get_mut(&qpn)
             && !qp.scheduled
         {
@@ -928,13 +942,16 @@ impl Endpoint {
             let Some(qp) = qps.get_mut(&qpn) else {
                 continue;
             };
-            match qp.poll_transmit(&mut ctx, mem, buf) {
-                Some(t) => {
-                    // More may follow: back of the line, for fairness between QPs.
-                    self.ready.push_back(qpn);
-                    return Some(t);
-                }
-                None => qp.scheduled = false,
+            let t = qp.poll_transmit(&mut ctx, mem, buf);
+            if t.is_none() {
+                qp.scheduled = false;
+            }
+            // Sending arms the retransmission timer.
+            self.rearm(qpn);
+            if t.is_some() {
+                // More may follow: back of the line, for fairness between QPs.
+                self.ready.push_back(qpn);
+                return t;
             }
         }
         None
@@ -942,18 +959,16 @@ impl Endpoint {
 
     /// The earliest timer deadline, if any.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().filter_map(Qp::next_timeout).min()
+        let t = self.timers.earliest();
+        // Every path that moves a QP's timers must tell the heap: checked by
+        // the simulator's tests, which run with debug assertions.
+        debug_assert_eq!(t, self.qps.values().filter_map(Qp::next_timeout).min());
+        t
     }
 
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let due: Vec<Qpn> = self
-            .qps
-            .iter()
-            .filter(|(_, q)| q.next_timeout().is_some_and(|t| t <= now))
-            .map(|(n, _)| *n)
-            .collect();
-        for qpn in due {
+        for qpn in self.timers.take_due(now) {
             let (qps, mut ctx) = split!(self, now);
             if let Some(qp) = qps.get_mut(&qpn) {
                 qp.handle_timeout(&mut ctx);

@@ -28,6 +28,7 @@ mod rng;
 mod stats;
 mod table;
 mod time;
+mod timers;
 mod types;
 mod wr;
 
