@@ -339,6 +339,7 @@ impl Registry {
         if let Some(g) = registry.try_lock()? {
             registry.scan(Some(&g))?;
         }
+        sweep_namespaces(base, &registry.dir);
         Ok(registry)
     }
 
@@ -790,22 +791,70 @@ impl Registry {
             .and_then(|f| fsutil::read_record(&f))
             .and_then(|t| format::parse_group(&t));
         match (format::parse_group_name(name), state) {
-            (Some(_), Some(mut s)) => {
-                let all_dead =
-                    !s.members.is_empty() && s.members.iter().all(|&slot| !snap.alive(slot));
-                if all_dead {
-                    s.members.clear();
-                    let _ = fsutil::write_atomically(
-                        &self.dir,
-                        path,
-                        format::render_group(&s).as_bytes(),
-                    );
+            (Some(_), Some(s)) => {
+                // A group nobody is in any more is gone: its next member
+                // starts a new one (epoch 0; the old members' reports died
+                // with them).
+                if s.members.iter().all(|&slot| !snap.alive(slot)) {
+                    let _ = fs::remove_file(path);
                 }
             }
             _ => {
                 let _ = fs::remove_file(path);
             }
         }
+    }
+}
+
+/// How long a namespace's registry must have been untouched before another
+/// namespace's process may remove it (with no member alive): a process just
+/// opening it creates files within milliseconds, which updates the time.
+const IDLE_NAMESPACE: Duration = Duration::from_secs(60);
+
+/// Removes the registries of other network namespaces (and of other UDP
+/// ports' devices, `port-<n>/net-*`) that have no live member and were
+/// untouched for [`IDLE_NAMESPACE`] (namespaces come and go: `ip netns del`
+/// leaves nothing behind to tell, and a registry without members holds
+/// nothing anyone still needs).
+fn sweep_namespaces(base: &Path, own: &Path) {
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        let name = e.file_name();
+        let name = name.to_str().unwrap_or("");
+        let is_ns = name.starts_with("net-");
+        // The devices of other UDP ports (`SOFTRDMA_PORT`) keep theirs one
+        // level down.
+        let is_port = name.starts_with("port-");
+        let idle = e
+            .metadata()
+            .ok()
+            .filter(|m| m.is_dir() && !m.file_type().is_symlink())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= IDLE_NAMESPACE);
+        if !idle || dir == own {
+            continue;
+        }
+        if is_port {
+            sweep_namespaces(&dir, own);
+            // Fails unless it is empty now.
+            let _ = fs::remove_dir(&dir);
+            continue;
+        }
+        if !is_ns {
+            continue;
+        }
+        let other = Registry { dir: dir.clone() };
+        let Ok(Some(g)) = other.try_lock() else {
+            continue;
+        };
+        if other.members().is_ok_and(|m| m.is_empty()) {
+            let _ = fs::remove_dir_all(&dir);
+        }
+        drop(g);
     }
 }
 

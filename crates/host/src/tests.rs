@@ -31,6 +31,14 @@ impl Drop for TestDir {
     }
 }
 
+/// A registry in exactly `dir` (another namespace's, for the sweep test).
+fn registry_at(dir: &Path) -> Registry {
+    fsutil::ensure_private_dir(dir).unwrap();
+    Registry {
+        dir: dir.to_path_buf(),
+    }
+}
+
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
@@ -497,7 +505,7 @@ fn group_state_round_trips_under_the_lock() {
             io::ErrorKind::InvalidInput
         );
     }
-    // Once every member of a recorded group is dead, the record is emptied (epoch kept).
+    // Once every member of a recorded group is dead, the record is gone.
     drop(m1);
     {
         let g = reg.lock().unwrap();
@@ -507,12 +515,13 @@ fn group_state_round_trips_under_the_lock() {
     drop(m2);
     let g = reg.lock().unwrap();
     reg.gc(&g).unwrap();
-    assert_eq!(
-        reg.read_group(&g, addr).unwrap(),
-        GroupState {
-            epoch: 3,
-            members: vec![]
-        }
+    assert_eq!(reg.read_group(&g, addr).unwrap(), GroupState::default());
+    assert!(
+        !fs::read_dir(reg.dir())
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("group-")),
+        "group file left behind"
     );
 }
 
@@ -604,4 +613,38 @@ fn racing_reservations_have_one_winner() {
             .all(|r| *r == Ok(4444) || *r == Err(Some(libc::EADDRINUSE)))
     );
     assert!(reg.members().unwrap().is_empty());
+}
+
+#[test]
+fn idle_registries_of_other_namespaces_without_members_are_swept() {
+    let t = TestDir::new("sweep");
+    let base = t.0.clone();
+    let own = t.registry();
+    let old = SystemTime::now() - 2 * IDLE_NAMESPACE;
+    // A namespace gone long ago: a dead member's slot file, untouched for 2 minutes.
+    let gone = base.join("net-1111");
+    let ghost = registry_at(&gone);
+    drop(ghost.join().unwrap());
+    // One with a live member, also untouched for long.
+    let busy = base.join("net-2222");
+    let live = registry_at(&busy);
+    let member = live.join().unwrap();
+    // One without members but touched just now.
+    let fresh = base.join("net-3333");
+    drop(registry_at(&fresh).join().unwrap());
+    // Another UDP port's device, in a namespace gone long ago.
+    let port = base.join("port-5000");
+    let port_ns = port.join("net-4444");
+    fsutil::ensure_private_dir(&port).unwrap();
+    drop(registry_at(&port_ns).join().unwrap());
+    for d in [&gone, &busy, &port_ns, &port] {
+        File::open(d).unwrap().set_modified(old).unwrap();
+    }
+    drop(t.registry());
+    assert!(!gone.exists(), "idle, memberless: swept");
+    assert!(!port.exists(), "another port's, idle and memberless: swept");
+    assert!(busy.exists(), "a live member keeps it");
+    assert!(fresh.exists(), "recently used: kept");
+    assert!(own.dir().exists());
+    drop(member);
 }
