@@ -12,9 +12,12 @@
 //! implementation of the transport's memory access over process memory.
 //!
 //! Verbs logic lives in the transport; the engine adds locking, clocks and
-//! I/O only. Higher layers (the safe Rust API, the C ABI) call
-//! [`Engine::with`] for verbs and the dedicated fast paths
-//! ([`Engine::post_send`], [`Engine::poll_cq`]) for the data path.
+//! I/O only. Higher layers (the safe Rust API, the C ABI) reach it through
+//! typed operations, one per verb or CM call (modelled on rdma-core's
+//! `verbs_context_ops`: [`Engine::create_qp`], [`Engine::modify_qp`],
+//! [`Engine::cm_connect`], ...), never through closures over its insides,
+//! and through the dedicated fast paths ([`Engine::post_send`],
+//! [`Engine::poll_cq`]) for the data path.
 
 #![warn(missing_docs)]
 

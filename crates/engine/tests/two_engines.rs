@@ -31,40 +31,37 @@ fn side(ip: [u8; 4], port: u16) -> Side {
     .unwrap();
     let mut buf = vec![0u8; 1 << 20];
     let ptr = buf.as_mut_ptr() as u64;
-    let (qpn, cq, mr) = e.with(|ep, _| {
-        let pd = ep.alloc_pd().unwrap();
-        let (cq, _) = ep.create_cq(1024).unwrap();
-        let (qpn, _) = ep
-            .create_qp(&QpInitAttr {
-                qp_type: QpType::Rc,
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: 256,
-                    max_recv_wr: 256,
-                    max_send_sge: 4,
-                    max_recv_sge: 4,
-                    max_inline_data: 64,
-                },
-                sq_sig_all: true,
-            })
-            .unwrap();
-        let mr = ep
-            .reg_mr(
-                pd,
-                ptr,
-                1 << 20,
-                ptr,
-                Access::LOCAL_WRITE
-                    | Access::REMOTE_WRITE
-                    | Access::REMOTE_READ
-                    | Access::REMOTE_ATOMIC,
-            )
-            .unwrap();
-        (qpn, cq, mr)
-    });
+    let pd = e.alloc_pd().unwrap();
+    let (cq, _) = e.create_cq(1024).unwrap();
+    let (qpn, _) = e
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 256,
+                max_recv_wr: 256,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 64,
+            },
+            sq_sig_all: true,
+        })
+        .unwrap();
+    let mr = e
+        .reg_mr(
+            pd,
+            ptr,
+            1 << 20,
+            ptr,
+            Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
     Side {
         e,
         qpn,
@@ -77,54 +74,49 @@ fn side(ip: [u8; 4], port: u16) -> Side {
 
 fn connect(s: &Side, peer: &Side) {
     let peer_ip = peer.e.local_addr().ip();
-    s.e.with(|ep, now| {
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-            ..QpAttr::default()
-        };
-        ep.modify_qp(
-            now,
-            s.qpn,
-            &a,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        )
-        .unwrap();
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = Mtu::M1024;
-        a.dest_qp_num = peer.qpn;
-        a.rq_psn = 0xFFFFF0;
-        a.max_dest_rd_atomic = 4;
-        a.min_rnr_timer = 12;
-        a.ah_attr = AddressVector::to_ip(peer_ip);
-        ep.modify_qp(
-            now,
-            s.qpn,
-            &a,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        )
-        .unwrap();
-        a.qp_state = QpState::Rts;
-        a.sq_psn = 0xFFFFF0;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 4;
-        ep.modify_qp(
-            now,
-            s.qpn,
-            &a,
-            M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
-        )
-        .unwrap();
-    });
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        ..QpAttr::default()
+    };
+    s.e.modify_qp(
+        s.qpn,
+        &a,
+        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+    )
+    .unwrap();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = Mtu::M1024;
+    a.dest_qp_num = peer.qpn;
+    a.rq_psn = 0xFFFFF0;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    a.ah_attr = AddressVector::to_ip(peer_ip);
+    s.e.modify_qp(
+        s.qpn,
+        &a,
+        M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER,
+    )
+    .unwrap();
+    a.qp_state = QpState::Rts;
+    a.sq_psn = 0xFFFFF0;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    s.e.modify_qp(
+        s.qpn,
+        &a,
+        M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
+    )
+    .unwrap();
 }
 
 fn wait_wc(s: &Side, n: usize) -> Vec<softrdma_engine::transport::Wc> {

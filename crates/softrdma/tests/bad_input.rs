@@ -732,49 +732,48 @@ fn destroying_objects_still_in_use_is_ebusy() {
         assert!(matches!(e, VerbsError::Busy(_)), "{what}: {e}");
         assert_eq!(softrdma::Error::from(e).errno(), EBUSY, "{what}");
     };
-    ca.engine().with(|ep, _| {
-        let pd = ep.alloc_pd().unwrap();
-        let (cq, _) = ep.create_cq(16).unwrap();
-        let (srq, _, _) = ep.create_srq(pd, 16, 1, 0).unwrap();
-        let mr = ep
-            .reg_mr(pd, addr, 4096, addr, Access::LOCAL_WRITE)
-            .unwrap();
-        let (qpn, _) = ep
-            .create_qp(&QpInitAttr {
-                qp_type: QpType::Rc,
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: Some(srq),
-                cap: QpCap {
-                    max_send_wr: 4,
-                    max_recv_wr: 0,
-                    max_send_sge: 1,
-                    max_recv_sge: 0,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: false,
-            })
-            .unwrap();
-        busy(ep.dealloc_pd(pd), "PD with a QP, an SRQ and an MR");
-        busy(ep.destroy_cq(cq), "CQ of a QP");
-        busy(ep.destroy_srq(srq), "SRQ of a QP");
-        ep.destroy_qp(qpn).unwrap();
-        // The QP is gone: its CQ and SRQ are free, the PD still has the SRQ and MR.
-        ep.destroy_cq(cq).unwrap();
-        busy(ep.dealloc_pd(pd), "PD with an SRQ and an MR");
-        ep.destroy_srq(srq).unwrap();
-        busy(ep.dealloc_pd(pd), "PD with an MR");
-        // An address handle counts as a user of its PD too.
-        ep.dereg_mr(mr.lkey).unwrap();
-        ep.pd_acquire(pd).unwrap();
-        busy(ep.dealloc_pd(pd), "PD with an AH");
-        ep.pd_release(pd);
-        ep.dealloc_pd(pd).unwrap();
-        // Destroyed handles are gone: a second destroy fails with EINVAL.
-        let e = ep.dealloc_pd(pd).unwrap_err();
-        assert_eq!(e.errno(), EINVAL);
-    });
+    let eng = ca.engine();
+    let pd = eng.alloc_pd().unwrap();
+    let (cq, _) = eng.create_cq(16).unwrap();
+    let (srq, _, _) = eng.create_srq(pd, 16, 1, 0).unwrap();
+    let mr = eng
+        .reg_mr(pd, addr, 4096, addr, Access::LOCAL_WRITE)
+        .unwrap();
+    let (qpn, _) = eng
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: Some(srq),
+            cap: QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 0,
+                max_send_sge: 1,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .unwrap();
+    busy(eng.dealloc_pd(pd), "PD with a QP, an SRQ and an MR");
+    busy(eng.destroy_cq(cq), "CQ of a QP");
+    busy(eng.destroy_srq(srq), "SRQ of a QP");
+    eng.destroy_qp(qpn).unwrap();
+    // The QP is gone: its CQ and SRQ are free, the PD still has the SRQ and MR.
+    eng.destroy_cq(cq).unwrap();
+    busy(eng.dealloc_pd(pd), "PD with an SRQ and an MR");
+    eng.destroy_srq(srq).unwrap();
+    busy(eng.dealloc_pd(pd), "PD with an MR");
+    // An address handle counts as a user of its PD too.
+    eng.dereg_mr(mr.lkey).unwrap();
+    eng.pd_acquire(pd).unwrap();
+    busy(eng.dealloc_pd(pd), "PD with an AH");
+    eng.pd_release(pd);
+    eng.dealloc_pd(pd).unwrap();
+    // Destroyed handles are gone: a second destroy fails with EINVAL.
+    let e = eng.dealloc_pd(pd).unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
     drop(buf);
 
     // Through the safe API, dropping parents first is harmless: the children

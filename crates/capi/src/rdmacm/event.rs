@@ -141,7 +141,7 @@ pub(crate) fn convert(e: Event) -> Option<*mut rdma_cm_event> {
     // SAFETY: mapped ids are live objects of this library.
     let obj = unsafe { &*id };
     let engine = obj.state().engine.clone()?;
-    let (local, remote) = engine.with_cm(|cm, _, _| cm.addrs_of(e.id));
+    let (local, remote) = engine.cm_addrs(e.id);
     set_route(id.cast(), local, remote);
     if e.kind == EventKind::AddrResolved || (e.kind == EventKind::ConnectRequest) {
         attach_device(id.cast(), &engine);

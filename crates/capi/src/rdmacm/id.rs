@@ -215,7 +215,7 @@ pub unsafe extern "C" fn __softrdma_rdma_bind_addr(
             return ret::neg(libc::EAFNOSUPPORT);
         };
         with_engine(id, obj, Some(a.ip()), |engine, h| {
-            match engine.with_cm(|cm, _, _| cm.bind(h, a).map(|()| cm.addrs_of(h).0)) {
+            match engine.cm_bind(h, a) {
                 Ok(local) => {
                     set_route(id, local, None);
                     if !a.ip().is_unspecified() {
@@ -255,7 +255,7 @@ pub unsafe extern "C" fn __softrdma_rdma_resolve_addr(
             .map(|s| s.ip())
             .or_else(|| route_source(dst.ip()).filter(|_| !dst.ip().is_loopback()));
         with_engine(id, obj, hint, |engine, h| {
-            let bound = engine.with_cm(|cm, _, _| cm.addrs_of(h).0.is_some());
+            let bound = engine.cm_addrs(h).0.is_some();
             let src = if bound { None } else { src };
             cm_then(engine.cm_resolve_addr(h, src, dst), || {
                 set_route(id, None, Some(dst));
@@ -277,9 +277,7 @@ pub unsafe extern "C" fn __softrdma_rdma_resolve_route(
     _timeout_ms: c_int,
 ) -> c_int {
     on_engine(id, |obj, engine, h| {
-        cm_then(engine.with_cm(|cm, _, _| cm.resolve_route(h)), || {
-            complete(id, obj)
-        })
+        cm_then(engine.cm_resolve_route(h), || complete(id, obj))
     })
 }
 
@@ -291,14 +289,12 @@ pub unsafe extern "C" fn __softrdma_rdma_resolve_route(
 /// checked against the live-object registry before use.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    on_engine(id, |_, engine, h| {
-        match engine.with_cm(|cm, _, _| cm.listen(h).map(|()| cm.addrs_of(h).0)) {
-            Ok(local) => {
-                set_route(id, local, None);
-                0
-            }
-            Err(e) => ret::neg(e.errno()),
+    on_engine(id, |_, engine, h| match engine.cm_listen(h) {
+        Ok(local) => {
+            set_route(id, local, None);
+            0
         }
+        Err(e) => ret::neg(e.errno()),
     })
 }
 
@@ -395,19 +391,17 @@ fn qp_num_of(id: *mut rdma_cm_id) -> u32 {
 unsafe fn connect(id: *mut rdma_cm_id, conn_param: *const rdma_conn_param, accept: bool) -> c_int {
     on_engine(id, |obj, engine, h| {
         let peer = if accept {
-            engine.with_cm(|cm, _, _| cm.peer_param(h))
+            engine.cm_peer_param(h)
         } else {
             None
         };
         // SAFETY: forwarded contract.
         let p = unsafe { read_conn_param(conn_param, qp_num_of(id), peer.as_ref()) };
-        let r = engine.with_cm(|cm, qps, now| {
-            if accept {
-                cm.accept(now, h, &p, qps)
-            } else {
-                cm.connect(now, h, &p, qps)
-            }
-        });
+        let r = if accept {
+            engine.cm_accept(h, &p)
+        } else {
+            engine.cm_connect(h, &p)
+        };
         if let Err(e) = r {
             if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
                 let call = if accept {
@@ -475,7 +469,7 @@ fn reject(id: *mut rdma_cm_id, private_data: *const c_void, len: u8) -> c_int {
             unsafe { core::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(len)) }
                 .to_vec()
         };
-        cm_ret(engine.with_cm(|cm, _, _| cm.reject(h, &pd)))
+        cm_ret(engine.cm_reject(h, &pd))
     })
 }
 
@@ -517,10 +511,7 @@ pub unsafe extern "C" fn __softrdma_rdma_reject_ece(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __softrdma_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     on_engine(id, |obj, engine, h| {
-        cm_then(
-            engine.with_cm(|cm, qps, now| cm.disconnect(now, h, qps)),
-            || complete(id, obj),
-        )
+        cm_then(engine.cm_disconnect(h), || complete(id, obj))
     })
 }
 
@@ -538,9 +529,7 @@ pub unsafe extern "C" fn __softrdma_rdma_establish(id: *mut rdma_cm_id) -> c_int
         if !unsafe { (*id).qp }.is_null() {
             return ret::neg(libc::EINVAL);
         }
-        with_engine(id, obj, None, |engine, h| {
-            cm_ret(engine.with_cm(|cm, _, now| cm.establish(now, h)))
-        })
+        with_engine(id, obj, None, |engine, h| cm_ret(engine.cm_establish(h)))
     })
 }
 
@@ -650,7 +639,7 @@ pub unsafe extern "C" fn __softrdma_rdma_init_qp_attr(
                     }
                 }
                 IBV_QPS_RTR | IBV_QPS_RTS => {
-                    let Some(p) = engine.with_cm(|cm, _, _| cm.qp_params(h)) else {
+                    let Some(p) = engine.cm_qp_params(h) else {
                         return ret::neg(libc::EINVAL);
                     };
                     if a.qp_state == IBV_QPS_RTR {

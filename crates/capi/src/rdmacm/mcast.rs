@@ -64,7 +64,7 @@ fn join(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
         }
         with_engine(id, obj, None, |engine, h| {
             obj.state().mcast.push(a.ip());
-            cm_ret(engine.with_cm(|cm, _, _| cm.join_multicast(h, a.ip())))
+            cm_ret(engine.cm_join_multicast(h, a.ip()))
         })
     })
 }

@@ -178,7 +178,7 @@ pub unsafe extern "C" fn __softrdma_rdma_create_qp_ex(
             }
             // SAFETY: a QP this library created.
             let qpn = unsafe { (*qp).qp_num };
-            let _ = engine.with_cm(|cm, _, _| cm.set_qp(h, Some(qpn)));
+            let _ = engine.cm_set_qp(h, Some(qpn));
             // SAFETY: live id.
             unsafe {
                 (*id).qp = qp;
@@ -231,7 +231,7 @@ pub unsafe extern "C" fn __softrdma_rdma_destroy_qp(id: *mut rdma_cm_id) {
             let qp = unsafe { (*id).qp };
             if !qp.is_null() {
                 if let Ok((engine, h)) = ensure(id, obj, None) {
-                    let _ = engine.with_cm(|cm, _, _| cm.set_qp(h, None));
+                    let _ = engine.cm_set_qp(h, None);
                 }
                 // SAFETY: the id's QP, made by this library.
                 unsafe {

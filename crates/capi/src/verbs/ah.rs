@@ -37,7 +37,7 @@ fn create(p: &Pd, pd: *mut ibv_pd, av: AddressVector) -> *mut ibv_ah {
         return ret::null(libc::EINVAL);
     }
     let h = p.h;
-    if let Err(e) = p.engine.with(|ep, _| ep.pd_acquire(h)) {
+    if let Err(e) = p.engine.pd_acquire(h) {
         return ret::null(e.errno());
     }
     o::publish(
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
         // SAFETY: the AH's PD outlives it (dealloc is EBUSY while the AH is counted).
         if let Some(p) = unsafe { o::obj::<Pd>(a.ah.pd.cast(), Kind::Pd) } {
             let h = p.h;
-            p.engine.with(|ep, _| ep.pd_release(h));
+            p.engine.pd_release(h);
         }
         Ok(())
     })

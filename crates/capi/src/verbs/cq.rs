@@ -36,7 +36,7 @@ pub(crate) fn new_cq(
             None => return ret::null(libc::EINVAL),
         }
     };
-    let (h, n) = match c.engine.with(|ep, _| ep.create_cq(cqe as u32)) {
+    let (h, n) = match c.engine.create_cq(cqe as u32) {
         Ok(v) => v,
         Err(e) => return ret::null(e.errno()),
     };
@@ -144,7 +144,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
             return ret::pos(libc::EINVAL);
         }
         let h = q.h;
-        match q.engine.with(|ep, _| ep.resize_cq(h, cqe as u32)) {
+        match q.engine.resize_cq(h, cqe as u32) {
             Ok(n) => {
                 // SAFETY: live CQ; `cqe` is a plain field applications only read.
                 unsafe { (*cq).cqe = n as c_int };
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     o::destroy(cq.cast(), Kind::Cq, |q: &Cq| {
         let h = q.h;
-        q.engine.with(|ep, _| ep.destroy_cq(h))?;
+        q.engine.destroy_cq(h)?;
         q.engine.set_cq_channel(h, None);
         // SAFETY: the channel outlives its CQs (destroy is EBUSY while users > 0).
         if let Some(ch) = unsafe { o::obj::<Channel>(q.channel.cast(), Kind::Channel) } {

@@ -77,12 +77,8 @@ pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
 pub unsafe extern "C" fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd {
     o::with_ctx(context, ret::null, |c| {
         let h = softrdma_engine::transport::PdHandle(pd_handle);
-        // The PD must exist: take a reference and give it back.
-        if let Err(e) = c.engine.with(|ep, _| {
-            ep.pd_acquire(h)?;
-            ep.pd_release(h);
-            Ok::<(), softrdma_engine::transport::VerbsError>(())
-        }) {
+        // The PD must exist.
+        if let Err(e) = c.engine.import_pd(h) {
             return ret::null(e.errno());
         }
         Pd::publish(context, h, &c.engine, PdRole::Imported)
@@ -115,7 +111,7 @@ pub unsafe extern "C" fn ibv_unimport_pd(pd: *mut ibv_pd) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr {
     o::with_obj(pd.cast(), Kind::Pd, ret::null, |p: &Pd| {
-        let found = p.engine.with(|ep, _| ep.query_mr(mr_handle));
+        let found = p.engine.query_mr(mr_handle);
         let Some(m) = found.filter(|m| m.pd == p.h) else {
             return ret::null(libc::EINVAL);
         };

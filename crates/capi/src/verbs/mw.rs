@@ -74,7 +74,7 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type) -> *mut ibv_m
             return ret::null(libc::EINVAL);
         };
         let h = p.h;
-        match p.engine.with(|ep, _| ep.alloc_mw(h, t)) {
+        match p.engine.alloc_mw(h, t) {
             Ok(rkey) => o::publish(
                 Mw {
                     mw: ibv_mw {
@@ -130,6 +130,6 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bind: *mut ibv
 unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     o::destroy(mw.cast(), Kind::Mw, |w: &Mw| {
         let key = w.mw.rkey;
-        w.engine.with(|ep, _| ep.dealloc_mw(key))
+        w.engine.dealloc_mw(key)
     })
 }

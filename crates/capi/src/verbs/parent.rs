@@ -72,7 +72,7 @@ unsafe extern "C" fn alloc_parent_domain(
             return ret::null(libc::EINVAL);
         }
         let h = p.h;
-        if let Err(e) = p.engine.with(|ep, _| ep.pd_acquire(h)) {
+        if let Err(e) = p.engine.pd_acquire(h) {
             return ret::null(e.errno());
         }
         Pd::publish(context, h, &p.engine, PdRole::Parent)

@@ -14,11 +14,9 @@ use core::ffi::{c_int, c_uint, c_void};
 /// other pointers must be valid as for the rdma-core call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-    o::with_ctx(context, ret::null, |c| {
-        match c.engine.with(|ep, _| ep.alloc_pd()) {
-            Ok(h) => Pd::publish(context, h, &c.engine, PdRole::Owned),
-            Err(e) => ret::null(e.errno()),
-        }
+    o::with_ctx(context, ret::null, |c| match c.engine.alloc_pd() {
+        Ok(h) => Pd::publish(context, h, &c.engine, PdRole::Owned),
+        Err(e) => ret::null(e.errno()),
     })
 }
 
@@ -34,8 +32,8 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         let h = p.h;
         match p.role {
             // A parent domain gives back the reference it held on its PD.
-            PdRole::Parent => p.engine.with(|ep, _| ep.pd_release(h)),
-            PdRole::Owned | PdRole::Imported => p.engine.with(|ep, _| ep.dealloc_pd(h))?,
+            PdRole::Parent => p.engine.pd_release(h),
+            PdRole::Owned | PdRole::Imported => p.engine.dealloc_pd(h)?,
         }
         Ok(())
     })
@@ -106,10 +104,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
             return ret::null(e);
         }
         let h = p.h;
-        match p
-            .engine
-            .with(|ep, _| ep.reg_mr(h, addr as u64, length as u64, iova, access))
-        {
+        match p.engine.reg_mr(h, addr as u64, length as u64, iova, access) {
             Ok(m) => p.publish_mr(pd, addr, length, m.lkey, &m, false),
             Err(e) => ret::null(e.errno()),
         }
@@ -125,7 +120,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     o::destroy(mr.cast(), Kind::Mr, |m: &Mr| {
         let key = m.mr.lkey;
-        m.engine.with(|ep, _| ep.dereg_mr(key))
+        m.engine.dereg_mr(key)
     })
 }
 
@@ -163,17 +158,9 @@ unsafe extern "C" fn advise_mr(
         // SAFETY: the verbs contract: `num_sges` readable entries.
         let sges = unsafe { core::slice::from_raw_parts(sg_list, num_sges as usize) };
         let h = p.h;
-        let ok = p.engine.with(|ep, _| {
-            sges.iter().all(|s| {
-                ep.query_mr(s.lkey).is_some_and(|m| {
-                    let end = s.addr.checked_add(u64::from(s.length));
-                    m.pd == h
-                        && m.access.contains(need)
-                        && s.addr >= m.iova
-                        && end.is_some_and(|e| e <= m.iova.saturating_add(m.length))
-                })
-            })
-        });
+        let ok = p
+            .engine
+            .advise_mr(h, need, sges.iter().map(|s| (s.lkey, s.addr, s.length)));
         if ok { 0 } else { ret::pos(libc::EINVAL) }
     })
 }

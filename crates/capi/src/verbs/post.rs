@@ -278,12 +278,7 @@ unsafe extern "C" fn post_srq_recv(
     let conv = |s: &Srq, w: &ibv_recv_wr| unsafe { recv_wr(w, s.max_sge) };
     let post = |s: &Srq, wrs: Vec<RecvWr>, _: &[_]| {
         let h = s.h;
-        s.engine.with(|ep, _| {
-            for (i, w) in wrs.into_iter().enumerate() {
-                ep.post_srq_recv(h, w).map_err(|e| (i, e))?;
-            }
-            Ok(())
-        })
+        s.engine.post_srq_recv_many(h, wrs)
     };
     // SAFETY: application-owned chain and `bad_wr` (verbs contract).
     unsafe { post_chain(srq.cast(), Kind::Srq, wr, bad_wr, conv, post) }
@@ -315,10 +310,7 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
 unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     o::with_obj(cq.cast(), Kind::Cq, ret::pos, |c: &Cq| {
         let h = c.h;
-        match c
-            .engine
-            .with(|ep, _| ep.req_notify_cq(h, solicited_only != 0))
-        {
+        match c.engine.req_notify_cq(h, solicited_only != 0) {
             Ok(()) => 0,
             Err(e) => ret::pos(e.errno()),
         }

@@ -75,7 +75,7 @@ fn create(
         cap: cap_from_c(cap),
         sq_sig_all: sq_sig_all != 0,
     };
-    let (qpn, actual) = match p.engine.with(|ep, _| ep.create_qp(&init)) {
+    let (qpn, actual) = match p.engine.create_qp(&init) {
         Ok(v) => v,
         Err(e) => return ret::null(e.errno()),
     };
@@ -188,17 +188,16 @@ pub unsafe extern "C" fn ibv_modify_qp(
             Err(e) => return ret::pos(e),
         };
         let qpn = q.qpn;
-        let r = q.engine.with(|ep, now| {
-            ep.modify_qp(now, qpn, &a, QpAttrMask(attr_mask as u32))
-                .map(|()| ep.query_qp(qpn))
-        });
+        let r = q
+            .engine
+            .modify_qp_state(qpn, &a, QpAttrMask(attr_mask as u32));
         match r {
-            Ok(Ok((now, _))) => {
+            Ok(state) => {
                 // SAFETY: live QP; `state` is a plain field applications may read.
-                unsafe { (*qp).state = now.qp_state.as_u32() };
+                unsafe { (*qp).state = state.as_u32() };
                 0
             }
-            Ok(Err(e)) | Err(e) => {
+            Err(e) => {
                 if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
                     eprintln!("softrdma: ibv_modify_qp: {e}");
                 }
@@ -225,7 +224,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             return ret::pos(libc::EINVAL);
         }
         let qpn = q.qpn;
-        let (a, _) = match q.engine.with(|ep, _| ep.query_qp(qpn)) {
+        let (a, _) = match q.engine.query_qp(qpn) {
             Ok(v) => v,
             Err(e) => return ret::pos(e.errno()),
         };
@@ -257,7 +256,7 @@ pub unsafe extern "C" fn ibv_query_qp(
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     o::destroy(qp.cast(), Kind::Qp, |q: &Qp| {
         let qpn = q.qpn;
-        q.engine.with(|ep, _| ep.destroy_qp(qpn))?;
+        q.engine.destroy_qp(qpn)?;
         o::map_qp(qpn, None);
         Ok(())
     })

@@ -62,7 +62,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         }
         let key = m.mr.lkey;
         if r.translation.is_some() || r.access.is_some() {
-            let Some(old) = m.engine.with(|ep, _| ep.query_mr(key)) else {
+            let Some(old) = m.engine.query_mr(key) else {
                 return fail(IBV_REREG_MR_ERR_CMD, libc::EINVAL);
             };
             // As ibv_reg_mr: the region as it will be must be mapped, and
@@ -75,9 +75,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 return fail(IBV_REREG_MR_ERR_CMD, e);
             }
         }
-        let rereg = m
-            .engine
-            .with(|ep, _| ep.rereg_mr(key, r).map_err(|e| e.errno()));
+        let rereg = m.engine.rereg_mr(key, r).map_err(|e| e.errno());
         if let Err(e) = rereg {
             return fail(IBV_REREG_MR_ERR_CMD, e);
         }

@@ -16,13 +16,14 @@ fn create(pd: *mut ibv_pd, srq_context: *mut c_void, attr: &mut ibv_srq_attr) ->
         return ret::null(libc::EINVAL);
     };
     let ph = p.h;
-    let (h, max_wr, max_sge) = match p
-        .engine
-        .with(|ep, _| ep.create_srq(ph, attr.max_wr, attr.max_sge, attr.srq_limit))
-    {
-        Ok(v) => v,
-        Err(e) => return ret::null(e.errno()),
-    };
+    let (h, max_wr, max_sge) =
+        match p
+            .engine
+            .create_srq(ph, attr.max_wr, attr.max_sge, attr.srq_limit)
+        {
+            Ok(v) => v,
+            Err(e) => return ret::null(e.errno()),
+        };
     attr.max_wr = max_wr;
     attr.max_sge = max_sge;
     let mut srq = ibv_srq::zeroed();
@@ -100,7 +101,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
         let max_wr = (m & IBV_SRQ_MAX_WR != 0).then_some(a.max_wr);
         let limit = (m & IBV_SRQ_LIMIT != 0).then_some(a.srq_limit);
         let h = s.h;
-        match s.engine.with(|ep, _| ep.modify_srq(h, max_wr, limit)) {
+        match s.engine.modify_srq(h, max_wr, limit) {
             Ok(()) => 0,
             Err(e) => ret::pos(e.errno()),
         }
@@ -119,7 +120,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq
             return ret::pos(libc::EINVAL);
         }
         let h = s.h;
-        match s.engine.with(|ep, _| ep.query_srq(h)) {
+        match s.engine.query_srq(h) {
             Ok((max_wr, max_sge, srq_limit)) => {
                 // SAFETY: non-NULL, writable per the contract.
                 unsafe {
@@ -145,7 +146,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     o::destroy(srq.cast(), Kind::Srq, |s: &Srq| {
         let h = s.h;
-        s.engine.with(|ep, _| ep.destroy_srq(h))?;
+        s.engine.destroy_srq(h)?;
         o::map_srq(h, None);
         Ok(())
     })

@@ -5,7 +5,8 @@
 //! live beside it: `busy_poll` (who owns the socket while an application
 //! busy-polls, and deferred sends), `tx` (the transmit path), `rx` (the
 //! receive path), `events` (endpoint and CM events, timers) and `progress`
-//! (the progress thread).
+//! (the progress thread). `ops` and `cm_ops` are the command boundary: the
+//! typed verbs and CM operations higher layers call.
 
 use crate::channel::{AsyncChannel, CompChannel};
 use crate::cm::{CmChannel, EpQps};
@@ -24,8 +25,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
 mod busy_poll;
+mod cm_ops;
 mod events;
 mod membership;
+mod ops;
 mod progress;
 mod rx;
 mod tx;
@@ -316,8 +319,10 @@ impl Engine {
         self.shared.lock()
     }
 
-    /// Runs `f` on the endpoint under the engine lock, then sends whatever it queued.
-    pub fn with<R>(&self, f: impl FnOnce(&mut Endpoint, Instant) -> R) -> R {
+    /// Runs `f` on the endpoint under the engine lock, then sends whatever it
+    /// queued. Private to the engine: higher layers call the typed
+    /// operations (`ops.rs`).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Endpoint, Instant) -> R) -> R {
         // Answers a busy poller left unsent go first: `f` may destroy their QP.
         self.shared.flush_pending_sync();
         let r = {
@@ -527,8 +532,9 @@ impl Engine {
     }
 
     /// Runs `f` on the CM (with access to the QPs) under the engine lock, then
-    /// delivers its events and sends its MADs.
-    pub fn with_cm<R>(
+    /// delivers its events and sends its MADs. Private to the engine: higher
+    /// layers call the typed CM operations (`cm_ops.rs`).
+    pub(crate) fn with_cm<R>(
         &self,
         f: impl FnOnce(&mut Cm, &mut dyn softrdma_cm::QpOps, Instant) -> R,
     ) -> R {

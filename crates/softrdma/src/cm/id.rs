@@ -10,10 +10,9 @@ use crate::verbs::device::WeakDev;
 use crate::verbs::pd::PdImp;
 use crate::verbs::qp::QpInner;
 use crate::verbs::{CompChannel, Context, Cq, Pd, Qp, QpInit, Srq};
-use softrdma_engine::cm_proto::{Cm, CmError, QpOps};
-use softrdma_transport::{
-    Access, Instant as CmInstant, QpAttr, QpAttrMask, QpCap, QpState, QpType,
-};
+use softrdma_engine::Engine;
+use softrdma_engine::cm_proto::CmError;
+use softrdma_transport::{Access, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -264,7 +263,7 @@ impl CmId {
         imp: IdImp,
     ) -> CmId {
         let ps = match (&imp, ctx.native()) {
-            (IdImp::Native, Some(e)) => e.with_cm(|cm, _, _| cm.port_space(h)),
+            (IdImp::Native, Some(e)) => e.cm_port_space(h),
             (IdImp::RdmaCore(id), _) => PortSpace::from_value(id.port_space()),
             (IdImp::Native, None) => None,
         }
@@ -401,10 +400,7 @@ impl CmId {
 
     fn addrs(&self) -> (Option<SocketAddr>, Option<SocketAddr>) {
         match (&self.imp, self.ctx.native()) {
-            (IdImp::Native, Some(e)) => {
-                let h = self.h;
-                e.with_cm(|cm, _, _| cm.addrs_of(h))
-            }
+            (IdImp::Native, Some(e)) => e.cm_addrs(self.h),
             (IdImp::RdmaCore(id), _) => id.addrs(),
             (IdImp::Native, None) => (None, None),
         }
@@ -420,13 +416,13 @@ impl CmId {
         self.addrs().1
     }
 
-    fn with_cm<R>(
+    /// Runs a typed CM operation of the native device's engine on this id.
+    fn native_op<R>(
         &self,
-        f: impl FnOnce(&mut Cm, &mut dyn QpOps, CmInstant, IdHandle) -> std::result::Result<R, CmError>,
+        f: impl FnOnce(&Engine, IdHandle) -> std::result::Result<R, CmError>,
     ) -> Result<R> {
-        let h = self.h;
         match self.ctx.native() {
-            Some(e) => Ok(e.with_cm(|cm, qps, now| f(cm, qps, now, h))?),
+            Some(e) => Ok(f(e, self.h)?),
             None => Err(Error::InvalidArgument(
                 "not an id of the native device".into(),
             )),
@@ -502,7 +498,7 @@ impl CmId {
     /// picks a free one, the unspecified address means any of the device's.
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
         match &self.imp {
-            IdImp::Native => self.with_cm(|cm, _, _, h| cm.bind(h, addr)),
+            IdImp::Native => self.native_op(|e, h| e.cm_bind(h, addr).map(|_| ())),
             IdImp::RdmaCore(id) => id.bind(addr).map_err(rc_err(Some(addr))),
         }
     }
@@ -554,10 +550,10 @@ impl CmId {
             .spawn(move || {
                 let r = probe_route(local, dst.ip(), dev.port(), timeout);
                 // The id may be gone by now: then there is nobody to tell.
-                let _ = engine.with_cm(|cm, _, _| match r {
-                    Ok(()) => cm.resolve_addr(h, local, dst),
-                    Err(errno) => cm.addr_error(h, errno),
-                });
+                let _ = match r {
+                    Ok(()) => engine.cm_addr_resolved(h, local, dst),
+                    Err(errno) => engine.cm_addr_error(h, errno),
+                };
             })?;
         Ok(())
     }
@@ -573,7 +569,7 @@ impl CmId {
 
     fn start_resolve_route(&self, timeout: Duration) -> Result<()> {
         match &self.imp {
-            IdImp::Native => self.with_cm(|cm, _, _, h| cm.resolve_route(h)),
+            IdImp::Native => self.native_op(Engine::cm_resolve_route),
             IdImp::RdmaCore(id) => id.resolve_route(ms(timeout)).map_err(rc_err(None)),
         }
     }
@@ -587,7 +583,7 @@ impl CmId {
     /// synchronous id. The backlog is not limited.
     pub fn listen(&self, backlog: u32) -> Result<()> {
         match &self.imp {
-            IdImp::Native => self.with_cm(|cm, _, _, h| cm.listen(h)),
+            IdImp::Native => self.native_op(|e, h| e.cm_listen(h).map(|_| ())),
             IdImp::RdmaCore(id) => id
                 .listen(i32::try_from(backlog).unwrap_or(i32::MAX))
                 .map_err(rc_err(self.local_addr())),
@@ -663,7 +659,7 @@ impl CmId {
     fn start_accept(&self, param: &ConnParam) -> Result<()> {
         let p = self.clamp(param);
         match &self.imp {
-            IdImp::Native => self.with_cm(|cm, qps, now, h| cm.accept(now, h, &p, qps)),
+            IdImp::Native => self.native_op(|e, h| e.cm_accept(h, &p)),
             IdImp::RdmaCore(id) => id.accept(&p).map_err(rc_err(None)),
         }
     }
@@ -682,7 +678,7 @@ impl CmId {
     /// (at most 148 bytes; 136 for UD).
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
         match &self.imp {
-            IdImp::Native => self.with_cm(|cm, _, _, h| cm.reject(h, private_data)),
+            IdImp::Native => self.native_op(|e, h| e.cm_reject(h, private_data)),
             IdImp::RdmaCore(id) => id.reject(private_data).map_err(rc_err(None)),
         }
     }
@@ -703,7 +699,7 @@ impl CmId {
     fn start_connect(&self, param: &ConnParam) -> Result<()> {
         let p = self.clamp(param);
         match &self.imp {
-            IdImp::Native => self.with_cm(|cm, qps, now, h| cm.connect(now, h, &p, qps)),
+            IdImp::Native => self.native_op(|e, h| e.cm_connect(h, &p)),
             IdImp::RdmaCore(id) => id.connect(&p).map_err(rc_err(self.peer_addr())),
         }
     }
@@ -719,7 +715,7 @@ impl CmId {
     /// (an id without a QP): sends the RTU (`rdma_establish`).
     pub fn establish(&self) -> Result<()> {
         match &self.imp {
-            IdImp::Native => self.with_cm(|cm, _, now, h| cm.establish(now, h))?,
+            IdImp::Native => self.native_op(Engine::cm_establish)?,
             IdImp::RdmaCore(id) => id.establish().map_err(rc_err(None))?,
         }
         self.shared.lock().established = true;
@@ -755,7 +751,7 @@ impl CmId {
     /// Starts a disconnect; true if a synchronous id must wait for DISCONNECTED.
     fn start_disconnect(&self) -> Result<bool> {
         match &self.imp {
-            IdImp::Native => self.with_cm(|cm, qps, now, h| cm.disconnect(now, h, qps))?,
+            IdImp::Native => self.native_op(Engine::cm_disconnect)?,
             // UD ids have no connection to end (librdmacm would say EINVAL).
             IdImp::RdmaCore(_) if self.ps.is_ud() => {}
             IdImp::RdmaCore(id) => id.disconnect().map_err(rc_err(None))?,
@@ -808,7 +804,7 @@ impl CmId {
         if let IdImp::RdmaCore(id) = &self.imp {
             return id.init_qp_attr(state).map_err(rc_err(None));
         }
-        let params = self.with_cm(|cm, _, _, h| Ok(cm.qp_params(h)))?;
+        let params = self.native_op(|e, h| Ok(e.cm_qp_params(h)))?;
         let opts = self.options();
         let mut a = QpAttr {
             qp_state: state,
@@ -1009,7 +1005,7 @@ impl CmId {
                     _ => qp.to_init(Access::REMOTE_WRITE | Access::REMOTE_READ, 0)?,
                 }
                 let qpn = qp.qpn();
-                self.with_cm(|cm, _, _, h| cm.set_qp(h, Some(qpn)))?;
+                self.native_op(|e, h| e.cm_set_qp(h, Some(qpn)))?;
                 qp
             }
             // rdma_create_qp: librdmacm brings the QP to INIT (UD: RTS) and
@@ -1058,7 +1054,7 @@ impl CmId {
         self.shared.lock().rc_qp = None;
         // rdma-core: dropping the QP clears `id->qp` before destroying it.
         if self.res.take().is_some() && matches!(self.imp, IdImp::Native) {
-            let _ = self.with_cm(|cm, _, _, h| cm.set_qp(h, None));
+            let _ = self.native_op(|e, h| e.cm_set_qp(h, None));
         }
     }
 
@@ -1108,7 +1104,7 @@ impl CmId {
         match &self.imp {
             IdImp::Native => {
                 self.attach(group, true)?;
-                if let Err(e) = self.with_cm(|cm, _, _, h| cm.join_multicast(h, group)) {
+                if let Err(e) = self.native_op(|e, h| e.cm_join_multicast(h, group)) {
                     let _ = self.attach(group, false);
                     return Err(e);
                 }

@@ -196,7 +196,7 @@ impl Drop for CqInner {
         if let CqImp::Native(e) = &self.imp {
             let h = self.h;
             e.set_cq_channel(h, None);
-            let _ = e.with(|ep, _| ep.destroy_cq(h));
+            let _ = e.destroy_cq(h);
         }
     }
 }
@@ -221,7 +221,7 @@ impl Cq {
                     )
                     .into());
                 }
-                let (h, cqe) = e.with(|ep, _| ep.create_cq(cqe))?;
+                let (h, cqe) = e.create_cq(cqe)?;
                 if let Some(ChanImp::Native(c)) = channel.map(|c| &c.ch) {
                     e.set_cq_channel(h, Some(Arc::clone(c)));
                 }
@@ -313,7 +313,7 @@ impl Cq {
         match &self.0.imp {
             CqImp::Native(e) => {
                 let h = self.0.h;
-                Ok(e.with(|ep, _| ep.req_notify_cq(h, solicited_only))?)
+                Ok(e.req_notify_cq(h, solicited_only)?)
             }
             CqImp::RdmaCore(c) => Ok(c.req_notify(solicited_only)?),
         }

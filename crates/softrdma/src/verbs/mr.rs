@@ -39,7 +39,7 @@ unsafe fn register(pd: &Pd, addr: *mut u8, len: usize, access: Access) -> Result
     match &pd.0.imp {
         PdImp::Native(e, h) => {
             let (h, a) = (*h, addr as u64);
-            let m = e.with(|ep, _| ep.reg_mr(h, a, len as u64, a, access))?;
+            let m = e.reg_mr(h, a, len as u64, a, access)?;
             Ok((Reg::Native, m.lkey, m.rkey))
         }
         PdImp::RdmaCore(p) => {
@@ -56,7 +56,7 @@ fn deregister(pd: &Pd, reg: &mut Reg, lkey: u32) {
     match std::mem::replace(reg, Reg::Gone) {
         Reg::Native => {
             if let PdImp::Native(e, _) = &pd.0.imp {
-                let _ = e.with(|ep, _| ep.dereg_mr(lkey));
+                let _ = e.dereg_mr(lkey);
             }
         }
         Reg::RdmaCore(m) => drop(m),
@@ -68,7 +68,7 @@ fn deregister(pd: &Pd, reg: &mut Reg, lkey: u32) {
 /// or between fences on rdma-core (DMA is ordered by completions).
 fn synced(pd: &Pd, f: impl FnOnce()) {
     match &pd.0.imp {
-        PdImp::Native(e, _) => e.with(|_, _| f()),
+        PdImp::Native(e, _) => e.with_memory_synced(f),
         PdImp::RdmaCore(_) => {
             fence(Ordering::Acquire);
             f();

@@ -27,7 +27,7 @@ impl Drop for PdInner {
         // handle deallocates itself).
         if let PdImp::Native(e, h) = &self.imp {
             let h = *h;
-            let _ = e.with(|ep, _| ep.dealloc_pd(h));
+            let _ = e.dealloc_pd(h);
         }
     }
 }
@@ -48,7 +48,7 @@ impl fmt::Debug for Pd {
 impl Pd {
     pub(crate) fn new(ctx: &Context) -> Result<Pd> {
         let imp = match &ctx.dev {
-            Dev::Native(e) => PdImp::Native(Arc::clone(e), e.with(|ep, _| ep.alloc_pd())?),
+            Dev::Native(e) => PdImp::Native(Arc::clone(e), e.alloc_pd()?),
             Dev::RdmaCore(d) => PdImp::RdmaCore(Arc::new(sys::Pd::alloc(&d.sys)?)),
         };
         Ok(Pd(Arc::new(PdInner {
@@ -169,7 +169,7 @@ impl Ah {
                     .into());
                 }
                 let h = *h;
-                e.with(|ep, _| ep.pd_acquire(h))?;
+                e.pd_acquire(h)?;
             }
             // The PD keeps one `ibv_ah` per destination (UD work requests
             // name their destination by address vector); create it now so
@@ -198,7 +198,7 @@ impl Drop for Ah {
     fn drop(&mut self) {
         if let PdImp::Native(e, h) = &self.pd.0.imp {
             let h = *h;
-            e.with(|ep, _| ep.pd_release(h));
+            e.pd_release(h);
         }
     }
 }

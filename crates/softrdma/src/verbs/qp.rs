@@ -81,7 +81,7 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         if let QpImp::Native(e) = &self.imp {
             let q = self.qpn;
-            let _ = e.with(|ep, _| ep.destroy_qp(q));
+            let _ = e.destroy_qp(q);
         }
     }
 }
@@ -172,7 +172,7 @@ impl Qp {
                     cap: init.cap,
                     sq_sig_all: init.sq_sig_all,
                 };
-                let (qpn, cap) = e.with(|ep, _| ep.create_qp(&a))?;
+                let (qpn, cap) = e.create_qp(&a)?;
                 Ok(Qp::assemble(
                     pd,
                     init,
@@ -253,7 +253,7 @@ impl Qp {
         match &self.0.imp {
             QpImp::Native(e) => {
                 let q = self.0.qpn;
-                Ok(e.with(|ep, now| ep.modify_qp(now, q, attr, mask))?)
+                Ok(e.modify_qp(q, attr, mask)?)
             }
             QpImp::RdmaCore(q) => Ok(q.modify(attr, mask)?),
         }
@@ -278,7 +278,7 @@ impl Qp {
         match &self.0.imp {
             QpImp::Native(e) => {
                 let q = self.0.qpn;
-                Ok(e.with(|ep, _| ep.query_qp(q))?.0)
+                Ok(e.query_qp(q)?.0)
             }
             QpImp::RdmaCore(q) => Ok(q.query()?),
         }
@@ -412,7 +412,7 @@ impl Drop for SrqInner {
     fn drop(&mut self) {
         if let (SrqImp::Native(h), PdImp::Native(e, _)) = (&self.imp, &self.pd.0.imp) {
             let h = *h;
-            let _ = e.with(|ep, _| ep.destroy_srq(h));
+            let _ = e.destroy_srq(h);
         }
     }
 }
@@ -435,7 +435,7 @@ impl Srq {
         let imp = match &pd.0.imp {
             PdImp::Native(e, h) => {
                 let h = *h;
-                let (s, _, _) = e.with(|ep, _| ep.create_srq(h, max_wr, max_sge, limit))?;
+                let (s, _, _) = e.create_srq(h, max_wr, max_sge, limit)?;
                 SrqImp::Native(s)
             }
             PdImp::RdmaCore(p) => {
@@ -460,7 +460,7 @@ impl Srq {
         match (&self.0.imp, self.engine()) {
             (SrqImp::Native(h), Some(e)) => {
                 let h = *h;
-                Ok(e.with(|ep, _| ep.post_srq_recv(h, wr))?)
+                Ok(e.post_srq_recv(h, wr)?)
             }
             (SrqImp::RdmaCore(s), _) => {
                 posted(s.post_recv(std::slice::from_ref(&wr))).map_err(|(_, e)| e)
@@ -474,7 +474,7 @@ impl Srq {
         match (&self.0.imp, self.engine()) {
             (SrqImp::Native(h), Some(e)) => {
                 let h = *h;
-                Ok(e.with(|ep, _| ep.modify_srq(h, None, Some(limit)))?)
+                Ok(e.modify_srq(h, None, Some(limit))?)
             }
             (SrqImp::RdmaCore(s), _) => Ok(s.set_limit(limit)?),
             (SrqImp::Native(_), None) => Err(other_device("SRQ")),

@@ -1,0 +1,235 @@
+//! The engine's command boundary: the typed verbs operations higher layers
+//! (the safe Rust API, the C ABI) call, modelled on rdma-core's
+//! `verbs_context_ops`.
+//!
+//! Each operation takes plain arguments and returns what the verb returns;
+//! none hands out the [`Endpoint`](softrdma_transport::Endpoint) or a
+//! closure over it. That keeps the engine free to change how it locks,
+//! where per-QP state lives and how it progresses without touching its
+//! callers. Today each one runs under the engine lock through the private
+//! `with` (answers a busy poller left unsent go first, what the verb queued
+//! is sent after).
+//!
+//! The data path (`post_send`, `post_recv`, `poll_cq`) and multicast
+//! attachment have dedicated methods in `engine/mod.rs`; the CM's
+//! operations are in `cm_ops.rs`.
+
+use super::Engine;
+use softrdma_transport::{
+    Access, CqHandle, Mr, MwType, PdHandle, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, Qpn,
+    RecvWr, Rereg, SrqHandle, VerbsError,
+};
+
+impl Engine {
+    // ---- protection domains ----
+
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    pub fn alloc_pd(&self) -> Result<PdHandle, VerbsError> {
+        self.with(|ep, _| ep.alloc_pd())
+    }
+
+    /// Frees a protection domain (`ibv_dealloc_pd`); EBUSY while it has users.
+    pub fn dealloc_pd(&self, pd: PdHandle) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.dealloc_pd(pd))
+    }
+
+    /// Counts one more user of a PD (an address handle, a parent domain).
+    pub fn pd_acquire(&self, pd: PdHandle) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.pd_acquire(pd))
+    }
+
+    /// Undoes [`Engine::pd_acquire`].
+    pub fn pd_release(&self, pd: PdHandle) {
+        self.with(|ep, _| ep.pd_release(pd))
+    }
+
+    /// Checks that a PD exists, to import it (`ibv_import_pd`).
+    pub fn import_pd(&self, pd: PdHandle) -> Result<(), VerbsError> {
+        // The PD must exist: take a reference and give it back.
+        self.with(|ep, _| {
+            ep.pd_acquire(pd)?;
+            ep.pd_release(pd);
+            Ok(())
+        })
+    }
+
+    // ---- memory regions and windows ----
+
+    /// Registers `length` bytes at `host`, addressed as `iova` (`ibv_reg_mr`).
+    pub fn reg_mr(
+        &self,
+        pd: PdHandle,
+        host: u64,
+        length: u64,
+        iova: u64,
+        access: Access,
+    ) -> Result<Mr, VerbsError> {
+        self.with(|ep, _| ep.reg_mr(pd, host, length, iova, access))
+    }
+
+    /// Looks up a region by key (`ibv_import_mr`, `ibv_rereg_mr` checks).
+    pub fn query_mr(&self, key: u32) -> Option<Mr> {
+        self.with(|ep, _| ep.query_mr(key))
+    }
+
+    /// Changes a region's PD, translation or access (`ibv_rereg_mr`).
+    pub fn rereg_mr(&self, key: u32, r: Rereg) -> Result<Mr, VerbsError> {
+        self.with(|ep, _| ep.rereg_mr(key, r))
+    }
+
+    /// Deregisters a region (`ibv_dereg_mr`).
+    pub fn dereg_mr(&self, key: u32) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.dereg_mr(key))
+    }
+
+    /// Whether every `(lkey, addr, length)` lies in a region of `pd` granting
+    /// `need` (the checks of `ibv_advise_mr`).
+    pub fn advise_mr(
+        &self,
+        pd: PdHandle,
+        need: Access,
+        sges: impl IntoIterator<Item = (u32, u64, u32)>,
+    ) -> bool {
+        self.with(|ep, _| {
+            sges.into_iter().all(|(lkey, addr, length)| {
+                ep.query_mr(lkey).is_some_and(|m| {
+                    let end = addr.checked_add(u64::from(length));
+                    m.pd == pd
+                        && m.access.contains(need)
+                        && addr >= m.iova
+                        && end.is_some_and(|e| e <= m.iova.saturating_add(m.length))
+                })
+            })
+        })
+    }
+
+    /// Runs `f`, which reads or writes registered memory, while the device
+    /// cannot touch memory (it does so only under the engine lock). Not a
+    /// verb: what the safe API's `Mr::read`/`Mr::write` synchronize with.
+    pub fn with_memory_synced<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.with(|_, _| f())
+    }
+
+    /// Allocates a memory window on `pd` (`ibv_alloc_mw`); returns its R_Key.
+    pub fn alloc_mw(&self, pd: PdHandle, mw_type: MwType) -> Result<u32, VerbsError> {
+        self.with(|ep, _| ep.alloc_mw(pd, mw_type))
+    }
+
+    /// Frees a memory window (`ibv_dealloc_mw`).
+    pub fn dealloc_mw(&self, rkey: u32) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.dealloc_mw(rkey))
+    }
+
+    // ---- completion queues ----
+
+    /// Creates a CQ of at least `cqe` entries (`ibv_create_cq`); returns its
+    /// handle and actual size.
+    pub fn create_cq(&self, cqe: u32) -> Result<(CqHandle, u32), VerbsError> {
+        self.with(|ep, _| ep.create_cq(cqe))
+    }
+
+    /// Resizes a CQ (`ibv_resize_cq`); returns the new size.
+    pub fn resize_cq(&self, cq: CqHandle, cqe: u32) -> Result<u32, VerbsError> {
+        self.with(|ep, _| ep.resize_cq(cq, cqe))
+    }
+
+    /// Arms a CQ's completion notification (`ibv_req_notify_cq`).
+    pub fn req_notify_cq(&self, cq: CqHandle, solicited_only: bool) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.req_notify_cq(cq, solicited_only))
+    }
+
+    /// Destroys a CQ (`ibv_destroy_cq`); EBUSY while a QP uses it.
+    pub fn destroy_cq(&self, cq: CqHandle) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.destroy_cq(cq))
+    }
+
+    // ---- shared receive queues ----
+
+    /// Creates an SRQ on `pd` (`ibv_create_srq`); returns its handle and
+    /// actual `max_wr` and `max_sge`.
+    pub fn create_srq(
+        &self,
+        pd: PdHandle,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> Result<(SrqHandle, u32, u32), VerbsError> {
+        self.with(|ep, _| ep.create_srq(pd, max_wr, max_sge, limit))
+    }
+
+    /// Changes an SRQ's size or limit (`ibv_modify_srq`).
+    pub fn modify_srq(
+        &self,
+        srq: SrqHandle,
+        max_wr: Option<u32>,
+        limit: Option<u32>,
+    ) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.modify_srq(srq, max_wr, limit))
+    }
+
+    /// An SRQ's `max_wr`, `max_sge` and limit (`ibv_query_srq`).
+    pub fn query_srq(&self, srq: SrqHandle) -> Result<(u32, u32, u32), VerbsError> {
+        self.with(|ep, _| ep.query_srq(srq))
+    }
+
+    /// Posts a receive WR to an SRQ (`ibv_post_srq_recv`).
+    pub fn post_srq_recv(&self, srq: SrqHandle, wr: RecvWr) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.post_srq_recv(srq, wr))
+    }
+
+    /// Posts receive WRs to an SRQ in order under one lock (`ibv_post_srq_recv`
+    /// with a chain); on the first refusal returns how many were posted and why.
+    pub fn post_srq_recv_many(
+        &self,
+        srq: SrqHandle,
+        wrs: impl IntoIterator<Item = RecvWr>,
+    ) -> Result<(), (usize, VerbsError)> {
+        self.with(|ep, _| {
+            for (i, w) in wrs.into_iter().enumerate() {
+                ep.post_srq_recv(srq, w).map_err(|e| (i, e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Destroys an SRQ (`ibv_destroy_srq`); EBUSY while a QP uses it.
+    pub fn destroy_srq(&self, srq: SrqHandle) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.destroy_srq(srq))
+    }
+
+    // ---- queue pairs ----
+
+    /// Creates a QP (`ibv_create_qp`); returns its number and actual capabilities.
+    pub fn create_qp(&self, init: &QpInitAttr) -> Result<(Qpn, QpCap), VerbsError> {
+        self.with(|ep, _| ep.create_qp(init))
+    }
+
+    /// Changes a QP's attributes and state (`ibv_modify_qp`).
+    pub fn modify_qp(&self, qpn: Qpn, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        self.with(|ep, now| ep.modify_qp(now, qpn, attr, mask))
+    }
+
+    /// [`Engine::modify_qp`], then the QP's state read under the same lock
+    /// (what `ibv_modify_qp` leaves in `qp->state`).
+    pub fn modify_qp_state(
+        &self,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<QpState, VerbsError> {
+        self.with(|ep, now| {
+            ep.modify_qp(now, qpn, attr, mask)?;
+            ep.query_qp(qpn).map(|(a, _)| a.qp_state)
+        })
+    }
+
+    /// A QP's attributes and creation attributes (`ibv_query_qp`).
+    pub fn query_qp(&self, qpn: Qpn) -> Result<(QpAttr, QpInitAttr), VerbsError> {
+        self.with(|ep, _| ep.query_qp(qpn))
+    }
+
+    /// Destroys a QP (`ibv_destroy_qp`).
+    pub fn destroy_qp(&self, qpn: Qpn) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.destroy_qp(qpn))
+    }
+}
