@@ -832,3 +832,32 @@ fn devices_counts_the_host_devices_member_processes() {
     );
     assert!(own.contains("a device of this process's own"), "{own}");
 }
+
+#[test]
+fn an_unusable_registry_gives_a_device_of_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    // A runtime directory whose softrdma registry is open to others (as if
+    // someone else had made it): refused, and the process still gets a device.
+    let runtime = tmp("runtime-squatted");
+    let reg = runtime.join("softrdma");
+    std::fs::create_dir_all(&reg).unwrap();
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&reg, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let port = free_port().to_string();
+    let dir = runtime.display().to_string();
+    let out = run(
+        &["devices"],
+        &[
+            ("XDG_RUNTIME_DIR", dir.as_str()),
+            ("SOFTRDMA_PORT", port.as_str()),
+            ("SOFTRDMA_DEBUG", "1"),
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("a device of this process's own"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("no host device"), "{stderr}");
+}

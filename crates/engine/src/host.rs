@@ -65,10 +65,11 @@ impl HostMember {
     /// the table could not be checked (a member died since the last update):
     /// then [`HostMember::reconcile`] must run once the progress thread is up.
     pub(crate) fn join(
+        registry: Registry,
         addr: SocketAddr,
         open: impl FnOnce() -> io::Result<RoceSocket>,
     ) -> io::Result<(HostMember, RoceSocket, bool)> {
-        let registry = Arc::new(open_registry(addr.port())?);
+        let registry = Arc::new(registry);
         let member = Arc::new(registry.join()?);
         let me = HostMember {
             registry,
@@ -365,16 +366,6 @@ fn table_from_reports(n: usize, reports: &[(u8, u32)]) -> Vec<u8> {
         members.pop();
     }
     members
-}
-
-/// The registry of the device on UDP `port`: the user's for 4791, a
-/// directory of its own for any other port (`SOFTRDMA_PORT`: another device).
-fn open_registry(port: u16) -> io::Result<Registry> {
-    let r = Registry::open()?;
-    if port == softrdma_udp::DEFAULT_PORT {
-        return Ok(r);
-    }
-    Registry::open_in(&Registry::default_base_dir().join(format!("port-{port}")))
 }
 
 #[cfg(test)]

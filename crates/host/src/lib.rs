@@ -307,6 +307,18 @@ impl Registry {
         Self::open_in(&Self::default_base_dir())
     }
 
+    /// The registry of the device on UDP `port`: [`Registry::open`]'s for
+    /// the RoCEv2 port 4791, a `port-<n>` directory inside its base for any
+    /// other (`SOFTRDMA_PORT`: another device). The base is checked first
+    /// either way.
+    pub fn open_for_port(port: u16) -> io::Result<Registry> {
+        let r = Registry::open()?;
+        if port == 4791 {
+            return Ok(r);
+        }
+        Registry::open_in(&Self::default_base_dir().join(format!("port-{port}")))
+    }
+
     /// The base directory [`Registry::open`] uses: `$XDG_RUNTIME_DIR/softrdma` when
     /// `XDG_RUNTIME_DIR` is an existing absolute directory owned by us, else
     /// `/tmp/softrdma-<uid>` (fixed, not `$TMPDIR`, so every process of the user agrees).

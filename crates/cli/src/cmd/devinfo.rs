@@ -56,12 +56,11 @@ pub(crate) fn host_members(port: u16) -> Option<usize> {
     if std::env::var("SOFTRDMA_HOST").is_ok_and(|v| v.trim() == "0") {
         return None;
     }
-    let r = if port == 4791 {
-        Registry::open()
-    } else {
-        Registry::open_in(&Registry::default_base_dir().join(format!("port-{port}")))
-    };
-    r.ok()?.members().ok().map(|m| m.len())
+    Registry::open_for_port(port)
+        .ok()?
+        .members()
+        .ok()
+        .map(|m| m.len())
 }
 
 /// Tabs from column `col` to column `target` (tab stops every 8), at least one.

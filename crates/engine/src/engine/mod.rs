@@ -172,7 +172,23 @@ impl Engine {
             RoceSocket::open(addr, sc).map_err(|e| io::Error::new(e_kind(&e), e.to_string()))
         };
         // Port 0 (tests: a kernel-chosen port) is a device of its own.
-        let (host, socket, stale) = if cfg.host && cfg.addr.port != 0 {
+        // Port 0 (tests: a kernel-chosen port) is a device of its own; so is
+        // a process that cannot use the registry (a runtime directory it
+        // cannot write, or one another user squats on).
+        let registry = if cfg.host && cfg.addr.port != 0 {
+            softrdma_host::Registry::open_for_port(cfg.addr.port)
+                .inspect_err(|e| {
+                    if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                        eprintln!(
+                            "softrdma: no host device ({e}); this process has a device of its own"
+                        );
+                    }
+                })
+                .ok()
+        } else {
+            None
+        };
+        let (host, socket, stale) = if let Some(registry) = registry {
             // The host device's default address: loopback, shared.
             let ip = *cfg
                 .addr
@@ -190,7 +206,8 @@ impl Engine {
             let sc = SocketConfig::default()
                 .with_reuseport(true)
                 .with_gro(ip.to_canonical().is_loopback());
-            let (h, s, stale) = crate::host::HostMember::join(addr, || open(&cfg.addr, &sc))?;
+            let (h, s, stale) =
+                crate::host::HostMember::join(registry, addr, || open(&cfg.addr, &sc))?;
             (Some(Arc::new(h)), s, stale)
         } else {
             (None, open(&cfg.addr, &SocketConfig::default())?, false)
