@@ -4,8 +4,9 @@
 //! with the progress thread (`Shared`, `Core`). The paths that state runs
 //! live beside it: `busy_poll` (who owns the socket while an application
 //! busy-polls, and deferred sends), `tx` (the transmit path), `rx` (the
-//! receive path), `events` (endpoint and CM events, timers) and `progress`
-//! (the progress thread). `ops` and `cm_ops` are the command boundary: the
+//! receive path), `events` (endpoint and CM events, timers), `progress`
+//! (the progress thread) and `policy` (the sans-IO decisions of `progress`
+//! and `busy_poll`). `ops` and `cm_ops` are the command boundary: the
 //! typed verbs and CM operations higher layers call.
 
 use crate::channel::{AsyncChannel, CompChannel};
@@ -29,6 +30,7 @@ mod cm_ops;
 mod events;
 mod membership;
 mod ops;
+mod policy;
 mod progress;
 mod rx;
 mod tx;

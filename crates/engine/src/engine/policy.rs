@@ -1,0 +1,861 @@
+//! The engine's progress policy, sans-IO: when the progress thread watches
+//! the socket or only ticks, how long it sleeps, when it lingers after
+//! packets, and who owns the socket while an application busy-polls.
+//!
+//! Plain data in, a decision out; time is passed in as nanoseconds since the
+//! engine's epoch. No atomics, clocks, system calls or `/proc` here: the I/O
+//! code (`progress`, `busy_poll`) gathers the inputs from `Shared`, asks, and
+//! acts on the answer. The tests below pin every decision at literal times.
+//!
+//! Every constant names what chose it; "issue 6" is the section "Issue 6:
+//! where the time goes, what changed" of `BENCHMARKS.md`.
+
+use crate::Linger;
+
+/// How recently an application must have polled or posted for the progress
+/// thread to leave the socket to it.
+///
+/// Chosen by issue 6, change 1 (`perf stat` on `ib_send_lat -s 8 -n 20000`:
+/// 14,735 → 1,912 context switches); re-measure with
+/// `cargo xtask bench --only lat`.
+pub(super) const SPIN_WINDOW_NS: u64 = 100_000;
+/// How often the progress thread checks whether the polling stopped, at
+/// first; while it goes on, the period doubles up to [`MAX_STANDBY_NS`]
+/// (each tick costs a context switch on a CPU a poller needs). Also the age
+/// after which the progress thread sends what a poller left unsent, and the
+/// timer tick while it lingers.
+///
+/// Chosen by issue 6, change 1 (as [`SPIN_WINDOW_NS`]); re-measure with
+/// `cargo xtask bench --only lat`.
+pub(super) const STANDBY_NS: u64 = 100_000;
+/// The longest standby period: how late a deferred post or ACK may be sent,
+/// and responder work be noticed, when an application stops calling without
+/// saying so (`before_block`).
+///
+/// Chosen by issue 6, change 1 (as [`SPIN_WINDOW_NS`]); re-measure with
+/// `cargo xtask bench --only lat`.
+pub(super) const MAX_STANDBY_NS: u64 = 1_000_000;
+/// How long an application that left requests waiting keeps handing the
+/// socket back when it leaves, after the last such time.
+///
+/// Chosen by hand (issue 6, change 2 names no value for it); see
+/// `cargo xtask bench --only lat` (`ib_write_lat`) to re-measure.
+pub(super) const SERVE_NS: u64 = 1_000_000_000;
+/// How long after the last packet or poll the progress thread still counts
+/// the device as active (and sleeps at most [`BACKSTOP_NS`]); idle longer,
+/// it sleeps until the next timer, if any.
+///
+/// Chosen by issue 6, change 8 (a process blocked on a completion channel
+/// wakes 0 times per second); re-measure with `cargo xtask bench --only idle`.
+pub(super) const ACTIVE_NS: u64 = 200_000_000;
+/// Longest sleep of the progress thread while the device is active: below
+/// the shortest ACK timeout (17 ms), so arming one need not wake it.
+///
+/// Chosen by issue 6, change 8 (as [`ACTIVE_NS`]); re-measure with
+/// `cargo xtask bench --only idle`.
+pub(super) const BACKSTOP_NS: u64 = 10_000_000;
+/// How long the progress thread keeps polling after the last packet.
+///
+/// Chosen by issue 6, change 6 (`ib_read_lat` 31 → 13 µs; the
+/// `ib_write_bw` counters, "server polls (lingers)"); re-measure with
+/// `cargo xtask bench --only perftest-bw,lat`.
+pub(super) const LINGER_NS: u64 = 200_000;
+/// The window over which the other threads' CPU use is measured: several
+/// scheduler ticks (250 Hz here), since a running thread's CPU time only
+/// advances at ticks and context switches.
+///
+/// Chosen by issue 6, change 6 ("over 10 ms windows"); re-measure with
+/// `cargo xtask bench --only perftest-bw,lat`.
+pub(super) const CPU_WINDOW_NS: u64 = 10_000_000;
+/// The other threads of the process count as idle while they use less than
+/// one CPU in this many (a quarter of a CPU).
+///
+/// Chosen by hand (issue 6, change 6 says "nothing else in the process wants
+/// the CPU"); see `cargo xtask bench --only perftest-bw,lat` to re-measure.
+pub(super) const OTHERS_CPU_SHARE: u64 = 4;
+/// Runnable threads on the machine, beyond one per CPU, that still let the
+/// progress thread linger.
+///
+/// Chosen by hand (issue 6, change 6: "at most one runnable thread more than
+/// vCPUs"); see `cargo xtask bench --only perftest-bw,lat` to re-measure.
+pub(super) const EXTRA_RUNNABLE: usize = 1;
+/// Standby ticks in a row that may skip the timers when a poller holds the
+/// engine lock; the next one waits for the lock.
+///
+/// Chosen by hand; see `cargo xtask bench --only lat` to re-measure.
+pub(super) const MAX_MISSED_LOCKS: u32 = 3;
+/// A poller back this soon after handing the socket over polls in a tight
+/// loop.
+///
+/// Chosen by issue 6, change 2 (`ib_write_lat` 89 → 8 µs one-way, with
+/// `ib_send_lat` unchanged); re-measure with `cargo xtask bench --only lat`.
+pub(super) const QUICK_RETURN_NS: u64 = 5_000;
+/// How recently an application must have found a CQ empty for its posts to
+/// be gathered (it spins, so a poll follows the burst).
+///
+/// Chosen by hand (issue 6, change 4 names no value for it); see
+/// `cargo xtask bench --only perftest-bw` to re-measure.
+pub(super) const POLLER_NS: u64 = 10_000_000;
+
+/// Whether an application thread found a CQ empty (at `last_poll`) within
+/// [`POLLER_NS`] of `now`: it spins on its CQ, and polls again after whatever
+/// it does.
+pub(super) fn app_spinner(last_poll: u64, now: u64) -> bool {
+    now.saturating_sub(last_poll) < POLLER_NS
+}
+
+/// Whether an application thread polled or posted (at `last_call`) within
+/// [`SPIN_WINDOW_NS`] of `now`: it reads the socket itself when its CQ runs
+/// dry, so the progress thread takes the socket out of its epoll set.
+pub(super) fn app_spinning(last_call: u64, now: u64) -> bool {
+    now.saturating_sub(last_call) < SPIN_WINDOW_NS
+}
+
+/// Whether the progress thread should watch the socket (have it in its epoll
+/// set): unless an application thread is busy with the device.
+pub(super) fn watch_socket(last_call: u64, now: u64) -> bool {
+    !app_spinning(last_call, now)
+}
+
+/// Whether a post or send at `now` counts as the application being busy with
+/// the device (it then records `last_call`): busy polling is on and the
+/// application spins on a CQ.
+pub(super) fn counts_as_busy(busy_poll: bool, last_poll: u64, now: u64) -> bool {
+    busy_poll && app_spinner(last_poll, now)
+}
+
+/// Whether a poller leaving at `now` with completions hands the socket back
+/// to the progress thread (forgets its polls, notes `left_at`, re-arms the
+/// socket): only inside the serve window the progress thread opened.
+pub(super) fn hand_back_on_leave(now: u64, serve_until: u64) -> bool {
+    now < serve_until
+}
+
+/// What a poller coming back at `now` does with its last hand-over
+/// (`left_at`, 0: none since its last poll).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Back {
+    /// It did not hand the socket over: nothing to do.
+    Nothing,
+    /// It forgets the hand-over (clears `left_at`).
+    Forget,
+    /// Back within [`QUICK_RETURN_NS`]: it polls in a tight loop after all
+    /// (a ping-pong that lost the CPU for a while looks like one that
+    /// leaves); it forgets the hand-over and ends the serve window.
+    StopServing,
+}
+
+/// See [`Back`].
+pub(super) fn on_back(left_at: u64, now: u64) -> Back {
+    if left_at == 0 {
+        Back::Nothing
+    } else if now.saturating_sub(left_at) < QUICK_RETURN_NS {
+        Back::StopServing
+    } else {
+        Back::Forget
+    }
+}
+
+/// Whether packets have waited unsent (`tx_pending`, since `pending_since`)
+/// at least `age` at `now`.
+pub(super) fn pending_older_than(tx_pending: bool, pending_since: u64, now: u64, age: u64) -> bool {
+    tx_pending && now.saturating_sub(pending_since) >= age
+}
+
+/// Whether a thread that left packets unsent at `now` must wake the progress
+/// thread, sleeping until `sleeping_until` (`u64::MAX`: no deadline), so it
+/// looks at them within about [`MAX_STANDBY_NS`]: it ticks that often while
+/// an application polls, but may still sleep without a deadline when the
+/// polling just began.
+pub(super) fn must_wake_for_pending(sleeping_until: u64, now: u64) -> bool {
+    sleeping_until > now + 2 * MAX_STANDBY_NS
+}
+
+/// How the progress thread looks at the timers before it sleeps in standby
+/// when the engine lock is taken (see [`Progress::lock_missed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Missed {
+    /// Skip the timers this tick (they can wait one).
+    Skip,
+    /// Wait for the lock and read them.
+    Wait,
+}
+
+/// What the progress thread does before waiting in `epoll_wait`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sleep {
+    /// The deadline of the wait (ns since the epoch; `u64::MAX`: none).
+    pub(super) until: u64,
+    /// Back from standby: count the request packets now, and open the serve
+    /// window if more arrive during this wait ([`Progress::serve_until`]).
+    pub(super) count_requests: bool,
+}
+
+/// The progress thread's state between its waits, and its decisions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Progress {
+    /// Whether the socket was in the epoll set during the last wait.
+    was_watching: bool,
+    /// The last packet or standby tick (ns since the epoch).
+    active_at: u64,
+    /// The current standby period (back to [`STANDBY_NS`] on the first
+    /// standby tick after watching).
+    standby: u64,
+    /// The earliest timer seen before the last wait (`u64::MAX`: none, or not
+    /// read).
+    timers_at: u64,
+    /// Standby ticks in a row that found the engine lock taken.
+    missed: u32,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Progress {
+    /// A progress thread that starts out watching the socket.
+    pub(super) fn new() -> Progress {
+        Progress {
+            was_watching: true,
+            active_at: 0,
+            standby: STANDBY_NS,
+            timers_at: u64::MAX,
+            missed: 0,
+        }
+    }
+
+    /// In standby, the engine lock was free: the timers were read.
+    pub(super) fn lock_taken(&mut self) {
+        self.missed = 0;
+    }
+
+    /// In standby, the engine lock was taken (a poller holds it most of the
+    /// time): skip the timers for up to [`MAX_MISSED_LOCKS`] ticks in a row,
+    /// then wait for it.
+    pub(super) fn lock_missed(&mut self) -> Missed {
+        if self.missed < MAX_MISSED_LOCKS {
+            self.missed += 1;
+            Missed::Skip
+        } else {
+            self.missed = 0;
+            Missed::Wait
+        }
+    }
+
+    /// The wait at `now`: `watching` is whether the socket is in the epoll
+    /// set now, `last_poll` when an application last found a CQ empty, and
+    /// `timers` the earliest timer deadline (`u64::MAX`: none, or skipped).
+    ///
+    /// Watching, it sleeps until the next timer, at most [`BACKSTOP_NS`]
+    /// while the device was active within [`ACTIVE_NS`]. In standby it ticks
+    /// every [`STANDBY_NS`], doubling up to [`MAX_STANDBY_NS`] while a
+    /// spinning application stays busy with the device (one that only posts
+    /// gets ticks at the first pace, so responder work waits little).
+    pub(super) fn sleep(&mut self, now: u64, watching: bool, last_poll: u64, timers: u64) -> Sleep {
+        self.timers_at = timers;
+        let until = if watching {
+            if now.saturating_sub(self.active_at) < ACTIVE_NS {
+                timers.min(now + BACKSTOP_NS)
+            } else {
+                timers
+            }
+        } else {
+            self.active_at = now;
+            self.standby = if self.was_watching || !app_spinner(last_poll, now) {
+                STANDBY_NS
+            } else {
+                (self.standby * 2).min(MAX_STANDBY_NS)
+            };
+            timers.min(now + self.standby)
+        };
+        let count_requests = !self.was_watching && watching;
+        self.was_watching = watching;
+        Sleep {
+            until,
+            count_requests,
+        }
+    }
+
+    /// After the wait, watching: the progress thread read `got` packets at
+    /// `now`.
+    pub(super) fn received(&mut self, now: u64, got: usize) {
+        if got > 0 {
+            self.active_at = now;
+        }
+    }
+
+    /// Back from standby, request packets arrived during the wait (`now`):
+    /// the application leaves between polls; until this deadline, it hands
+    /// the socket back whenever it leaves ([`hand_back_on_leave`]).
+    pub(super) fn serve_until(now: u64) -> u64 {
+        now + SERVE_NS
+    }
+
+    /// After the wait (`now`): whether to send what a poller or a post left
+    /// unsent (`tx_pending` since `pending_since`); in standby only what
+    /// waited a tick, since its owner may still be in the middle of a burst.
+    pub(super) fn flush(
+        &self,
+        now: u64,
+        watching: bool,
+        tx_pending: bool,
+        pending_since: u64,
+    ) -> bool {
+        watching || pending_older_than(tx_pending, pending_since, now, STANDBY_NS)
+    }
+
+    /// After the wait (`now`): whether to fire the timers (always while
+    /// watching; in standby once the earliest one seen is due).
+    pub(super) fn fire_timers(&self, now: u64, watching: bool) -> bool {
+        watching || now >= self.timers_at
+    }
+
+    /// After the wait: whether to linger (keep polling the socket), having
+    /// read `got` packets. Only while watching, not in mode off, and not when
+    /// a completion channel was signalled (a woken thread needs a CPU).
+    pub(super) fn linger(got: usize, watching: bool, woke_someone: bool, mode: Linger) -> bool {
+        got > 0 && watching && !woke_someone && mode != Linger::Off
+    }
+}
+
+/// What the lingering progress thread does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LingerStep {
+    /// Stop lingering: go back to `epoll_wait`.
+    Stop,
+    /// Mode auto: stop unless the other threads and the machine leave the
+    /// CPU alone ([`LoadWindow`]); otherwise poll the socket.
+    CheckLoad,
+    /// Poll the socket.
+    Poll,
+    /// Keep going; fire the timers first if `tick`.
+    Continue {
+        /// A timer tick ([`STANDBY_NS`]) is due.
+        tick: bool,
+    },
+}
+
+/// The progress thread lingering: it keeps polling the socket while packets
+/// keep coming (each within [`LINGER_NS`] of the last), as long as no
+/// application thread polls, no thread was woken through a completion
+/// channel, and (mode auto) the CPU is free: on a 2-vCPU machine a third
+/// spinner would cost everyone milliseconds of scheduling delay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Lingering {
+    last_rx: u64,
+    next_tick: u64,
+}
+
+impl Lingering {
+    /// Lingering starts at `now`, after packets.
+    pub(super) fn new(now: u64) -> Lingering {
+        Lingering {
+            last_rx: now,
+            next_tick: now + STANDBY_NS,
+        }
+    }
+
+    /// Before a poll at `now` (`last_call`: the application's last poll or
+    /// post): [`LingerStep::Stop`], [`LingerStep::CheckLoad`] or
+    /// [`LingerStep::Poll`].
+    pub(super) fn before_poll(&self, now: u64, last_call: u64, mode: Linger) -> LingerStep {
+        if app_spinning(last_call, now) {
+            LingerStep::Stop
+        } else if mode == Linger::Auto {
+            LingerStep::CheckLoad
+        } else {
+            LingerStep::Poll
+        }
+    }
+
+    /// After a poll at `now` that read `got` packets (`woke_someone`: a
+    /// completion channel was signalled since lingering began):
+    /// [`LingerStep::Stop`] or [`LingerStep::Continue`].
+    pub(super) fn after_poll(&mut self, now: u64, got: usize, woke_someone: bool) -> LingerStep {
+        if got > 0 {
+            self.last_rx = now;
+            if woke_someone {
+                return LingerStep::Stop;
+            }
+        } else if now.saturating_sub(self.last_rx) > LINGER_NS {
+            return LingerStep::Stop;
+        }
+        let tick = now >= self.next_tick;
+        if tick {
+            self.next_tick = now + STANDBY_NS;
+        }
+        LingerStep::Continue { tick }
+    }
+}
+
+/// CPU clocks and the machine's runnable threads, sampled at the end of a
+/// window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct LoadSample {
+    /// The process's CPU time (ns).
+    pub(super) process: u64,
+    /// The progress thread's CPU time (ns).
+    pub(super) thread: u64,
+    /// Threads runnable on the machine (0: unknown).
+    pub(super) runnable: usize,
+}
+
+/// Whether spinning is cheap: the verdict of the last completed window of
+/// [`CPU_WINDOW_NS`]. Idle: the other threads of the process used less than
+/// a quarter of a CPU ([`OTHERS_CPU_SHARE`]), and at the window's end at most
+/// [`EXTRA_RUNNABLE`] thread more was runnable than there are CPUs. On an
+/// oversubscribed machine a spinner burns its share of the CPU and then
+/// waits behind everyone else, while a thread that sleeps is run soon after
+/// its wake-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct LoadWindow {
+    at: u64,
+    process: u64,
+    thread: u64,
+    cpus: usize,
+    idle: bool,
+}
+
+impl LoadWindow {
+    /// A first window starting at 0, with the clocks at `start` and `cpus`
+    /// CPUs; optimistic (idle) until it ends.
+    pub(super) fn new(start: LoadSample, cpus: usize) -> LoadWindow {
+        LoadWindow {
+            at: 0,
+            process: start.process,
+            thread: start.thread,
+            cpus,
+            idle: true,
+        }
+    }
+
+    /// Whether the window ended by `now`: the caller then samples and calls
+    /// [`LoadWindow::close`]; otherwise the verdict is [`LoadWindow::idle`].
+    pub(super) fn due(&self, now: u64) -> bool {
+        now.saturating_sub(self.at) >= CPU_WINDOW_NS
+    }
+
+    /// Ends the window at `now` with `sample`, starts the next; the verdict.
+    pub(super) fn close(&mut self, now: u64, sample: LoadSample) -> bool {
+        let wall = now.saturating_sub(self.at);
+        let others = sample
+            .process
+            .saturating_sub(self.process)
+            .saturating_sub(sample.thread.saturating_sub(self.thread));
+        self.idle = others.saturating_mul(OTHERS_CPU_SHARE) < wall
+            && sample.runnable <= self.cpus + EXTRA_RUNNABLE;
+        (self.at, self.process, self.thread) = (now, sample.process, sample.thread);
+        self.idle
+    }
+
+    /// The verdict of the last completed window.
+    pub(super) fn idle(&self) -> bool {
+        self.idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+    const MS: u64 = 1_000_000;
+    const NONE: u64 = u64::MAX;
+
+    // --- who owns the socket (busy_poll) ---
+
+    #[test]
+    fn an_application_that_polled_50us_ago_keeps_the_socket() {
+        let now = 10 * MS;
+        assert!(app_spinning(now - 50 * US, now));
+        assert!(!watch_socket(now - 50 * US, now));
+    }
+
+    #[test]
+    fn spin_window_boundary() {
+        let t = 5 * MS;
+        assert!(app_spinning(t, t + SPIN_WINDOW_NS - 1));
+        assert!(!app_spinning(t, t + SPIN_WINDOW_NS));
+        assert!(!app_spinning(t, t + SPIN_WINDOW_NS + 1));
+        assert!(watch_socket(t, t + SPIN_WINDOW_NS));
+        assert!(!watch_socket(t, t + SPIN_WINDOW_NS - 1));
+        // A call stamped after `now` (another thread's clock read) spins.
+        assert!(app_spinning(t + 1, t));
+    }
+
+    #[test]
+    fn an_application_that_announced_it_blocks_gives_the_socket_back_at_once() {
+        // `before_block` stores 0: any time past the window watches.
+        assert!(watch_socket(0, SPIN_WINDOW_NS));
+        assert!(!watch_socket(0, SPIN_WINDOW_NS - 1));
+        assert!(watch_socket(0, 3 * MS));
+        assert!(!app_spinner(0, 20 * MS));
+    }
+
+    #[test]
+    fn poller_window_boundary() {
+        let t = 7 * MS;
+        assert!(app_spinner(t, t));
+        assert!(app_spinner(t, t + POLLER_NS - 1));
+        assert!(!app_spinner(t, t + POLLER_NS));
+        assert!(!app_spinner(t, t + POLLER_NS + 1));
+    }
+
+    #[test]
+    fn posts_count_as_busy_only_with_busy_polling_from_a_spinner() {
+        let t = 30 * MS;
+        assert!(counts_as_busy(true, t, t + POLLER_NS - 1));
+        assert!(!counts_as_busy(true, t, t + POLLER_NS));
+        assert!(!counts_as_busy(false, t, t + 1));
+    }
+
+    #[test]
+    fn leaving_hands_the_socket_back_only_inside_the_serve_window() {
+        let until = 2_000 * MS;
+        assert!(hand_back_on_leave(until - 1, until));
+        assert!(!hand_back_on_leave(until, until));
+        assert!(!hand_back_on_leave(until + 1, until));
+        // Never opened.
+        assert!(!hand_back_on_leave(1, 0));
+    }
+
+    #[test]
+    fn quick_return_rule() {
+        let left = 40 * MS;
+        assert_eq!(on_back(0, left), Back::Nothing);
+        assert_eq!(on_back(left, left), Back::StopServing);
+        assert_eq!(on_back(left, left + QUICK_RETURN_NS - 1), Back::StopServing);
+        assert_eq!(on_back(left, left + QUICK_RETURN_NS), Back::Forget);
+        assert_eq!(on_back(left, left + QUICK_RETURN_NS + 1), Back::Forget);
+    }
+
+    #[test]
+    fn pending_age_boundary() {
+        let since = 3 * MS;
+        assert!(!pending_older_than(false, since, since + MS, STANDBY_NS));
+        assert!(!pending_older_than(
+            true,
+            since,
+            since + STANDBY_NS - 1,
+            STANDBY_NS
+        ));
+        assert!(pending_older_than(
+            true,
+            since,
+            since + STANDBY_NS,
+            STANDBY_NS
+        ));
+        assert!(pending_older_than(
+            true,
+            since,
+            since + STANDBY_NS + 1,
+            STANDBY_NS
+        ));
+    }
+
+    #[test]
+    fn pending_packets_wake_a_progress_thread_asleep_past_two_ticks() {
+        let now = 9 * MS;
+        assert!(must_wake_for_pending(NONE, now));
+        assert!(must_wake_for_pending(now + 2 * MAX_STANDBY_NS + 1, now));
+        assert!(!must_wake_for_pending(now + 2 * MAX_STANDBY_NS, now));
+        assert!(!must_wake_for_pending(now + 2 * MAX_STANDBY_NS - 1, now));
+        assert!(!must_wake_for_pending(0, now), "awake");
+    }
+
+    // --- the progress thread's sleep ---
+
+    #[test]
+    fn watching_and_active_sleeps_at_most_the_backstop() {
+        let mut p = Progress::new();
+        // Active since 0 (start): the backstop applies until ACTIVE_NS.
+        let s = p.sleep(ACTIVE_NS - 1, true, 0, NONE);
+        assert_eq!(
+            s,
+            Sleep {
+                until: ACTIVE_NS - 1 + BACKSTOP_NS,
+                count_requests: false
+            }
+        );
+        // An earlier timer wins.
+        assert_eq!(p.sleep(MS, true, 0, 5 * MS).until, 5 * MS);
+        // A timer exactly at the backstop.
+        assert_eq!(
+            p.sleep(MS, true, 0, MS + BACKSTOP_NS).until,
+            MS + BACKSTOP_NS
+        );
+        // A later one (an ACK timeout) is capped.
+        assert_eq!(p.sleep(MS, true, 0, 30 * MS).until, MS + BACKSTOP_NS);
+    }
+
+    #[test]
+    fn idle_past_active_window_sleeps_until_the_next_timer_or_forever() {
+        let mut p = Progress::new();
+        assert_eq!(p.sleep(ACTIVE_NS, true, 0, NONE).until, NONE);
+        assert_eq!(p.sleep(ACTIVE_NS + 1, true, 0, NONE).until, NONE);
+        assert_eq!(p.sleep(ACTIVE_NS, true, 0, 900 * MS).until, 900 * MS);
+    }
+
+    #[test]
+    fn packets_keep_the_device_active() {
+        let mut p = Progress::new();
+        p.received(500 * MS, 1);
+        assert_eq!(
+            p.sleep(500 * MS + ACTIVE_NS - 1, true, 0, NONE).until,
+            700 * MS - 1 + BACKSTOP_NS
+        );
+        assert_eq!(p.sleep(500 * MS + ACTIVE_NS, true, 0, NONE).until, NONE);
+        // An empty read does not.
+        let mut p = Progress::new();
+        p.received(500 * MS, 0);
+        assert_eq!(p.sleep(500 * MS, true, 0, NONE).until, NONE);
+    }
+
+    #[test]
+    fn standby_ticks_100us_then_backs_off_to_1ms_while_the_application_spins() {
+        let mut p = Progress::new();
+        let mut now = 10 * MS;
+        let last_poll = now - 50 * US;
+        // First standby after watching: the first pace.
+        let s = p.sleep(now, false, last_poll, NONE);
+        assert_eq!(s.until, now + 100 * US);
+        assert!(!s.count_requests);
+        for want in [200, 400, 800, 1000, 1000] {
+            now += US;
+            assert_eq!(p.sleep(now, false, last_poll, NONE).until, now + want * US);
+        }
+    }
+
+    #[test]
+    fn standby_with_an_application_that_only_posts_stays_at_the_first_pace() {
+        let mut p = Progress::new();
+        let now = 50 * MS;
+        assert_eq!(p.sleep(now, false, 0, NONE).until, now + STANDBY_NS);
+        assert_eq!(p.sleep(now, false, 0, NONE).until, now + STANDBY_NS);
+        // Last empty poll exactly POLLER_NS ago: not a spinner.
+        assert_eq!(
+            p.sleep(now, false, now - POLLER_NS, NONE).until,
+            now + STANDBY_NS
+        );
+        // One ns later it was: the period doubles.
+        assert_eq!(
+            p.sleep(now, false, now - POLLER_NS + 1, NONE).until,
+            now + 2 * STANDBY_NS
+        );
+    }
+
+    #[test]
+    fn standby_wakes_for_an_earlier_timer_and_resets_after_watching() {
+        let mut p = Progress::new();
+        let now = 50 * MS;
+        assert_eq!(p.sleep(now, false, now, now + 30 * US).until, now + 30 * US);
+        assert_eq!(p.sleep(now, false, now, NONE).until, now + 2 * STANDBY_NS);
+        let s = p.sleep(now, true, now, NONE);
+        assert!(s.count_requests, "back from standby");
+        // Standby counts as activity: the backstop applies.
+        assert_eq!(s.until, now + BACKSTOP_NS);
+        assert!(!p.sleep(now, true, now, NONE).count_requests);
+        assert_eq!(p.sleep(now, false, now, NONE).until, now + STANDBY_NS);
+    }
+
+    #[test]
+    fn standby_counts_as_activity() {
+        let mut p = Progress::new();
+        let t = 1_000 * MS;
+        p.sleep(t, false, 0, NONE);
+        assert_eq!(
+            p.sleep(t + ACTIVE_NS - 1, true, 0, NONE).until,
+            t + ACTIVE_NS - 1 + BACKSTOP_NS
+        );
+        assert_eq!(p.sleep(t + ACTIVE_NS, true, 0, NONE).until, NONE);
+    }
+
+    #[test]
+    fn standby_skips_a_taken_lock_three_times_then_waits() {
+        let mut p = Progress::new();
+        assert_eq!(p.lock_missed(), Missed::Skip);
+        assert_eq!(p.lock_missed(), Missed::Skip);
+        assert_eq!(p.lock_missed(), Missed::Skip);
+        assert_eq!(p.lock_missed(), Missed::Wait);
+        assert_eq!(p.lock_missed(), Missed::Skip);
+        p.lock_missed();
+        p.lock_taken();
+        assert_eq!(p.lock_missed(), Missed::Skip);
+        assert_eq!(p.lock_missed(), Missed::Skip);
+        assert_eq!(p.lock_missed(), Missed::Skip);
+        assert_eq!(p.lock_missed(), Missed::Wait);
+    }
+
+    #[test]
+    fn serve_window_opens_for_a_second() {
+        assert_eq!(Progress::serve_until(7 * MS), 7 * MS + 1_000 * MS);
+    }
+
+    #[test]
+    fn after_the_wait_flushes_and_fires_timers() {
+        let mut p = Progress::new();
+        let now = 20 * MS;
+        p.sleep(now, true, 0, 25 * MS);
+        // Watching: always.
+        assert!(p.flush(now, true, false, 0));
+        assert!(p.fire_timers(now, true));
+        p.sleep(now, false, 0, 25 * MS);
+        // Standby: what waited a tick, timers that are due.
+        assert!(!p.flush(now, false, false, 0));
+        assert!(!p.flush(now, false, true, now - STANDBY_NS + 1));
+        assert!(p.flush(now, false, true, now - STANDBY_NS));
+        assert!(!p.fire_timers(25 * MS - 1, false));
+        assert!(p.fire_timers(25 * MS, false));
+        assert!(p.fire_timers(25 * MS + 1, false));
+        // Skipped timers (lock taken): none fire in standby.
+        p.sleep(now, false, 0, NONE);
+        assert!(!p.fire_timers(u64::MAX - 1, false));
+    }
+
+    #[test]
+    fn lingers_after_packets_unless_off_or_someone_woke() {
+        for mode in [Linger::Auto, Linger::On] {
+            assert!(Progress::linger(1, true, false, mode));
+            assert!(!Progress::linger(0, true, false, mode));
+            assert!(!Progress::linger(1, false, false, mode));
+            assert!(!Progress::linger(1, true, true, mode));
+        }
+        assert!(!Progress::linger(1, true, false, Linger::Off));
+    }
+
+    // --- lingering ---
+
+    #[test]
+    fn lingering_checks_the_load_only_in_auto_and_yields_to_a_poller() {
+        let now = 100 * MS;
+        let l = Lingering::new(now);
+        assert_eq!(l.before_poll(now, 0, Linger::Auto), LingerStep::CheckLoad);
+        assert_eq!(l.before_poll(now, 0, Linger::On), LingerStep::Poll);
+        // An application that polled or posted within the spin window.
+        let call = now - SPIN_WINDOW_NS + 1;
+        assert_eq!(l.before_poll(now, call, Linger::On), LingerStep::Stop);
+        assert_eq!(l.before_poll(now, call, Linger::Auto), LingerStep::Stop);
+        assert_eq!(
+            l.before_poll(now, now - SPIN_WINDOW_NS, Linger::On),
+            LingerStep::Poll
+        );
+    }
+
+    #[test]
+    fn lingers_200us_after_the_last_packet() {
+        let t = 100 * MS;
+        let mut l = Lingering::new(t);
+        assert_eq!(
+            l.after_poll(t + LINGER_NS - 1, 0, false),
+            LingerStep::Continue { tick: true }
+        );
+        assert_eq!(
+            l.after_poll(t + LINGER_NS, 0, false),
+            LingerStep::Continue { tick: false }
+        );
+        assert_eq!(l.after_poll(t + LINGER_NS + 1, 0, false), LingerStep::Stop);
+        // A packet restarts the 200 µs.
+        let mut l = Lingering::new(t);
+        assert_eq!(
+            l.after_poll(t + 150 * US, 2, false),
+            LingerStep::Continue { tick: true }
+        );
+        assert_eq!(
+            l.after_poll(t + 150 * US + LINGER_NS, 0, false),
+            LingerStep::Continue { tick: true }
+        );
+        assert_eq!(
+            l.after_poll(t + 150 * US + LINGER_NS + 1, 0, false),
+            LingerStep::Stop
+        );
+    }
+
+    #[test]
+    fn lingering_stops_when_a_packet_woke_someone() {
+        let t = 100 * MS;
+        let mut l = Lingering::new(t);
+        assert_eq!(l.after_poll(t + US, 1, true), LingerStep::Stop);
+        // A notification with no packet read this round: the packet rule.
+        let mut l = Lingering::new(t);
+        assert_eq!(
+            l.after_poll(t + US, 0, true),
+            LingerStep::Continue { tick: false }
+        );
+    }
+
+    #[test]
+    fn lingering_fires_timers_every_100us() {
+        let t = 100 * MS;
+        let mut l = Lingering::new(t);
+        assert_eq!(
+            l.after_poll(t + STANDBY_NS - 1, 1, false),
+            LingerStep::Continue { tick: false }
+        );
+        assert_eq!(
+            l.after_poll(t + STANDBY_NS, 1, false),
+            LingerStep::Continue { tick: true }
+        );
+        assert_eq!(
+            l.after_poll(t + 2 * STANDBY_NS - 1, 1, false),
+            LingerStep::Continue { tick: false }
+        );
+        assert_eq!(
+            l.after_poll(t + 2 * STANDBY_NS, 1, false),
+            LingerStep::Continue { tick: true }
+        );
+    }
+
+    // --- the load window ---
+
+    fn sample(process: u64, thread: u64, runnable: usize) -> LoadSample {
+        LoadSample {
+            process,
+            thread,
+            runnable,
+        }
+    }
+
+    #[test]
+    fn verdict_holds_until_the_window_ends() {
+        let w = LoadWindow::new(sample(5 * MS, MS, 0), 2);
+        assert!(w.idle(), "optimistic before the first window");
+        assert!(!w.due(CPU_WINDOW_NS - 1));
+        assert!(w.due(CPU_WINDOW_NS));
+        assert!(w.due(CPU_WINDOW_NS + 1));
+    }
+
+    #[test]
+    fn others_below_a_quarter_cpu_are_idle() {
+        // Over 10 ms the progress thread used 4 ms, the process 6.5 ms: the
+        // others 2.5 ms, exactly a quarter: not idle.
+        let mut w = LoadWindow::new(sample(0, 0, 0), 2);
+        assert!(!w.close(10 * MS, sample(6_500 * US, 4 * MS, 1)));
+        assert!(!w.idle());
+        assert!(!w.due(20 * MS - 1));
+        assert!(w.due(20 * MS));
+        // Next window: the others used one ns less than a quarter.
+        assert!(w.close(20 * MS, sample(6_500 * US + 2_500 * US - 1, 4 * MS, 1)));
+        assert!(w.idle());
+        // More: not idle.
+        assert!(!w.close(30 * MS, sample(9 * MS + 2_500 * US, 4 * MS, 1)));
+    }
+
+    #[test]
+    fn the_progress_threads_own_cpu_does_not_count() {
+        // It spun 7 ms of 10 ms (lingering), the process used 8 ms: the
+        // others used 1 ms.
+        let mut w = LoadWindow::new(sample(MS, MS, 0), 2);
+        assert!(w.close(10 * MS, sample(9 * MS, 8 * MS, 1)));
+    }
+
+    #[test]
+    fn more_runnable_threads_than_cpus_plus_one_is_loaded() {
+        let mut w = LoadWindow::new(sample(0, 0, 0), 2);
+        assert!(w.close(10 * MS, sample(0, 0, 3)));
+        assert!(!w.close(20 * MS, sample(0, 0, 4)));
+        // Unknown (0): idle.
+        assert!(w.close(30 * MS, sample(0, 0, 0)));
+    }
+}
