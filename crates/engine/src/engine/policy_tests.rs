@@ -1,0 +1,402 @@
+//! Tests of the progress policy at literal times (`policy.rs`): each pins
+//! one decision at one time, boundaries at the limit and one ns either side.
+use super::*;
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+const NONE: u64 = u64::MAX;
+
+// --- who owns the socket (busy_poll) ---
+
+#[test]
+fn an_application_that_polled_50us_ago_keeps_the_socket() {
+    let now = 10 * MS;
+    assert!(app_spinning(now - 50 * US, now));
+    assert!(!watch_socket(now - 50 * US, now));
+}
+
+#[test]
+fn spin_window_boundary() {
+    let t = 5 * MS;
+    assert!(app_spinning(t, t + SPIN_WINDOW_NS - 1));
+    assert!(!app_spinning(t, t + SPIN_WINDOW_NS));
+    assert!(!app_spinning(t, t + SPIN_WINDOW_NS + 1));
+    assert!(watch_socket(t, t + SPIN_WINDOW_NS));
+    assert!(!watch_socket(t, t + SPIN_WINDOW_NS - 1));
+    // A call stamped after `now` (another thread's clock read) spins.
+    assert!(app_spinning(t + 1, t));
+}
+
+#[test]
+fn an_application_that_announced_it_blocks_gives_the_socket_back_at_once() {
+    // `before_block` stores 0: any time past the window watches.
+    assert!(watch_socket(0, SPIN_WINDOW_NS));
+    assert!(!watch_socket(0, SPIN_WINDOW_NS - 1));
+    assert!(watch_socket(0, 3 * MS));
+    assert!(!app_spinner(0, 20 * MS));
+}
+
+#[test]
+fn poller_window_boundary() {
+    let t = 7 * MS;
+    assert!(app_spinner(t, t));
+    assert!(app_spinner(t, t + POLLER_NS - 1));
+    assert!(!app_spinner(t, t + POLLER_NS));
+    assert!(!app_spinner(t, t + POLLER_NS + 1));
+}
+
+#[test]
+fn posts_count_as_busy_only_with_busy_polling_from_a_spinner() {
+    let t = 30 * MS;
+    assert!(counts_as_busy(true, t, t + POLLER_NS - 1));
+    assert!(!counts_as_busy(true, t, t + POLLER_NS));
+    assert!(!counts_as_busy(false, t, t + 1));
+}
+
+#[test]
+fn leaving_hands_the_socket_back_only_inside_the_serve_window() {
+    let until = 2_000 * MS;
+    assert!(hand_back_on_leave(until - 1, until));
+    assert!(!hand_back_on_leave(until, until));
+    assert!(!hand_back_on_leave(until + 1, until));
+    // Never opened.
+    assert!(!hand_back_on_leave(1, 0));
+}
+
+#[test]
+fn quick_return_rule() {
+    let left = 40 * MS;
+    assert_eq!(on_back(0, left), Back::Nothing);
+    assert_eq!(on_back(left, left), Back::StopServing);
+    assert_eq!(on_back(left, left + QUICK_RETURN_NS - 1), Back::StopServing);
+    assert_eq!(on_back(left, left + QUICK_RETURN_NS), Back::Forget);
+    assert_eq!(on_back(left, left + QUICK_RETURN_NS + 1), Back::Forget);
+}
+
+#[test]
+fn pending_age_boundary() {
+    let since = 3 * MS;
+    assert!(!pending_older_than(false, since, since + MS, STANDBY_NS));
+    assert!(!pending_older_than(
+        true,
+        since,
+        since + STANDBY_NS - 1,
+        STANDBY_NS
+    ));
+    assert!(pending_older_than(
+        true,
+        since,
+        since + STANDBY_NS,
+        STANDBY_NS
+    ));
+    assert!(pending_older_than(
+        true,
+        since,
+        since + STANDBY_NS + 1,
+        STANDBY_NS
+    ));
+}
+
+#[test]
+fn pending_packets_wake_a_progress_thread_asleep_past_two_ticks() {
+    let now = 9 * MS;
+    assert!(must_wake_for_pending(NONE, now));
+    assert!(must_wake_for_pending(now + 2 * MAX_STANDBY_NS + 1, now));
+    assert!(!must_wake_for_pending(now + 2 * MAX_STANDBY_NS, now));
+    assert!(!must_wake_for_pending(now + 2 * MAX_STANDBY_NS - 1, now));
+    assert!(!must_wake_for_pending(0, now), "awake");
+}
+
+// --- the progress thread's sleep ---
+
+#[test]
+fn watching_and_active_sleeps_at_most_the_backstop() {
+    let mut p = Progress::new();
+    // Active since 0 (start): the backstop applies until ACTIVE_NS.
+    let s = p.sleep(ACTIVE_NS - 1, true, 0, NONE);
+    assert_eq!(
+        s,
+        Sleep {
+            until: ACTIVE_NS - 1 + BACKSTOP_NS,
+            count_requests: false
+        }
+    );
+    // An earlier timer wins.
+    assert_eq!(p.sleep(MS, true, 0, 5 * MS).until, 5 * MS);
+    // A timer exactly at the backstop.
+    assert_eq!(
+        p.sleep(MS, true, 0, MS + BACKSTOP_NS).until,
+        MS + BACKSTOP_NS
+    );
+    // A later one (an ACK timeout) is capped.
+    assert_eq!(p.sleep(MS, true, 0, 30 * MS).until, MS + BACKSTOP_NS);
+}
+
+#[test]
+fn idle_past_active_window_sleeps_until_the_next_timer_or_forever() {
+    let mut p = Progress::new();
+    assert_eq!(p.sleep(ACTIVE_NS, true, 0, NONE).until, NONE);
+    assert_eq!(p.sleep(ACTIVE_NS + 1, true, 0, NONE).until, NONE);
+    assert_eq!(p.sleep(ACTIVE_NS, true, 0, 900 * MS).until, 900 * MS);
+}
+
+#[test]
+fn packets_keep_the_device_active() {
+    let mut p = Progress::new();
+    p.received(500 * MS, 1);
+    assert_eq!(
+        p.sleep(500 * MS + ACTIVE_NS - 1, true, 0, NONE).until,
+        700 * MS - 1 + BACKSTOP_NS
+    );
+    assert_eq!(p.sleep(500 * MS + ACTIVE_NS, true, 0, NONE).until, NONE);
+    // An empty read does not.
+    let mut p = Progress::new();
+    p.received(500 * MS, 0);
+    assert_eq!(p.sleep(500 * MS, true, 0, NONE).until, NONE);
+}
+
+#[test]
+fn standby_ticks_100us_then_backs_off_to_1ms_while_the_application_spins() {
+    let mut p = Progress::new();
+    let mut now = 10 * MS;
+    let last_poll = now - 50 * US;
+    // First standby after watching: the first pace.
+    let s = p.sleep(now, false, last_poll, NONE);
+    assert_eq!(s.until, now + 100 * US);
+    assert!(!s.count_requests);
+    for want in [200, 400, 800, 1000, 1000] {
+        now += US;
+        assert_eq!(p.sleep(now, false, last_poll, NONE).until, now + want * US);
+    }
+}
+
+#[test]
+fn standby_with_an_application_that_only_posts_stays_at_the_first_pace() {
+    let mut p = Progress::new();
+    let now = 50 * MS;
+    assert_eq!(p.sleep(now, false, 0, NONE).until, now + STANDBY_NS);
+    assert_eq!(p.sleep(now, false, 0, NONE).until, now + STANDBY_NS);
+    // Last empty poll exactly POLLER_NS ago: not a spinner.
+    assert_eq!(
+        p.sleep(now, false, now - POLLER_NS, NONE).until,
+        now + STANDBY_NS
+    );
+    // One ns later it was: the period doubles.
+    assert_eq!(
+        p.sleep(now, false, now - POLLER_NS + 1, NONE).until,
+        now + 2 * STANDBY_NS
+    );
+}
+
+#[test]
+fn standby_wakes_for_an_earlier_timer_and_resets_after_watching() {
+    let mut p = Progress::new();
+    let now = 50 * MS;
+    assert_eq!(p.sleep(now, false, now, now + 30 * US).until, now + 30 * US);
+    assert_eq!(p.sleep(now, false, now, NONE).until, now + 2 * STANDBY_NS);
+    let s = p.sleep(now, true, now, NONE);
+    assert!(s.count_requests, "back from standby");
+    // Standby counts as activity: the backstop applies.
+    assert_eq!(s.until, now + BACKSTOP_NS);
+    assert!(!p.sleep(now, true, now, NONE).count_requests);
+    assert_eq!(p.sleep(now, false, now, NONE).until, now + STANDBY_NS);
+}
+
+#[test]
+fn standby_counts_as_activity() {
+    let mut p = Progress::new();
+    let t = 1_000 * MS;
+    p.sleep(t, false, 0, NONE);
+    assert_eq!(
+        p.sleep(t + ACTIVE_NS - 1, true, 0, NONE).until,
+        t + ACTIVE_NS - 1 + BACKSTOP_NS
+    );
+    assert_eq!(p.sleep(t + ACTIVE_NS, true, 0, NONE).until, NONE);
+}
+
+#[test]
+fn standby_skips_a_taken_lock_three_times_then_waits() {
+    let mut p = Progress::new();
+    assert_eq!(p.lock_missed(), Missed::Skip);
+    assert_eq!(p.lock_missed(), Missed::Skip);
+    assert_eq!(p.lock_missed(), Missed::Skip);
+    assert_eq!(p.lock_missed(), Missed::Wait);
+    assert_eq!(p.lock_missed(), Missed::Skip);
+    p.lock_missed();
+    p.lock_taken();
+    assert_eq!(p.lock_missed(), Missed::Skip);
+    assert_eq!(p.lock_missed(), Missed::Skip);
+    assert_eq!(p.lock_missed(), Missed::Skip);
+    assert_eq!(p.lock_missed(), Missed::Wait);
+}
+
+#[test]
+fn serve_window_opens_for_a_second() {
+    assert_eq!(Progress::serve_until(7 * MS), 7 * MS + 1_000 * MS);
+}
+
+#[test]
+fn after_the_wait_flushes_and_fires_timers() {
+    let mut p = Progress::new();
+    let now = 20 * MS;
+    p.sleep(now, true, 0, 25 * MS);
+    // Watching: always.
+    assert!(p.flush(now, true, false, 0));
+    assert!(p.fire_timers(now, true));
+    p.sleep(now, false, 0, 25 * MS);
+    // Standby: what waited a tick, timers that are due.
+    assert!(!p.flush(now, false, false, 0));
+    assert!(!p.flush(now, false, true, now - STANDBY_NS + 1));
+    assert!(p.flush(now, false, true, now - STANDBY_NS));
+    assert!(!p.fire_timers(25 * MS - 1, false));
+    assert!(p.fire_timers(25 * MS, false));
+    assert!(p.fire_timers(25 * MS + 1, false));
+    // Skipped timers (lock taken): none fire in standby.
+    p.sleep(now, false, 0, NONE);
+    assert!(!p.fire_timers(u64::MAX - 1, false));
+}
+
+#[test]
+fn lingers_after_packets_unless_off_or_someone_woke() {
+    for mode in [Linger::Auto, Linger::On] {
+        assert!(Progress::linger(1, true, false, mode));
+        assert!(!Progress::linger(0, true, false, mode));
+        assert!(!Progress::linger(1, false, false, mode));
+        assert!(!Progress::linger(1, true, true, mode));
+    }
+    assert!(!Progress::linger(1, true, false, Linger::Off));
+}
+
+// --- lingering ---
+
+#[test]
+fn lingering_checks_the_load_only_in_auto_and_yields_to_a_poller() {
+    let now = 100 * MS;
+    let l = Lingering::new(now);
+    assert_eq!(l.before_poll(now, 0, Linger::Auto), LingerStep::CheckLoad);
+    assert_eq!(l.before_poll(now, 0, Linger::On), LingerStep::Poll);
+    // An application that polled or posted within the spin window.
+    let call = now - SPIN_WINDOW_NS + 1;
+    assert_eq!(l.before_poll(now, call, Linger::On), LingerStep::Stop);
+    assert_eq!(l.before_poll(now, call, Linger::Auto), LingerStep::Stop);
+    assert_eq!(
+        l.before_poll(now, now - SPIN_WINDOW_NS, Linger::On),
+        LingerStep::Poll
+    );
+}
+
+#[test]
+fn lingers_200us_after_the_last_packet() {
+    let t = 100 * MS;
+    let mut l = Lingering::new(t);
+    assert_eq!(
+        l.after_poll(t + LINGER_NS - 1, 0, false),
+        LingerStep::Continue { tick: true }
+    );
+    assert_eq!(
+        l.after_poll(t + LINGER_NS, 0, false),
+        LingerStep::Continue { tick: false }
+    );
+    assert_eq!(l.after_poll(t + LINGER_NS + 1, 0, false), LingerStep::Stop);
+    // A packet restarts the 200 µs.
+    let mut l = Lingering::new(t);
+    assert_eq!(
+        l.after_poll(t + 150 * US, 2, false),
+        LingerStep::Continue { tick: true }
+    );
+    assert_eq!(
+        l.after_poll(t + 150 * US + LINGER_NS, 0, false),
+        LingerStep::Continue { tick: true }
+    );
+    assert_eq!(
+        l.after_poll(t + 150 * US + LINGER_NS + 1, 0, false),
+        LingerStep::Stop
+    );
+}
+
+#[test]
+fn lingering_stops_when_a_packet_woke_someone() {
+    let t = 100 * MS;
+    let mut l = Lingering::new(t);
+    assert_eq!(l.after_poll(t + US, 1, true), LingerStep::Stop);
+    // A notification with no packet read this round: the packet rule.
+    let mut l = Lingering::new(t);
+    assert_eq!(
+        l.after_poll(t + US, 0, true),
+        LingerStep::Continue { tick: false }
+    );
+}
+
+#[test]
+fn lingering_fires_timers_every_100us() {
+    let t = 100 * MS;
+    let mut l = Lingering::new(t);
+    assert_eq!(
+        l.after_poll(t + STANDBY_NS - 1, 1, false),
+        LingerStep::Continue { tick: false }
+    );
+    assert_eq!(
+        l.after_poll(t + STANDBY_NS, 1, false),
+        LingerStep::Continue { tick: true }
+    );
+    assert_eq!(
+        l.after_poll(t + 2 * STANDBY_NS - 1, 1, false),
+        LingerStep::Continue { tick: false }
+    );
+    assert_eq!(
+        l.after_poll(t + 2 * STANDBY_NS, 1, false),
+        LingerStep::Continue { tick: true }
+    );
+}
+
+// --- the load window ---
+
+fn sample(process: u64, thread: u64, runnable: usize) -> LoadSample {
+    LoadSample {
+        process,
+        thread,
+        runnable,
+    }
+}
+
+#[test]
+fn verdict_holds_until_the_window_ends() {
+    let w = LoadWindow::new(sample(5 * MS, MS, 0), 2);
+    assert!(w.idle(), "optimistic before the first window");
+    assert!(!w.due(CPU_WINDOW_NS - 1));
+    assert!(w.due(CPU_WINDOW_NS));
+    assert!(w.due(CPU_WINDOW_NS + 1));
+}
+
+#[test]
+fn others_below_a_quarter_cpu_are_idle() {
+    // Over 10 ms the progress thread used 4 ms, the process 6.5 ms: the
+    // others 2.5 ms, exactly a quarter: not idle.
+    let mut w = LoadWindow::new(sample(0, 0, 0), 2);
+    assert!(!w.close(10 * MS, sample(6_500 * US, 4 * MS, 1)));
+    assert!(!w.idle());
+    assert!(!w.due(20 * MS - 1));
+    assert!(w.due(20 * MS));
+    // Next window: the others used one ns less than a quarter.
+    assert!(w.close(20 * MS, sample(6_500 * US + 2_500 * US - 1, 4 * MS, 1)));
+    assert!(w.idle());
+    // More: not idle.
+    assert!(!w.close(30 * MS, sample(9 * MS + 2_500 * US, 4 * MS, 1)));
+}
+
+#[test]
+fn the_progress_threads_own_cpu_does_not_count() {
+    // It spun 7 ms of 10 ms (lingering), the process used 8 ms: the
+    // others used 1 ms.
+    let mut w = LoadWindow::new(sample(MS, MS, 0), 2);
+    assert!(w.close(10 * MS, sample(9 * MS, 8 * MS, 1)));
+}
+
+#[test]
+fn more_runnable_threads_than_cpus_plus_one_is_loaded() {
+    let mut w = LoadWindow::new(sample(0, 0, 0), 2);
+    assert!(w.close(10 * MS, sample(0, 0, 3)));
+    assert!(!w.close(20 * MS, sample(0, 0, 4)));
+    // Unknown (0): idle.
+    assert!(w.close(30 * MS, sample(0, 0, 0)));
+}
