@@ -14,20 +14,22 @@
 # Valgrind 3.19 does not know epoll_pwait2 (syscall 441) and says so; the
 # engine then falls back to epoll_wait, which is not an error.
 #
-# Logs: target/valgrind/<name>.log (VALGRIND_DIR to change).
+# Logs: target/valgrind/<name>.log (VALGRIND_DIR to change). `target` is
+# CARGO_TARGET_DIR when set, as for `cargo xtask compat`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
 command -v cc >/dev/null || { echo "cc is missing: apt-get install gcc" >&2; exit 1; }
 for lib in libibverbs.so.1 librdmacm.so.1; do
-  [ -f "target/compat/$lib" ] || { echo "target/compat/$lib is missing: run cargo xtask compat" >&2; exit 1; }
+  [ -f "$TARGET/compat/$lib" ] || { echo "$TARGET/compat/$lib is missing: run cargo xtask compat" >&2; exit 1; }
 done
 
-DIR=${VALGRIND_DIR:-$ROOT/target/valgrind}
+DIR=${VALGRIND_DIR:-$TARGET/valgrind}
 mkdir -p "$DIR"
-export LD_LIBRARY_PATH=$ROOT/target/compat
+export LD_LIBRARY_PATH=$TARGET/compat
 unset LD_PRELOAD SOFTRDMA_PORT SOFTRDMA_PCAP SOFTRDMA_FAULTS
 VG=(valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
     --show-leak-kinds=definite --num-callers=40 --suppressions="$ROOT/scripts/valgrind.supp" -q)

@@ -181,7 +181,12 @@ fn devices_and_devinfo_show_the_configured_address() {
     assert_eq!(field("state"), "PORT_ACTIVE (4)");
     assert_eq!(field("active_mtu"), "4096 (5)");
     assert_eq!(field("link_layer"), "Ethernet");
-    assert_eq!(field("gid_tbl_len"), "1");
+    // GID 0 is the configured address; the host's other addresses follow.
+    let gids = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("GID["))
+        .count();
+    assert_eq!(field("gid_tbl_len"), gids.to_string());
     assert_eq!(field("max_qp_rd_atom"), "16"); // a -v field
     let gid = field("GID[  0]");
     assert_eq!(gid, "::ffff:127.0.0.61, RoCE v2");

@@ -42,7 +42,8 @@ const REPORT_WAIT: Duration = Duration::from_millis(300);
 /// one, not one per packet; longer than a round (a few ms, tests/mesh.rs).
 const RECONCILE_GAP: Duration = Duration::from_millis(50);
 
-/// This process's membership of the host device.
+/// This process's membership of the host device's group at one address
+/// (one per host address; all of a process's share its registry and slot).
 #[derive(Debug)]
 pub(crate) struct HostMember {
     registry: Arc<Registry>,
@@ -71,6 +72,35 @@ impl HostMember {
     ) -> io::Result<(HostMember, RoceSocket, bool)> {
         let registry = Arc::new(registry);
         let member = Arc::new(registry.join()?);
+        let changed = Arc::new(AtomicBool::new(false));
+        HostMember::join_group(registry, member, changed, addr, open)
+    }
+
+    /// Joins the group at another address of the host with the same member
+    /// slot (one process, one slot, one group per address): like
+    /// [`HostMember::join`], sharing the registry, the slot and the note
+    /// that a listener appeared.
+    pub(crate) fn join_more(
+        &self,
+        addr: SocketAddr,
+        open: impl FnOnce() -> io::Result<RoceSocket>,
+    ) -> io::Result<(HostMember, RoceSocket, bool)> {
+        HostMember::join_group(
+            Arc::clone(&self.registry),
+            Arc::clone(&self.member),
+            Arc::clone(&self.listeners_changed),
+            addr,
+            open,
+        )
+    }
+
+    fn join_group(
+        registry: Arc<Registry>,
+        member: Arc<Member>,
+        listeners_changed: Arc<AtomicBool>,
+        addr: SocketAddr,
+        open: impl FnOnce() -> io::Result<RoceSocket>,
+    ) -> io::Result<(HostMember, RoceSocket, bool)> {
         let me = HostMember {
             registry,
             member,
@@ -78,7 +108,7 @@ impl HostMember {
             misrouted: AtomicU64::new(0),
             reconciling: AtomicBool::new(false),
             last_reconcile: Mutex::new(None),
-            listeners_changed: Arc::new(AtomicBool::new(false)),
+            listeners_changed,
             last_probe: Mutex::new(None),
         };
         let g = me.registry.lock()?;
@@ -105,6 +135,11 @@ impl HostMember {
     /// This process's member slot (1..=255).
     pub(crate) fn slot(&self) -> u8 {
         self.member.slot()
+    }
+
+    /// The group's address.
+    pub(crate) fn ip(&self) -> std::net::IpAddr {
+        self.addr.ip()
     }
 
     /// The registry.

@@ -176,20 +176,31 @@ pub(crate) fn attach_reuseport_cbpf(
 ) -> io::Result<()> {
     let len = u16::try_from(prog.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "BPF program too long"))?;
-    let fprog = libc::sock_fprog {
+    /// `struct sock_fprog` with its padding spelled out, so every byte
+    /// passed to the kernel is initialised (memcheck checks them all).
+    #[repr(C)]
+    struct Fprog {
+        len: u16,
+        pad: [u8; size_of::<usize>() - 2],
+        filter: *const libc::sock_filter,
+    }
+    const _: () = assert!(size_of::<Fprog>() == size_of::<libc::sock_fprog>());
+    let fprog = Fprog {
         len,
-        // The kernel only reads the instructions (copy_from_user); the field is `*mut` in C.
-        filter: prog.as_ptr().cast_mut(),
+        pad: [0; size_of::<usize>() - 2],
+        // The kernel only reads the instructions (copy_from_user).
+        filter: prog.as_ptr(),
     };
-    // SAFETY: `fprog` is a live local whose `filter` points at `len` initialized instructions
-    // borrowed for the whole call; the kernel copies the program and keeps no pointer to it.
+    // SAFETY: `fprog` is a live local with `struct sock_fprog`'s layout (checked above) whose
+    // `filter` points at `len` initialized instructions borrowed for the whole call; the
+    // kernel copies the program and keeps no pointer to it.
     cvt(unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_ATTACH_REUSEPORT_CBPF,
             ptr::from_ref(&fprog).cast(),
-            size_of::<libc::sock_fprog>() as libc::socklen_t,
+            size_of::<Fprog>() as libc::socklen_t,
         )
     })
     .map(drop)

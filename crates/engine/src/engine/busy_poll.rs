@@ -42,12 +42,17 @@ impl Shared {
             self.now().as_nanos(),
         );
         if *w != want {
-            let r = if want {
-                poller.add_socket(&self.socket, KEY_SOCKET)
-            } else {
-                poller.remove_fd(self.socket.as_fd(), KEY_SOCKET)
-            };
-            if r.is_ok() {
+            // Every address's socket follows the same rule.
+            let mut ok = true;
+            for (socket, _) in self.sockets() {
+                let r = if want {
+                    poller.add_socket(socket, KEY_SOCKET)
+                } else {
+                    poller.remove_fd(socket.as_fd(), KEY_SOCKET)
+                };
+                ok &= r.is_ok();
+            }
+            if ok {
                 *w = want;
             }
         }

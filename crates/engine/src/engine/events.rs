@@ -69,7 +69,7 @@ impl Shared {
             core.gsi_psn = (core.gsi_psn + 1) & 0xFF_FFFF;
             let dst = SocketAddr::new(o.dst, port);
             core.ep.fill_icrc(o.src, dst, &mut pkt);
-            core.gsi_out.push_back((dst, pkt));
+            core.gsi_out.push_back((o.src, dst, pkt));
         }
     }
 

@@ -5,6 +5,7 @@
 
 use super::{Core, Shared};
 use crate::cm::EpQps;
+use crate::host::HostMember;
 use softrdma_udp::RecvBatch;
 use softrdma_udp::steer::parse_probe;
 use std::sync::Arc;
@@ -41,8 +42,8 @@ impl Shared {
     /// engine lock: a reconciler (maybe this process's own, holding the
     /// registry lock an application thread under the engine lock waits for)
     /// waits for the answer.
-    pub(super) fn report_probes(&self, rx: &RecvBatch) {
-        let Some(h) = &self.host else { return };
+    pub(super) fn report_probes(&self, rx: &RecvBatch, host: Option<&Arc<HostMember>>) {
+        let Some(h) = host else { return };
         for d in rx.datagrams() {
             if let Some((epoch, index)) = parse_probe(d.data) {
                 h.on_probe(epoch, index);
@@ -50,51 +51,63 @@ impl Shared {
         }
     }
 
-    /// Acts on what [`Shared::notice`] saw (outside the engine lock).
-    pub(super) fn after_notice(&self, n: Noticed) {
-        let Some(h) = &self.host else { return };
+    /// Acts on what [`Shared::notice`] saw on the socket at `index` of
+    /// [`Shared::sockets`] (outside the engine lock): a misrouted packet
+    /// there reconciles that socket's group.
+    pub(super) fn after_notice(&self, n: Noticed, index: usize) {
+        let Some((_, Some(h))) = self.sockets().nth(index) else {
+            return;
+        };
         if n.misrouted > 0 {
             h.misrouted.fetch_add(n.misrouted, Ordering::Relaxed);
-            self.reconcile_soon();
+            self.reconcile_soon(index);
         }
     }
 
-    /// Starts a reconciliation of the group's table on its own thread (it
-    /// waits for this process's progress thread to report its probe).
-    pub(super) fn reconcile_soon(&self) {
-        let (Some(h), Some(me)) = (&self.host, self.me.upgrade()) else {
+    /// Starts a reconciliation of the table of the group at `index` of
+    /// [`Shared::sockets`] on its own thread (it waits for this process's
+    /// progress thread to report its probe).
+    pub(super) fn reconcile_soon(&self, index: usize) {
+        let Some(me) = self.me.upgrade() else { return };
+        let Some((_, Some(h))) = self.sockets().nth(index) else {
             return;
         };
         if !h.should_reconcile() {
             return;
         }
         let h = Arc::clone(h);
+        let h2 = Arc::clone(&h);
         let spawned = std::thread::Builder::new()
             .name("softrdma-reconcile".into())
             .spawn(move || {
-                let _ = h.reconcile(&me.socket);
+                let _ = h.reconcile(me.socket_at(index));
             });
         if spawned.is_err() {
             // Leave it to the next misrouted packet.
-            if let Some(h) = &self.host {
-                h.reconcile_done();
-            }
+            h2.reconcile_done();
         }
     }
 
-    /// Re-attaches the steering program if a listener appeared.
+    /// Re-attaches every group's program if a listener appeared (a
+    /// listener on `0.0.0.0`/`::` is steered to in every group).
     pub(super) fn refresh_steering(&self) {
         if let Some(h) = &self.host
             && h.take_listeners_changed()
         {
-            let _ = h.refresh(&self.socket);
+            for (socket, h) in self.sockets() {
+                if let Some(h) = h {
+                    let _ = h.refresh(socket);
+                }
+            }
         }
     }
 
-    /// Leaves the host device's group (at exit: the socket closes next).
+    /// Leaves the host device's groups (at exit: the sockets close next).
     pub(super) fn leave_host(&self) {
-        if let Some(h) = &self.host {
-            h.leave(&self.socket);
+        for (socket, h) in self.sockets() {
+            if let Some(h) = h {
+                h.leave(socket);
+            }
         }
     }
 
@@ -102,13 +115,15 @@ impl Shared {
     /// now, as ICMP "port unreachable" ends them for a peer elsewhere (no
     /// ICMP comes while other members still hold the address).
     pub(super) fn check_members(&self, core: &mut Core) {
-        let Some(h) = &self.host else { return };
-        let ip = self.socket.local_addr().ip();
         let now = self.now();
-        for slot in core.cm.member_peers(ip) {
-            if slot != 0 && !h.registry().is_alive(slot) {
-                let Core { ep, cm, .. } = core;
-                cm.member_gone(now, ip, slot, &mut EpQps { ep, now });
+        for (_, h) in self.sockets() {
+            let Some(h) = h else { continue };
+            let ip = h.ip();
+            for slot in core.cm.member_peers(ip) {
+                if slot != 0 && !h.registry().is_alive(slot) {
+                    let Core { ep, cm, .. } = &mut *core;
+                    cm.member_gone(now, ip, slot, &mut EpQps { ep, now });
+                }
             }
         }
     }

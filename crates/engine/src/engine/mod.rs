@@ -51,7 +51,8 @@ pub(crate) struct Core {
     cm: Cm,
     cm_channels: HashMap<IdHandle, Arc<CmChannel>>,
     /// CM MADs framed for QP1, waiting for the transmit path.
-    gsi_out: std::collections::VecDeque<(SocketAddr, Vec<u8>)>,
+    /// (source address, destination, packet).
+    gsi_out: std::collections::VecDeque<(IpAddr, SocketAddr, Vec<u8>)>,
     gsi_psn: u32,
     /// When to probe the peers of live CM connections next (see `KEEPALIVE`).
     keepalive_at: Option<Instant>,
@@ -109,8 +110,12 @@ struct Shared {
     /// Multicast groups joined on this host: a socket bound to each group (every
     /// member process has one), and how many local QPs use it.
     mcast: Mutex<HashMap<IpAddr, (Arc<RoceSocket>, usize)>>,
-    /// This process's membership of the host device (None: a device of its own).
+    /// This process's membership of the host device at the device address
+    /// (None: a device of its own).
     host: Option<Arc<crate::host::HostMember>>,
+    /// The host device's other addresses (GID 1, 2, ...): a socket bound to
+    /// each and this process's membership of its group.
+    more: Vec<(RoceSocket, Arc<crate::host::HostMember>)>,
     /// Itself, for the threads it starts (a reconciliation).
     me: std::sync::Weak<Shared>,
 }
@@ -215,9 +220,14 @@ impl Engine {
             (None, open(&cfg.addr, &SocketConfig::default())?, false)
         };
         let local = socket.local_addr();
+        let (more, more_stale) = match &host {
+            Some(h) => join_more(h, local, socket.capabilities().gro),
+            None => (Vec::new(), Vec::new()),
+        };
         let seed = cfg.seed.unwrap_or_else(os_seed);
         let info = crate::DeviceInfo::new(local.ip());
         let mut tcfg = Config::new(local.ip(), seed);
+        tcfg.gids.extend(more.iter().map(|(_, h)| h.ip()));
         tcfg.local_port = local.port();
         tcfg.dest_port = local.port();
         tcfg.verify_icrc = cfg.verify_icrc;
@@ -226,7 +236,7 @@ impl Engine {
         let slot = host.as_ref().map_or(0, |h| h.slot());
         tcfg.member_slot = slot;
         let mut cm = Cm::new(CmConfig {
-            addrs: vec![local.ip()],
+            addrs: tcfg.gids.clone(),
             node_guid: info.node_guid,
             mtu: info.limits.port_mtu,
             seed: seed.rotate_left(17),
@@ -237,6 +247,9 @@ impl Engine {
         }
         let poller = Arc::new(Poller::new()?);
         poller.add_socket(&socket, KEY_SOCKET)?;
+        for (s, _) in &more {
+            poller.add_socket(s, KEY_SOCKET)?;
+        }
         // Multicast sends leave through the device's interface and loop back to
         // local members (other processes' group sockets).
         let _ = socket.set_multicast_source(local.ip());
@@ -262,6 +275,7 @@ impl Engine {
             tx: Mutex::new(Tx {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),
                 dst: Vec::with_capacity(BATCH),
+                via: Vec::with_capacity(BATCH),
             }),
             rx: Mutex::new(rx),
             socket,
@@ -292,14 +306,17 @@ impl Engine {
             poller: Arc::clone(&poller),
             mcast: Mutex::new(HashMap::new()),
             host,
+            more,
         });
         let s2 = Arc::clone(&shared);
         let loadavg = progress::open_loadavg();
         let thread = std::thread::Builder::new()
             .name("softrdma-progress".into())
             .spawn(move || progress::progress_loop(&s2, &poller, loadavg))?;
-        if stale {
-            shared.reconcile_soon();
+        for (i, stale) in std::iter::once(stale).chain(more_stale).enumerate() {
+            if stale {
+                shared.reconcile_soon(i);
+            }
         }
         Ok(Engine {
             shared,
@@ -322,6 +339,35 @@ impl Engine {
     /// Static facts and attributes of this device.
     pub fn info(&self) -> crate::DeviceInfo {
         crate::DeviceInfo::new(self.local_addr().ip())
+    }
+
+    /// The local address to reach `dst` from when an rdma_cm id names none:
+    /// the device address (GID 0) if it can reach `dst` (same family, and
+    /// both loopback or neither: processes given their own address keep
+    /// being seen from it), else the address routing picks (the one a UDP
+    /// socket connected to `dst` gets) if it is in the GID table, else GID 0.
+    pub fn source_for(&self, dst: IpAddr) -> IpAddr {
+        let dev = self.local_addr();
+        let (d, t) = (dev.ip().to_canonical(), dst.to_canonical());
+        // Multicast groups are joined on the device address's interface.
+        if dst.is_multicast() || (d.is_ipv4() == t.is_ipv4() && d.is_loopback() == t.is_loopback())
+        {
+            return dev.ip();
+        }
+        let any: IpAddr = if dst.is_ipv4() {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        };
+        let routed = (|| {
+            let s = std::net::UdpSocket::bind((any, 0)).ok()?;
+            s.connect((dst, dev.port())).ok()?;
+            Some(s.local_addr().ok()?.ip())
+        })();
+        match routed {
+            Some(ip) if self.gids().contains(&ip) => ip,
+            _ => dev.ip(),
+        }
     }
 
     /// The GID table as addresses.
@@ -591,10 +637,15 @@ impl Engine {
         src: Option<SocketAddr>,
         dst: SocketAddr,
     ) -> Result<(), CmError> {
-        let local = self.local_addr().ip();
         if let Some(s) = src {
             self.with_cm(|cm, _, _| cm.bind(id, s))?;
         }
+        let bound = self
+            .cm_addrs(id)
+            .0
+            .map(|a| a.ip())
+            .filter(|ip| !ip.is_unspecified());
+        let local = bound.unwrap_or_else(|| self.source_for(dst.ip()));
         let me = Arc::clone(self);
         let port = self.local_addr().port();
         std::thread::Builder::new()
@@ -666,6 +717,36 @@ impl Drop for Engine {
 }
 
 impl Shared {
+    /// Every socket of the device with its group, the device socket first
+    /// (index 0), then the GID table's order.
+    fn sockets(
+        &self,
+    ) -> impl Iterator<Item = (&RoceSocket, Option<&Arc<crate::host::HostMember>>)> {
+        std::iter::once((&self.socket, self.host.as_ref()))
+            .chain(self.more.iter().map(|(s, h)| (s, Some(h))))
+    }
+
+    /// The socket to send from `src` (the device socket if none is bound
+    /// there).
+    fn socket_index(&self, src: IpAddr) -> usize {
+        if src == self.socket.local_addr().ip() {
+            return 0;
+        }
+        self.more
+            .iter()
+            .position(|(s, _)| s.local_addr().ip() == src)
+            .map_or(0, |i| i + 1)
+    }
+
+    /// The socket at `index` of [`Shared::sockets`] (the device socket if
+    /// out of range).
+    fn socket_at(&self, index: usize) -> &RoceSocket {
+        index
+            .checked_sub(1)
+            .and_then(|i| self.more.get(i))
+            .map_or(&self.socket, |(s, _)| s)
+    }
+
     fn now(&self) -> Instant {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
@@ -675,6 +756,47 @@ impl Shared {
         // panic; keep serving rather than poisoning every later call.
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Joins the host device's group at each of the host's other addresses
+/// (GID 1, 2, ...) with the member slot of `h`, the device socket being at
+/// `primary`. An address that cannot be bound (a process of its own holds
+/// it, it went away) is skipped. Returns the sockets and groups, and for
+/// each whether its table must be reconciled (as `HostMember::join`).
+#[allow(clippy::type_complexity)]
+fn join_more(
+    h: &crate::host::HostMember,
+    primary: SocketAddr,
+    primary_gro: bool,
+) -> (Vec<(RoceSocket, Arc<crate::host::HostMember>)>, Vec<bool>) {
+    let (mut more, mut stale) = (Vec::new(), Vec::new());
+    for ip in softrdma_udp::host_addrs() {
+        if ip.to_canonical() == primary.ip().to_canonical() {
+            continue;
+        }
+        let addr = SocketAddr::new(ip, primary.port());
+        // One receive batch serves every socket: GRO only where the device
+        // socket has it too, and only on loopback (as for the device socket).
+        let sc = SocketConfig::default()
+            .with_reuseport(true)
+            .with_gro(primary_gro && ip.is_loopback());
+        let open = || {
+            RoceSocket::open(&softrdma_udp::AddrConfig::exact(addr), &sc)
+                .map_err(|e| io::Error::new(e_kind(&e), e.to_string()))
+        };
+        match h.join_more(addr, open) {
+            Ok((m, s, st)) => {
+                more.push((s, Arc::new(m)));
+                stale.push(st);
+            }
+            Err(e) => {
+                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                    eprintln!("softrdma: the host device is not at {addr}: {e}");
+                }
+            }
+        }
+    }
+    (more, stale)
 }
 
 /// The RC send window toward loopback peers: an eighth of the socket's

@@ -33,14 +33,41 @@ impl Shared {
         let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
         let mut total = 0;
         let mut requests = 0;
+        // Every address's socket in turn (GID order), each with its own
+        // address as the packets' destination and its own group.
+        for (i, (socket, host)) in self.sockets().enumerate() {
+            total += self.rx_socket(mode, &mut rx, i, socket, host, &mut requests);
+        }
+        if requests > 0 {
+            self.rx_requests.fetch_add(requests, Ordering::Relaxed);
+        }
+        for (socket, _) in self.sockets() {
+            self.handle_unreachable(socket);
+        }
+        total + self.rx_mcast(&mut rx)
+    }
+
+    /// [`Shared::rx_burst`] for the socket at `index` of
+    /// [`Shared::sockets`].
+    fn rx_socket(
+        &self,
+        mode: Rx,
+        rx: &mut RecvBatch,
+        index: usize,
+        socket: &RoceSocket,
+        host: Option<&Arc<crate::host::HostMember>>,
+        requests: &mut u64,
+    ) -> usize {
+        let mut total = 0;
         let mut noticed = super::membership::Noticed::default();
+        let local = socket.local_addr();
         loop {
-            match self.socket.recv_batch(&mut rx) {
+            match socket.recv_batch(rx) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
-            self.report_probes(&rx);
-            let local_ip = self.socket.local_addr().ip();
+            self.report_probes(rx, host);
+            let local_ip = local.ip();
             // A GRO batch can hold a whole send window: answer (ACK) every
             // `ACK_CHUNK` datagrams rather than after all of them, so the
             // sender never waits for the batch's end to go on.
@@ -54,10 +81,7 @@ impl Shared {
                         if let Some(c) = &self.capture {
                             c.record(
                                 d.src,
-                                SocketAddr::new(
-                                    d.dst_ip.unwrap_or(local_ip),
-                                    self.socket.local_addr().port(),
-                                ),
+                                SocketAddr::new(d.dst_ip.unwrap_or(local_ip), local.port()),
                                 d.data,
                             );
                         }
@@ -75,7 +99,7 @@ impl Shared {
                         } else {
                             core.ep.handle_datagram(now, &dg, &mut mem);
                         }
-                        requests += u64::from(!is_rc_response(d.data));
+                        *requests += u64::from(!is_rc_response(d.data));
                         total += 1;
                     }
                     self.after(&mut core);
@@ -94,12 +118,8 @@ impl Shared {
                 break;
             }
         }
-        if requests > 0 {
-            self.rx_requests.fetch_add(requests, Ordering::Relaxed);
-        }
-        self.after_notice(noticed);
-        self.handle_unreachable();
-        total + self.rx_mcast(&mut rx)
+        self.after_notice(noticed, index);
+        total
     }
 
     /// Receives what arrived on multicast group sockets.
@@ -149,8 +169,8 @@ impl Shared {
 
     /// ICMP said nothing listens at some peers any more: their processes are
     /// gone. Connections to them end now (the CM's liveness rule).
-    fn handle_unreachable(&self) {
-        let gone = self.socket.take_unreachable();
+    fn handle_unreachable(&self, socket: &RoceSocket) {
+        let gone = socket.take_unreachable();
         if gone.is_empty() {
             return;
         }

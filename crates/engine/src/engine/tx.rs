@@ -18,6 +18,9 @@ const RC_ACKNOWLEDGE: u8 = 0x11;
 pub(super) struct Tx {
     pub(super) bufs: Vec<Vec<u8>>,
     pub(super) dst: Vec<SocketAddr>,
+    /// Which socket (index of `Shared::sockets`) sends each datagram: the
+    /// one bound to its source address.
+    pub(super) via: Vec<usize>,
 }
 
 impl Shared {
@@ -98,18 +101,20 @@ impl Shared {
         self.deferred_bytes.store(0, Ordering::Relaxed);
         loop {
             tx.dst.clear();
+            tx.via.clear();
             {
                 let mut core = self.lock();
                 let now = self.now();
                 let mut mem = HostMemory;
                 while tx.dst.len() < BATCH {
-                    let Some((dst, pkt)) = core.gsi_out.pop_front() else {
+                    let Some((src, dst, pkt)) = core.gsi_out.pop_front() else {
                         break;
                     };
                     let i = tx.dst.len();
                     tx.bufs[i].clear();
                     tx.bufs[i].extend_from_slice(&pkt);
                     tx.dst.push(dst);
+                    tx.via.push(self.socket_index(src));
                 }
                 while tx.dst.len() < BATCH {
                     let i = tx.dst.len();
@@ -117,6 +122,7 @@ impl Shared {
                         Some(t) => {
                             tx.bufs[i].truncate(t.len);
                             tx.dst.push(t.dst);
+                            tx.via.push(self.socket_index(t.src_ip));
                         }
                         None => break,
                     }
@@ -128,48 +134,69 @@ impl Shared {
                 return;
             }
             if let Some(c) = &self.capture {
-                let src = self.socket.local_addr();
                 for i in 0..n {
-                    c.record(src, tx.dst[i], &tx.bufs[i]);
+                    c.record(
+                        self.socket_at(tx.via[i]).local_addr(),
+                        tx.dst[i],
+                        &tx.bufs[i],
+                    );
                 }
             }
-            // Requests and responses first, plain ACKs after them: on loopback
-            // every datagram is delivered inside the send call, so an ACK put
-            // first would delay the request a ping-pong peer waits for. (An
-            // ACK only ever moves later, so it never overtakes the READ
-            // response it follows.)
-            let is_ack = |b: &[u8]| b.first() == Some(&RC_ACKNOWLEDGE);
-            let batch: Vec<Transmit<'_>> = (0..n)
-                .filter(|&i| !is_ack(&tx.bufs[i]))
-                .chain((0..n).filter(|&i| is_ack(&tx.bufs[i])))
-                .map(|i| Transmit {
-                    dst: tx.dst[i],
-                    payload: &tx.bufs[i],
-                })
-                .collect();
-            let batch = match &self.faults {
-                Some(f) => f.apply(batch),
-                None => batch,
-            };
-            let mut sent = 0;
-            let mut stalls = 0;
-            while sent < batch.len() {
-                match self.socket.send_batch(&batch[sent..]) {
-                    Ok(0) => {
-                        // Socket buffer full: wait briefly for room; after that,
-                        // drop (RC retransmits; UD is unreliable by contract).
-                        stalls += 1;
-                        if stalls > 100 {
-                            break;
-                        }
-                        wait_writable(&self.socket, 10);
-                    }
-                    Ok(k) => sent += k,
-                    Err(_) => break,
+            // Each socket's datagrams in their order, the device socket's
+            // first (most datagrams have no other source).
+            let last = tx.via.iter().copied().max().unwrap_or(0);
+            for via in 0..=last {
+                if tx.via.contains(&via) {
+                    self.send_via(tx, n, via);
                 }
             }
             if n < BATCH {
                 return;
+            }
+        }
+    }
+
+    /// Sends the datagrams of the first `n` in `tx` that leave through the
+    /// socket at `via` (index of `Shared::sockets`).
+    fn send_via(&self, tx: &Tx, n: usize, via: usize) {
+        let socket = self.socket_at(via);
+        // Requests and responses first, plain ACKs after them: on loopback
+        // every datagram is delivered inside the send call, so an ACK put
+        // first would delay the request a ping-pong peer waits for. (An
+        // ACK only ever moves later, so it never overtakes the READ
+        // response it follows.)
+        let is_ack = |b: &[u8]| b.first() == Some(&RC_ACKNOWLEDGE);
+        let mine = |i: &usize| tx.via[*i] == via;
+        let batch: Vec<Transmit<'_>> = (0..n)
+            .filter(mine)
+            .filter(|&i| !is_ack(&tx.bufs[i]))
+            .chain((0..n).filter(mine).filter(|&i| is_ack(&tx.bufs[i])))
+            .map(|i| Transmit {
+                dst: tx.dst[i],
+                payload: &tx.bufs[i],
+            })
+            .collect();
+        // The fault injector sends what it holds back through a copy
+        // of the device socket: only that socket's datagrams pass it.
+        let batch = match &self.faults {
+            Some(f) if via == 0 => f.apply(batch),
+            _ => batch,
+        };
+        let mut sent = 0;
+        let mut stalls = 0;
+        while sent < batch.len() {
+            match socket.send_batch(&batch[sent..]) {
+                Ok(0) => {
+                    // Socket buffer full: wait briefly for room; after that,
+                    // drop (RC retransmits; UD is unreliable by contract).
+                    stalls += 1;
+                    if stalls > 100 {
+                        break;
+                    }
+                    wait_writable(socket, 10);
+                }
+                Ok(k) => sent += k,
+                Err(_) => break,
             }
         }
     }

@@ -543,7 +543,9 @@ impl CmId {
             .into_iter()
             .flatten()
             .find(|ip| !ip.is_unspecified())
-            .unwrap_or(dev.ip());
+            // No source: the address routing picks toward `dst`, as rdma_cm
+            // does, if the device has it.
+            .unwrap_or_else(|| engine.source_for(dst.ip()));
         let h = self.h;
         std::thread::Builder::new()
             .name("softrdma-resolve".into())

@@ -1,0 +1,168 @@
+//! The host device at every host address: its GID table lists the host's
+//! usable addresses (GID 0 the device address, then loopback and the
+//! interfaces'), and each process is a member of the group at each of them.
+//!
+//! - `ibv_devinfo -v` with nothing configured: GID 0 is `127.0.0.1`, `::1`
+//!   is among the others;
+//! - in a network namespace pair (root only, like the other netns tests):
+//!   an `rping -s -a 0.0.0.0` server started with nothing configured (its
+//!   device at 127.0.0.1) serves a client from the other namespace that
+//!   connects to its veth address, and a second server the same way serves
+//!   a client of its own namespace that connects to 127.0.0.1, both `-V`;
+//! - one process binds rdma_cm ids to 127.0.0.1 and then to its veth
+//!   address (`c/bind_addrs.c`): both are addresses of its device.
+//!
+//! Needs `cargo xtask compat` and rdmacm-utils; fails (never skips) without.
+
+use softrdma_compat_tests::c_programs::{LIBIBVERBS, LIBRDMACM, build_c_program};
+use softrdma_compat_tests::cm::{ServerEnd, run_cm_pair, turned_away};
+use softrdma_compat_tests::rdmacm::{Host, check_rping, strings};
+use softrdma_compat_tests::*;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const PINGS: usize = 20;
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `program args` against `target/compat` in namespace `ns` with nothing
+/// configured (no `SOFTRDMA_ADDR`): the device takes its default address.
+fn unconfigured(ns: &str, program: &Path, args: &[String]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "env"]);
+    for k in [
+        "SOFTRDMA_ADDR",
+        "SOFTRDMA_PORT",
+        "SOFTRDMA_PCAP",
+        "SOFTRDMA_HOST",
+        "LD_PRELOAD",
+    ] {
+        c.args(["-u", k]);
+    }
+    c.arg(format!(
+        "LD_LIBRARY_PATH={}",
+        require_compat_dir().display()
+    ));
+    c.arg(program).args(args);
+    c
+}
+
+fn rping_args(role: &str, addr: Ipv4Addr, port: u16) -> Vec<String> {
+    strings(&[
+        role,
+        "-a",
+        &addr.to_string(),
+        "-p",
+        &port.to_string(),
+        "-C",
+        &PINGS.to_string(),
+        "-v",
+        "-V",
+    ])
+}
+
+#[test]
+fn devinfo_lists_every_host_address() {
+    let bin = require_binary("ibv_devinfo");
+    let out = run_with_timeout(
+        compat_command(bin)
+            .env_remove("SOFTRDMA_ADDR")
+            .env_remove("SOFTRDMA_PORT")
+            .env_remove("SOFTRDMA_HOST")
+            .arg("-v"),
+        TIMEOUT,
+    );
+    assert_eq!(out.code(), Some(0), "{out}");
+    let gids: Vec<&str> = out
+        .stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("GID["))
+        .collect();
+    assert_eq!(
+        gids.first().copied(),
+        Some("GID[  0]:\t\t::ffff:127.0.0.1, RoCE v2"),
+        "GID 0 must be 127.0.0.1 with nothing configured: {out}"
+    );
+    assert!(
+        gids[1..].iter().any(|g| g.ends_with("\t::1, RoCE v2")),
+        "::1 must be among the GIDs: {out}"
+    );
+    assert!(
+        !gids.iter().any(|g| g.contains("fe80:")),
+        "no link-local GIDs: {out}"
+    );
+    let len = out
+        .stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("gid_tbl_len:"))
+        .map(str::trim);
+    assert_eq!(len, Some(gids.len().to_string().as_str()), "{out}");
+}
+
+#[test]
+fn a_wildcard_listener_serves_the_veth_and_the_loopback_address() {
+    if !netns_allowed("host addresses: rping -s -a 0.0.0.0") {
+        return;
+    }
+    require_compat_dir();
+    let rping = require_binary("rping");
+    let ns = NetnsPair::create();
+    let any = Ipv4Addr::UNSPECIFIED;
+    let lo = Ipv4Addr::LOCALHOST;
+
+    // A client on the other "host" connects to the veth address.
+    let p1 = unique_tcp_port();
+    let client_a = Host::in_netns(ns.addr_a, &ns.a);
+    let out = run_cm_pair(
+        &mut unconfigured(&ns.b, &rping, &rping_args("-s", any, p1)),
+        // Its device is at 127.0.0.1; the veth address is its other GID.
+        ns.addr_b,
+        || client_a.command("rping", "host-addrs", &rping_args("-c", ns.addr_b, p1)),
+        turned_away,
+        ServerEnd::Exits,
+        TIMEOUT,
+    );
+    if let Err(e) = check_rping(&out, PINGS, 64) {
+        panic!("client from the other namespace to {}: {e}", ns.addr_b);
+    }
+
+    // A client on the same "host", also with nothing configured, connects
+    // to 127.0.0.1.
+    let p2 = unique_tcp_port();
+    let out = run_cm_pair(
+        &mut unconfigured(&ns.b, &rping, &rping_args("-s", any, p2)),
+        lo,
+        || unconfigured(&ns.b, &rping, &rping_args("-c", lo, p2)),
+        turned_away,
+        ServerEnd::Exits,
+        TIMEOUT,
+    );
+    if let Err(e) = check_rping(&out, PINGS, 64) {
+        panic!("client of the same namespace to 127.0.0.1: {e}");
+    }
+}
+
+#[test]
+fn one_process_binds_loopback_and_its_veth_address() {
+    if !netns_allowed("host addresses: rdma_bind_addr to two addresses") {
+        return;
+    }
+    require_compat_dir();
+    let bin = build_c_program(
+        "bind_addrs",
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &[LIBRDMACM, LIBIBVERBS],
+    );
+    let ns = NetnsPair::create();
+    let addrs = strings(&["127.0.0.1", &ns.addr_b.to_string()]);
+    let out = run_with_timeout(&mut unconfigured(&ns.b, &bin, &addrs), TIMEOUT);
+    assert_eq!(out.code(), Some(0), "{out}");
+    for a in &addrs {
+        assert!(
+            out.stdout.contains(&format!("bind {a} ok")),
+            "binding {a}: {out}"
+        );
+    }
+}
