@@ -42,17 +42,14 @@ impl Shared {
             self.now().as_nanos(),
         );
         if *w != want {
-            // Every address's socket follows the same rule.
-            let mut ok = true;
-            for (socket, _) in self.sockets() {
-                let r = if want {
-                    poller.add_socket(socket, KEY_SOCKET)
-                } else {
-                    poller.remove_fd(socket.as_fd(), KEY_SOCKET)
-                };
-                ok &= r.is_ok();
-            }
-            if ok {
+            // Only the device socket: a busy poller reads no other (the
+            // other addresses' sockets stay in the set, `Shared::rx_others`).
+            let r = if want {
+                poller.add_socket(&self.socket, KEY_SOCKET)
+            } else {
+                poller.remove_fd(self.socket.as_fd(), KEY_SOCKET)
+            };
+            if r.is_ok() {
                 *w = want;
             }
         }

@@ -69,8 +69,8 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
             }
             got
         } else {
-            let mut rx = s.rx.lock().unwrap_or_else(|p| p.into_inner());
-            s.rx_mcast(&mut rx)
+            // A busy poller owns the device socket; the others are ours.
+            s.rx_others()
         };
         // What a poller or a post left unsent goes now, unless its owner
         // is still in the middle of a burst (it sends it itself).

@@ -29,20 +29,39 @@ impl Shared {
     /// datagrams handled. The answers are sent after each full batch, and
     /// after the last one too unless a busy poller runs it ([`Rx::Poller`]:
     /// then they are left to the caller, `tx_pending`).
+    ///
+    /// A busy poller reads the device socket only (GID 0, where its traffic
+    /// is): every other socket would cost it an empty `recvmmsg` per poll.
+    /// The progress thread reads them all.
     pub(super) fn rx_burst(&self, mode: Rx) -> usize {
+        let sockets = match mode {
+            Rx::Poller => 1,
+            Rx::Progress => usize::MAX,
+        };
+        self.rx_sockets(mode, 0, sockets)
+    }
+
+    /// The sockets of the other host addresses and the multicast groups:
+    /// the progress thread reads them even while a busy poller owns the
+    /// device socket (they stay in its epoll set).
+    pub(super) fn rx_others(&self) -> usize {
+        self.rx_sockets(Rx::Progress, 1, usize::MAX)
+    }
+
+    /// Receives on `count` sockets of [`Shared::sockets`] from `first` on,
+    /// then the multicast groups.
+    fn rx_sockets(&self, mode: Rx, first: usize, count: usize) -> usize {
         let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
         let mut total = 0;
         let mut requests = 0;
-        // Every address's socket in turn (GID order), each with its own
+        // Each address's socket in turn (GID order), each with its own
         // address as the packets' destination and its own group.
-        for (i, (socket, host)) in self.sockets().enumerate() {
+        for (i, (socket, host)) in self.sockets().enumerate().skip(first).take(count) {
             total += self.rx_socket(mode, &mut rx, i, socket, host, &mut requests);
+            self.handle_unreachable(socket);
         }
         if requests > 0 {
             self.rx_requests.fetch_add(requests, Ordering::Relaxed);
-        }
-        for (socket, _) in self.sockets() {
-            self.handle_unreachable(socket);
         }
         total + self.rx_mcast(&mut rx)
     }
