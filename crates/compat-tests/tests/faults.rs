@@ -266,7 +266,7 @@ fn nft_dropped(ns: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter in {text}"))
 }
 
-/// `ibv_rc_pingpong -c -n 100 -s <size>` across two namespaces with
+/// `ibv_rc_pingpong -c -n <100..500> -s <size>` across two namespaces with
 /// `percent` % loss of requests arriving in the server's namespace and, if
 /// `both_ways`, in the client's (ACKs spared, see the module documentation).
 fn rc_pingpong_across_namespaces(test: &'static str, percent: u32, both_ways: bool, size: u64) {
@@ -281,7 +281,11 @@ fn rc_pingpong_across_namespaces(test: &'static str, percent: u32, both_ways: bo
     let bin = rc_pingpong_bin();
     let client = Endpoint::compat(&bin, ns.addr_a).in_netns(&ns.a);
     let server = Endpoint::compat(&bin, ns.addr_b).in_netns(&ns.b);
-    rc_pingpong(server, client, (100, size), [None, None], test);
+    // Enough requests that the rule drops some for sure: at 1 %, 100
+    // iterations (about 400 requests into each namespace) lose none about 1
+    // time in 55; 500 iterations, 1 in 5e8.
+    let iters = (500 / u64::from(percent)).clamp(100, 500);
+    rc_pingpong(server, client, (iters, size), [None, None], test);
     check_nft_dropped(&ns, both_ways);
 }
 
