@@ -783,7 +783,7 @@ impl Cm {
     /// [`Cm::peer_unreachable`]. Its comm IDs carry `slot` in their top byte.
     pub fn member_gone(&mut self, now: Instant, ip: IpAddr, slot: u8, qp: &mut dyn QpOps) {
         self.peers_gone(now, qp, |c| {
-            c.peer_ip == ip && c.remote_comm_id >> 24 == u32::from(slot)
+            c.peer_ip == ip && slot_of(c.remote_comm_id) == slot
         });
     }
 
@@ -795,7 +795,7 @@ impl Cm {
             .values()
             .filter_map(|i| i.conn.as_ref())
             .filter(|c| c.peer_ip == ip && c.remote_comm_id != 0)
-            .map(|c| (c.remote_comm_id >> 24) as u8)
+            .map(|c| slot_of(c.remote_comm_id))
             .collect();
         v.sort_unstable();
         v.dedup();
@@ -1071,4 +1071,9 @@ fn with_slot(slot: u8, x: u32) -> u32 {
         0 => x,
         s => (u32::from(s) << 24) | (x & 0x00FF_FFFF),
     }
+}
+
+/// The member slot a comm ID (or TID half) of [`with_slot`] carries.
+fn slot_of(x: u32) -> u8 {
+    (x >> 24) as u8
 }

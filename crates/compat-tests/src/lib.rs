@@ -205,6 +205,15 @@ pub fn system_command(program: impl AsRef<OsStr>) -> Command {
     cmd
 }
 
+/// The `GID[  i]:` lines of `ibv_devinfo -v` output, trimmed, in order.
+pub fn gid_lines(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("GID["))
+        .collect()
+}
+
 /// The result of [`run_with_timeout`].
 #[derive(Debug)]
 pub struct RunOutput {

@@ -87,6 +87,22 @@ pub fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
+/// `rping ROLE -a ADDR -p PORT -C PINGS -v -V`: `pings` verified pings on
+/// rdma_cm port `port` (ROLE `-s` or `-c`).
+pub fn rping_args(role: &str, addr: Ipv4Addr, port: u16, pings: usize) -> Vec<String> {
+    strings(&[
+        role,
+        "-a",
+        &addr.to_string(),
+        "-p",
+        &port.to_string(),
+        "-C",
+        &pings.to_string(),
+        "-v",
+        "-V",
+    ])
+}
+
 /// Collects problems of one run; `Err` with all of them and the outputs.
 #[derive(Default)]
 struct Problems(String);

@@ -125,12 +125,7 @@ fn ibv_devinfo_verbose_shows_the_roce_v2_gid() {
     let addr = unique_loopback_addr(NET);
     let out = run("ibv_devinfo", &["-v"], addr);
     check_common(&out);
-    let gids: Vec<&str> = out
-        .stdout
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("GID["))
-        .collect();
+    let gids = gid_lines(&out.stdout);
     assert!(!gids.is_empty(), "no GID lines: {out}");
     assert_eq!(
         gids[0],

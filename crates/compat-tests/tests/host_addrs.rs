@@ -16,7 +16,7 @@
 
 use softrdma_compat_tests::c_programs::{LIBIBVERBS, LIBRDMACM, build_c_program};
 use softrdma_compat_tests::cm::{ServerEnd, run_cm_pair, turned_away};
-use softrdma_compat_tests::rdmacm::{Host, check_rping, strings};
+use softrdma_compat_tests::rdmacm::{Host, check_rping, rping_args, strings};
 use softrdma_compat_tests::*;
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -48,20 +48,6 @@ fn unconfigured(ns: &str, program: &Path, args: &[String]) -> Command {
     c
 }
 
-fn rping_args(role: &str, addr: Ipv4Addr, port: u16) -> Vec<String> {
-    strings(&[
-        role,
-        "-a",
-        &addr.to_string(),
-        "-p",
-        &port.to_string(),
-        "-C",
-        &PINGS.to_string(),
-        "-v",
-        "-V",
-    ])
-}
-
 #[test]
 fn devinfo_lists_every_host_address() {
     let bin = require_binary("ibv_devinfo");
@@ -74,12 +60,7 @@ fn devinfo_lists_every_host_address() {
         TIMEOUT,
     );
     assert_eq!(out.code(), Some(0), "{out}");
-    let gids: Vec<&str> = out
-        .stdout
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("GID["))
-        .collect();
+    let gids = gid_lines(&out.stdout);
     assert_eq!(
         gids.first().copied(),
         Some("GID[  0]:\t\t::ffff:127.0.0.1, RoCE v2"),
@@ -116,10 +97,16 @@ fn a_wildcard_listener_serves_the_veth_and_the_loopback_address() {
     let p1 = unique_tcp_port();
     let client_a = Host::in_netns(ns.addr_a, &ns.a);
     let out = run_cm_pair(
-        &mut unconfigured(&ns.b, &rping, &rping_args("-s", any, p1)),
+        &mut unconfigured(&ns.b, &rping, &rping_args("-s", any, p1, PINGS)),
         // Its device is at 127.0.0.1; the veth address is its other GID.
         ns.addr_b,
-        || client_a.command("rping", "host-addrs", &rping_args("-c", ns.addr_b, p1)),
+        || {
+            client_a.command(
+                "rping",
+                "host-addrs",
+                &rping_args("-c", ns.addr_b, p1, PINGS),
+            )
+        },
         turned_away,
         ServerEnd::Exits,
         TIMEOUT,
@@ -132,9 +119,9 @@ fn a_wildcard_listener_serves_the_veth_and_the_loopback_address() {
     // to 127.0.0.1.
     let p2 = unique_tcp_port();
     let out = run_cm_pair(
-        &mut unconfigured(&ns.b, &rping, &rping_args("-s", any, p2)),
+        &mut unconfigured(&ns.b, &rping, &rping_args("-s", any, p2, PINGS)),
         lo,
-        || unconfigured(&ns.b, &rping, &rping_args("-c", lo, p2)),
+        || unconfigured(&ns.b, &rping, &rping_args("-c", lo, p2, PINGS)),
         turned_away,
         ServerEnd::Exits,
         TIMEOUT,

@@ -10,26 +10,12 @@
 
 use softrdma_compat_tests::cm::{ServerEnd, run_cm_pair, turned_away};
 use softrdma_compat_tests::pingpong::{case, check_pingpong, pingpong_args};
-use softrdma_compat_tests::rdmacm::{Host, check_rping, strings};
+use softrdma_compat_tests::rdmacm::{Host, check_rping, rping_args};
 use softrdma_compat_tests::*;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 const PINGS: usize = 20;
-
-fn rping_args(role: &str, addr: Ipv4Addr, port: u16) -> Vec<String> {
-    strings(&[
-        role,
-        "-a",
-        &addr.to_string(),
-        "-p",
-        &port.to_string(),
-        "-C",
-        &PINGS.to_string(),
-        "-v",
-        "-V",
-    ])
-}
 
 #[test]
 fn two_rping_servers_share_an_address_and_a_taken_port_is_refused() {
@@ -40,7 +26,7 @@ fn two_rping_servers_share_an_address_and_a_taken_port_is_refused() {
     // address: both are members of one device.
     let p1 = unique_tcp_port();
     let p2 = unique_tcp_port();
-    let mut first = spawn(&mut host.command("rping", "host", &rping_args("-s", addr, p1)));
+    let mut first = spawn(&mut host.command("rping", "host", &rping_args("-s", addr, p1, PINGS)));
     // The host device's registry shows when its listener is up.
     let registry = softrdma_host::Registry::open().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -55,7 +41,7 @@ fn two_rping_servers_share_an_address_and_a_taken_port_is_refused() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let refused = run_with_timeout(
-        &mut host.command("rping", "host", &rping_args("-s", addr, p1)),
+        &mut host.command("rping", "host", &rping_args("-s", addr, p1, PINGS)),
         Duration::from_secs(10),
     );
     assert!(
@@ -73,9 +59,9 @@ fn two_rping_servers_share_an_address_and_a_taken_port_is_refused() {
     assert!(first.poll().is_none(), "the first server ended");
 
     let out = run_cm_pair(
-        &mut host.command("rping", "host", &rping_args("-s", addr, p2)),
+        &mut host.command("rping", "host", &rping_args("-s", addr, p2, PINGS)),
         addr,
-        || host.command("rping", "host", &rping_args("-c", addr, p2)),
+        || host.command("rping", "host", &rping_args("-c", addr, p2, PINGS)),
         turned_away,
         ServerEnd::Exits,
         Duration::from_secs(60),
@@ -84,7 +70,7 @@ fn two_rping_servers_share_an_address_and_a_taken_port_is_refused() {
         panic!("second pair: {e}");
     }
     assert!(first.poll().is_none(), "the first server ended");
-    let mut client = spawn(&mut host.command("rping", "host", &rping_args("-c", addr, p1)));
+    let mut client = spawn(&mut host.command("rping", "host", &rping_args("-c", addr, p1, PINGS)));
     let end = Instant::now() + Duration::from_secs(60);
     while (first.poll().is_none() || client.poll().is_none()) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(10));

@@ -19,13 +19,13 @@
 //! the index its probe arrived at, and the table is rebuilt from the reports.
 
 use softrdma_cm::{CmError, IdHandle, PortAuthority};
-use softrdma_host::{GroupState, Member, PortLease, Registry, RegistryGuard};
+use softrdma_host::{GroupState, Member, PortLease, Registry};
 use softrdma_udp::RoceSocket;
 use softrdma_udp::steer::{SteerProgram, SteerTable, probe_datagram};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,8 +50,6 @@ pub(crate) struct HostMember {
     member: Arc<Member>,
     /// The group's address (the device address and UDP port).
     addr: SocketAddr,
-    /// Misrouted packets seen (for another member slot): the table is stale.
-    pub(crate) misrouted: AtomicU64,
     reconciling: AtomicBool,
     last_reconcile: Mutex<Option<Instant>>,
     listeners_changed: Arc<AtomicBool>,
@@ -105,7 +103,6 @@ impl HostMember {
             registry,
             member,
             addr,
-            misrouted: AtomicU64::new(0),
             reconciling: AtomicBool::new(false),
             last_reconcile: Mutex::new(None),
             listeners_changed,
@@ -321,9 +318,7 @@ impl HostMember {
         }
         state.members = table_from_reports(n as usize, &reports);
         self.registry.write_group(&g, self.addr.ip(), &state)?;
-        self.attach(socket, &state)?;
-        drop::<RegistryGuard<'_>>(g);
-        Ok(())
+        self.attach(socket, &state)
     }
 }
 
@@ -362,13 +357,6 @@ impl PortAuthority for HostPorts {
 
     fn release(&mut self, id: IdHandle) {
         self.leases.remove(&id);
-    }
-}
-
-/// The address the group is bound at (for messages).
-impl std::fmt::Display for HostMember {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "member {} of softrdma0 at {}", self.slot(), self.addr)
     }
 }
 

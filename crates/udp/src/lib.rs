@@ -126,5 +126,7 @@ pub use socket::{
     Capabilities, Datagram, Datagrams, GRO_SLOT_SIZE, GsoPolicy, MAX_UDP_PAYLOAD, PLAIN_SLOT_SIZE,
     RecvBatch, RecvMeta, RoceSocket, SocketConfig, SocketStats, Transmit,
 };
-pub use steer::{SteerError, SteerProgram, SteerTable, member_slot, parse_probe, probe_datagram};
+pub use steer::{
+    SteerError, SteerProgram, SteerTable, dest_qpn, member_slot, parse_probe, probe_datagram,
+};
 pub use wake::{EventFd, EventFdOptions, Events, Interest, Poller, TimerFd, TimerMode, Waker};

@@ -139,6 +139,15 @@ const ATTR_APR: u32 = 0x001A;
 /// skips `1 + 2 × n` instructions and must stay within 255.
 const LISTENERS_PER_BLOCK: usize = 127;
 
+/// The destination QPN of a RoCE datagram (the BTH at UDP payload offset 0;
+/// `None` if it is too short for one). What the program steers on.
+pub fn dest_qpn(payload: &[u8]) -> Option<u32> {
+    if payload.len() < BTH_LEN as usize {
+        return None;
+    }
+    be32(payload, OFF_DEST_QP as usize).map(|w| w & 0x00FF_FFFF)
+}
+
 /// Member slot of a QPN: bits 23..16 (a member's QPNs are `slot << 16 | n`).
 pub const fn member_slot(qpn: u32) -> u8 {
     (qpn >> 16) as u8
@@ -200,13 +209,10 @@ impl SteerTable {
     /// Meaningful for tables [`SteerProgram::new`] accepts.
     pub fn route(&self, payload: &[u8]) -> u32 {
         let fallback = self.fallback;
-        if payload.len() < BTH_LEN as usize {
-            return fallback;
-        }
         if let Some((_, index)) = parse_probe(payload) {
             return index;
         }
-        let Some(qpn) = be32(payload, OFF_DEST_QP as usize).map(|w| w & 0x00FF_FFFF) else {
+        let Some(qpn) = dest_qpn(payload) else {
             return fallback;
         };
         let slot = match qpn {

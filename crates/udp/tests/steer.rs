@@ -43,6 +43,21 @@ fn sender(ip: IpAddr, cfg: &SocketConfig) -> RoceSocket {
     RoceSocket::bind(SocketAddr::new(ip, 0), cfg).unwrap()
 }
 
+/// The table of a group whose socket k holds slot k+1.
+fn slots_in_order(n: u32) -> SteerTable {
+    SteerTable {
+        members: (0..n).map(|k| (k as u8 + 1, k)).collect(),
+        listeners: vec![],
+        fallback: 0,
+    }
+}
+
+/// Attaches `table` to the group `sock` is in.
+fn attach(sock: &RoceSocket, table: &SteerTable) {
+    sock.attach_steering(&SteerProgram::new(table).unwrap())
+        .unwrap();
+}
+
 /// A datagram for `qpn`, `len` bytes, tagged with `tag` in the PSN word.
 fn bth(qpn: u32, tag: u32, len: usize) -> Vec<u8> {
     let mut p = vec![0u8; len.max(12)];
@@ -127,9 +142,7 @@ fn each_datagram_reaches_the_socket_its_slot_names() {
         listeners: vec![(sid, 30)],
         fallback: 1,
     };
-    socks[2]
-        .attach_steering(&SteerProgram::new(&table).unwrap())
-        .unwrap();
+    attach(&socks[2], &table);
 
     let mut payloads = vec![];
     let mut tag = 0;
@@ -189,15 +202,9 @@ fn probes_find_the_index_shift_after_a_member_closes() {
         .collect();
     let dst = socks[0].as_ref().unwrap().local_addr();
     let tx = sender(IpAddr::V4(Ipv4Addr::LOCALHOST), &SocketConfig::plain());
-    // Socket k holds slot k+1.
-    let table = SteerTable {
-        members: (0..4).map(|k| (k as u8 + 1, k)).collect(),
-        listeners: vec![],
-        fallback: 0,
-    };
-    let prog = SteerProgram::new(&table).unwrap();
-    // Attached from the member that will close: the program is the group's and stays.
-    socks[1].as_ref().unwrap().attach_steering(&prog).unwrap();
+    // Socket k holds slot k+1, attached from the member that will close: the
+    // program is the group's and stays.
+    attach(socks[1].as_ref().unwrap(), &slots_in_order(4));
 
     // Which socket sees probe i: the one at index i.
     let probe_round = |socks: &[Option<RoceSocket>], epoch: u32| -> Vec<Option<usize>> {
@@ -251,11 +258,7 @@ fn probes_find_the_index_shift_after_a_member_closes() {
         listeners: vec![],
         fallback: 0,
     };
-    socks[3]
-        .as_ref()
-        .unwrap()
-        .attach_steering(&SteerProgram::new(&fixed).unwrap())
-        .unwrap();
+    attach(socks[3].as_ref().unwrap(), &fixed);
     assert_eq!(
         steer(&socks, &[1, 2, 3, 4])[..],
         [Some(0), Some(0), Some(2), Some(3)]
@@ -276,14 +279,7 @@ fn a_gso_send_follows_its_first_segment() {
         let ip = IpAddr::V4(unique_ip());
         let socks = group(ip, 0, 4, &SocketConfig::default().with_gro(gro));
         let dst = socks[0].local_addr();
-        let table = SteerTable {
-            members: (0..4).map(|k| (k as u8 + 1, k)).collect(),
-            listeners: vec![],
-            fallback: 0,
-        };
-        socks[0]
-            .attach_steering(&SteerProgram::new(&table).unwrap())
-            .unwrap();
+        attach(&socks[0], &slots_in_order(4));
         let refs: Vec<&RoceSocket> = socks.iter().collect();
         for first in [2u32, 4] {
             let slots = [first, 1, 3, if first == 2 { 4 } else { 2 }];
@@ -330,14 +326,7 @@ fn a_steered_sender_cuts_gso_runs_at_slot_changes() {
     }
     let socks = group(IpAddr::V4(unique_ip()), 0, 3, &SocketConfig::plain());
     let dst = socks[0].local_addr();
-    let table = SteerTable {
-        members: (0..3).map(|k| (k as u8 + 1, k)).collect(),
-        listeners: vec![],
-        fallback: 0,
-    };
-    socks[0]
-        .attach_steering(&SteerProgram::new(&table).unwrap())
-        .unwrap();
+    attach(&socks[0], &slots_in_order(3));
     let slots = [1u32, 1, 1, 2, 2, 3, 3, 3, 3];
     let payloads: Vec<Vec<u8>> = slots
         .iter()
@@ -496,14 +485,7 @@ struct GroRun {
 /// from one socket, receiving as it goes; counts datagrams that reached the wrong socket.
 fn alternate(tx: &RoceSocket, socks: &[RoceSocket], n: u32) -> GroRun {
     let dst = socks[0].local_addr();
-    let table = SteerTable {
-        members: vec![(1, 0), (2, 1)],
-        listeners: vec![],
-        fallback: 0,
-    };
-    socks[0]
-        .attach_steering(&SteerProgram::new(&table).unwrap())
-        .unwrap();
+    attach(&socks[0], &slots_in_order(2));
     let gro_before: u64 = socks.iter().map(|s| s.stats().gro_batches).sum();
     let refs: Vec<&RoceSocket> = socks.iter().collect();
     let mut run = GroRun::default();

@@ -128,15 +128,14 @@ pub(crate) fn convert(e: Event) -> Option<*mut rdma_cm_event> {
     // The owner's count goes up before anything touches it (a concurrent
     // rdma_destroy_id then waits for this event's ack); a conversion that
     // gives up acks it back.
-    let claim = if e.kind == EventKind::ConnectRequest {
-        Claim(e.listen_id.and_then(co::claim_id)?)
+    let (claim, id, listen) = if e.kind == EventKind::ConnectRequest {
+        let claim = Claim(e.listen_id.and_then(co::claim_id)?);
+        let listen = claim.0;
+        (claim, new_child(listen, e.id)?, listen)
     } else {
-        Claim(co::claim_id(e.id)?)
-    };
-    let (id, listen) = if e.kind == EventKind::ConnectRequest {
-        (new_child(claim.0, e.id)?, claim.0)
-    } else {
-        (claim.0, core::ptr::null_mut())
+        let claim = Claim(co::claim_id(e.id)?);
+        let id = claim.0;
+        (claim, id, core::ptr::null_mut())
     };
     // SAFETY: mapped ids are live objects of this library.
     let obj = unsafe { &*id };

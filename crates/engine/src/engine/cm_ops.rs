@@ -96,6 +96,17 @@ impl Engine {
         self.with_cm(|cm, _, _| cm.addrs_of(id))
     }
 
+    /// The local address an id resolves `dst` from (`rdma_resolve_addr`):
+    /// the source it names, else the address it is bound to, else
+    /// [`Engine::source_for`] (the address routing picks, as rdma_cm does).
+    pub fn cm_resolve_source(&self, id: IdHandle, src: Option<IpAddr>, dst: IpAddr) -> IpAddr {
+        [src, self.cm_addrs(id).0.map(|a| a.ip())]
+            .into_iter()
+            .flatten()
+            .find(|ip| !ip.is_unspecified())
+            .unwrap_or_else(|| self.source_for(dst))
+    }
+
     /// An id's port space (`None`: no such id).
     pub fn cm_port_space(&self, id: IdHandle) -> Option<PortSpace> {
         self.with_cm(|cm, _, _| cm.port_space(id))

@@ -6,15 +6,16 @@
 use super::{Core, Shared};
 use crate::cm::EpQps;
 use crate::host::HostMember;
+use softrdma_transport::{GSI_QPN, MULTICAST_QPN};
 use softrdma_udp::RecvBatch;
-use softrdma_udp::steer::parse_probe;
+use softrdma_udp::steer::{dest_qpn, member_slot, parse_probe};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 /// What the receive path noticed about the host device in one burst.
 #[derive(Debug, Default)]
 pub(super) struct Noticed {
-    misrouted: u64,
+    /// A packet for another member's QP arrived: the group's table is stale.
+    misrouted: bool,
 }
 
 impl Shared {
@@ -26,14 +27,12 @@ impl Shared {
         if parse_probe(pkt).is_some() {
             return true;
         }
-        if let Some(b) = pkt.get(5..8) {
-            let qpn = u32::from_be_bytes([0, b[0], b[1], b[2]]);
-            if qpn != softrdma_transport::GSI_QPN
-                && qpn != 0xFF_FFFF
-                && (qpn >> 16) as u8 != h.slot()
-            {
-                n.misrouted += 1;
-            }
+        if let Some(qpn) = dest_qpn(pkt)
+            && qpn != GSI_QPN
+            && qpn != MULTICAST_QPN
+            && member_slot(qpn) != h.slot()
+        {
+            n.misrouted = true;
         }
         false
     }
@@ -55,11 +54,7 @@ impl Shared {
     /// [`Shared::sockets`] (outside the engine lock): a misrouted packet
     /// there reconciles that socket's group.
     pub(super) fn after_notice(&self, n: Noticed, index: usize) {
-        let Some((_, Some(h))) = self.sockets().nth(index) else {
-            return;
-        };
-        if n.misrouted > 0 {
-            h.misrouted.fetch_add(n.misrouted, Ordering::Relaxed);
+        if n.misrouted {
             self.reconcile_soon(index);
         }
     }
@@ -75,16 +70,15 @@ impl Shared {
         if !h.should_reconcile() {
             return;
         }
-        let h = Arc::clone(h);
-        let h2 = Arc::clone(&h);
+        let group = Arc::clone(h);
         let spawned = std::thread::Builder::new()
             .name("softrdma-reconcile".into())
             .spawn(move || {
-                let _ = h.reconcile(me.socket_at(index));
+                let _ = group.reconcile(me.socket_at(index));
             });
         if spawned.is_err() {
             // Leave it to the next misrouted packet.
-            h2.reconcile_done();
+            h.reconcile_done();
         }
     }
 

@@ -175,10 +175,6 @@ impl Engine {
 
     /// Starts an engine: binds the socket and spawns the progress thread.
     pub fn start(mut cfg: EngineConfig) -> io::Result<Engine> {
-        let open = |addr: &softrdma_udp::AddrConfig, sc: &SocketConfig| {
-            RoceSocket::open(addr, sc).map_err(|e| io::Error::new(e_kind(&e), e.to_string()))
-        };
-        // Port 0 (tests: a kernel-chosen port) is a device of its own.
         // Port 0 (tests: a kernel-chosen port) is a device of its own; so is
         // a process that cannot use the registry (a runtime directory it
         // cannot write, or one another user squats on).
@@ -207,17 +203,16 @@ impl Engine {
                 }
                 IpAddr::V4(_) => SocketAddr::new(ip, cfg.addr.port),
             };
-            // GRO on a NIC or veth merges datagrams of one flow for different
-            // members into one, steered by its first segment (measured:
-            // softrdma_udp::steer); loopback never merges.
-            let sc = SocketConfig::default()
-                .with_reuseport(true)
-                .with_gro(ip.to_canonical().is_loopback());
+            let sc = member_config(ip, true);
             let (h, s, stale) =
-                crate::host::HostMember::join(registry, addr, || open(&cfg.addr, &sc))?;
+                crate::host::HostMember::join(registry, addr, || open_socket(&cfg.addr, &sc))?;
             (Some(Arc::new(h)), s, stale)
         } else {
-            (None, open(&cfg.addr, &SocketConfig::default())?, false)
+            (
+                None,
+                open_socket(&cfg.addr, &SocketConfig::default())?,
+                false,
+            )
         };
         let local = socket.local_addr();
         let (more, more_stale) = match &host {
@@ -640,12 +635,7 @@ impl Engine {
         if let Some(s) = src {
             self.with_cm(|cm, _, _| cm.bind(id, s))?;
         }
-        let bound = self
-            .cm_addrs(id)
-            .0
-            .map(|a| a.ip())
-            .filter(|ip| !ip.is_unspecified());
-        let local = bound.unwrap_or_else(|| self.source_for(dst.ip()));
+        let local = self.cm_resolve_source(id, src.map(|s| s.ip()), dst.ip());
         let me = Arc::clone(self);
         let port = self.local_addr().port();
         std::thread::Builder::new()
@@ -776,14 +766,9 @@ fn join_more(
         }
         let addr = SocketAddr::new(ip, primary.port());
         // One receive batch serves every socket: GRO only where the device
-        // socket has it too, and only on loopback (as for the device socket).
-        let sc = SocketConfig::default()
-            .with_reuseport(true)
-            .with_gro(primary_gro && ip.is_loopback());
-        let open = || {
-            RoceSocket::open(&softrdma_udp::AddrConfig::exact(addr), &sc)
-                .map_err(|e| io::Error::new(e_kind(&e), e.to_string()))
-        };
+        // socket has it too.
+        let sc = member_config(ip, primary_gro);
+        let open = || open_socket(&softrdma_udp::AddrConfig::exact(addr), &sc);
         match h.join_more(addr, open) {
             Ok((m, s, st)) => {
                 more.push((s, Arc::new(m)));
@@ -797,6 +782,22 @@ fn join_more(
         }
     }
     (more, stale)
+}
+
+/// Binds a device socket.
+fn open_socket(addr: &softrdma_udp::AddrConfig, sc: &SocketConfig) -> io::Result<RoceSocket> {
+    RoceSocket::open(addr, sc).map_err(|e| io::Error::new(e_kind(&e), e.to_string()))
+}
+
+/// The socket options of a host-device member at `ip`: in the address's
+/// reuseport group, with GRO only on loopback (and only if `gro` allows):
+/// GRO on a NIC or veth merges datagrams of one flow for different members
+/// into one, steered by its first segment (measured: softrdma_udp::steer);
+/// loopback never merges.
+fn member_config(ip: IpAddr, gro: bool) -> SocketConfig {
+    SocketConfig::default()
+        .with_reuseport(true)
+        .with_gro(gro && ip.to_canonical().is_loopback())
 }
 
 /// The RC send window toward loopback peers: an eighth of the socket's

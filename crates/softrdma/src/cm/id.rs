@@ -539,13 +539,7 @@ impl CmId {
             ));
         };
         let dev = engine.local_addr();
-        let local = [src.map(|a| a.ip()), bound.map(|a| a.ip())]
-            .into_iter()
-            .flatten()
-            .find(|ip| !ip.is_unspecified())
-            // No source: the address routing picks toward `dst`, as rdma_cm
-            // does, if the device has it.
-            .unwrap_or_else(|| engine.source_for(dst.ip()));
+        let local = engine.cm_resolve_source(self.h, src.map(|a| a.ip()), dst.ip());
         let h = self.h;
         std::thread::Builder::new()
             .name("softrdma-resolve".into())
