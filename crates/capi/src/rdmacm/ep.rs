@@ -64,7 +64,7 @@ pub unsafe extern "C" fn __softrdma_rdma_getaddrinfo(
     ffi_guard(
         || libc::EAI_SYSTEM,
         || {
-            if res.is_null() || (node.is_null() && service.is_null()) {
+            if res.is_null() {
                 return libc::EAI_NONAME;
             }
             let h = if hints.is_null() {
@@ -73,41 +73,62 @@ pub unsafe extern "C" fn __softrdma_rdma_getaddrinfo(
                 // SAFETY: non-NULL hints are readable per the contract.
                 unsafe { *hints }
             };
+            // SAFETY: the hints' addresses are NULL or readable per the contract.
+            let (hint_src, hint_dst) =
+                unsafe { (sock::from_c(h.ai_src_addr), sock::from_c(h.ai_dst_addr)) };
             let passive = h.ai_flags & RAI_PASSIVE != 0;
             let family = if h.ai_family == 0 {
                 libc::AF_UNSPEC
             } else {
                 h.ai_family
             };
-            let addr = if node.is_null() {
-                let port = if service.is_null() {
-                    0
+            // (source, destination) of the answer.
+            let (src, dst) = if node.is_null() && service.is_null() {
+                // librdmacm: with neither a node nor a service the answer is
+                // the hints' own addresses (libfabric's verbs provider connects
+                // so, to the raw address its peer sent it).
+                if hint_src.is_none() && hint_dst.is_none() {
+                    return libc::EAI_NONAME;
+                }
+                (hint_src, hint_dst)
+            } else {
+                let addr = if node.is_null() {
+                    let port = if service.is_null() {
+                        0
+                    } else {
+                        // SAFETY: NUL-terminated per the contract.
+                        match unsafe { std::ffi::CStr::from_ptr(service) }
+                            .to_str()
+                            .ok()
+                            .and_then(|s| s.parse::<u16>().ok())
+                        {
+                            Some(p) => p,
+                            None => return libc::EAI_SERVICE,
+                        }
+                    };
+                    let any = if family == libc::AF_INET6 {
+                        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                    } else {
+                        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+                    };
+                    if passive {
+                        SocketAddr::new(any, port)
+                    } else {
+                        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+                    }
                 } else {
-                    // SAFETY: NUL-terminated per the contract.
-                    match unsafe { std::ffi::CStr::from_ptr(service) }
-                        .to_str()
-                        .ok()
-                        .and_then(|s| s.parse::<u16>().ok())
-                    {
-                        Some(p) => p,
-                        None => return libc::EAI_SERVICE,
+                    // SAFETY: forwarded contract.
+                    match unsafe {
+                        lookup(node, service, family, h.ai_flags & RAI_NUMERICHOST != 0)
+                    } {
+                        Ok(a) => a,
+                        Err(e) => return e,
                     }
                 };
-                let any = if family == libc::AF_INET6 {
-                    IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-                } else {
-                    IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-                };
                 if passive {
-                    SocketAddr::new(any, port)
+                    (Some(addr), None)
                 } else {
-                    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
-                }
-            } else {
-                // SAFETY: forwarded contract.
-                match unsafe { lookup(node, service, family, h.ai_flags & RAI_NUMERICHOST != 0) } {
-                    Ok(a) => a,
-                    Err(e) => return e,
+                    (hint_src, Some(addr))
                 }
             };
             let ps = if h.ai_port_space != 0 {
@@ -124,31 +145,29 @@ pub unsafe extern "C" fn __softrdma_rdma_getaddrinfo(
             } else {
                 IBV_QPT_RC as c_int
             };
+            let any = dst
+                .or(src)
+                .unwrap_or(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
             let mut b = Box::new(AddrInfo {
                 ai: rdma_addrinfo::zeroed(),
-                src: sock::to_storage(addr),
-                dst: sock::to_storage(addr),
+                src: sock::to_storage(src.unwrap_or(any)),
+                dst: sock::to_storage(dst.unwrap_or(any)),
             });
             b.ai.ai_flags = h.ai_flags;
-            b.ai.ai_family = if addr.is_ipv4() {
+            b.ai.ai_family = if any.is_ipv4() {
                 libc::AF_INET
             } else {
                 libc::AF_INET6
             };
             b.ai.ai_qp_type = qp_type;
             b.ai.ai_port_space = ps;
-            if passive {
-                b.ai.ai_src_len = sock::len_of(addr);
+            if let Some(s) = src {
+                b.ai.ai_src_len = sock::len_of(s);
                 b.ai.ai_src_addr = (&raw mut b.src).cast();
-            } else {
-                b.ai.ai_dst_len = sock::len_of(addr);
+            }
+            if let Some(d) = dst {
+                b.ai.ai_dst_len = sock::len_of(d);
                 b.ai.ai_dst_addr = (&raw mut b.dst).cast();
-                // SAFETY: hints readable per the contract; its source address is optional.
-                if let Some(s) = unsafe { sock::from_c(h.ai_src_addr) } {
-                    b.src = sock::to_storage(s);
-                    b.ai.ai_src_len = sock::len_of(s);
-                    b.ai.ai_src_addr = (&raw mut b.src).cast();
-                }
             }
             let p = Box::into_raw(b);
             o::register(p as usize, Kind::Ah);
