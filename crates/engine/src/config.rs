@@ -18,7 +18,10 @@ use std::io;
 ///   (`softrdma stats` reads it);
 /// - `SOFTRDMA_LINGER=auto|on|off`: whether the progress thread keeps polling
 ///   the socket for a while after packets arrived ([`Linger`]; default auto);
-/// - `SOFTRDMA_HOST=0|1`: join the host device (default 1; see `host`).
+/// - `SOFTRDMA_HOST=0|1`: join the host device (default 1; see `host`);
+/// - `SOFTRDMA_RNR_HOLD=MICROSECONDS`: how long an RC responder that finds no
+///   receive posted waits for one before it RNR-NAKs (default 2000; 0: at
+///   once, as rxe does; see `softrdma_transport::Config::rnr_hold_ns`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {
@@ -42,7 +45,16 @@ pub struct EngineConfig {
     /// process a device of its own (an exclusive bind, the first free
     /// `127.0.0.N` by default).
     pub host: bool,
+    /// How long a responder holds an RNR NAK back waiting for a receive
+    /// (`SOFTRDMA_RNR_HOLD`, µs).
+    pub rnr_hold: std::time::Duration,
 }
+
+/// [`EngineConfig::rnr_hold`] by default: a few wake-ups of a busy machine
+/// (an application thread woken by a completion reposts its receive within
+/// this), well under the local ACK timeout rdma_cm and the rdma-core tools
+/// use (14: 67 ms), so requesters do not time out while a NAK is held.
+pub(crate) const DEFAULT_RNR_HOLD: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Whether the progress thread keeps polling the socket for a while (200 µs
 /// past the last packet) after packets arrived, instead of going back to
@@ -105,8 +117,21 @@ impl EngineConfig {
                 ));
             }
         };
+        let rnr_hold = match lookup("SOFTRDMA_RNR_HOLD").as_deref().map(str::trim) {
+            None | Some("") => DEFAULT_RNR_HOLD,
+            Some(v) => match v.parse::<u64>() {
+                Ok(us) => std::time::Duration::from_micros(us),
+                Err(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("SOFTRDMA_RNR_HOLD={v}: expected microseconds"),
+                    ));
+                }
+            },
+        };
         Ok(EngineConfig {
             addr,
+            rnr_hold,
             busy_poll: flag("SOFTRDMA_BUSY_POLL", true)?,
             host: flag("SOFTRDMA_HOST", true)?,
             linger,
@@ -132,6 +157,7 @@ impl EngineConfig {
             linger: Linger::Auto,
             stats: None,
             host: true,
+            rnr_hold: DEFAULT_RNR_HOLD,
         }
     }
 }

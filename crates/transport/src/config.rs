@@ -93,6 +93,16 @@ pub struct Config {
     /// bits 23..16, so the kernel can steer a packet to the process that owns
     /// its destination QP (`softrdma_udp::steer`); 0: the whole QPN space.
     pub member_slot: u8,
+    /// RC: how long (ns) a responder that finds no receive posted for a
+    /// SEND holds its RNR NAK back, waiting for one (0: NAK at once, as rxe
+    /// does). A receive posted in time answers with a PSN sequence NAK
+    /// instead, so the requester resends at once without spending its RNR
+    /// retries; otherwise the RNR NAK goes out when the hold ends. A software
+    /// responder shares CPUs with the application that reposts receives:
+    /// senders that allow no RNR retry (fio's rdma engine connects with
+    /// `rnr_retry_count` 0 and one receive per I/O) would fail whenever that
+    /// application is scheduled a little late.
+    pub rnr_hold_ns: u64,
 }
 
 impl Config {
@@ -109,6 +119,7 @@ impl Config {
             max_unacked_psns: 128,
             loopback_unacked_psns: 128,
             member_slot: 0,
+            rnr_hold_ns: 0,
         }
     }
 }

@@ -136,6 +136,11 @@ impl Endpoint {
         &self.config
     }
 
+    /// Sets [`Config::rnr_hold_ns`] for requests that arrive from now on.
+    pub fn set_rnr_hold_ns(&mut self, ns: u64) {
+        self.config.rnr_hold_ns = ns;
+    }
+
     /// Counters.
     pub fn stats(&self) -> Stats {
         self.stats
@@ -786,7 +791,11 @@ impl Endpoint {
         if qp.state == QpState::Err {
             qp.flush(&mut ctx);
         }
-        self.rearm(qpn);
+        if qp.recv_posted() {
+            self.schedule(qpn);
+        } else {
+            self.rearm(qpn);
+        }
         Ok(())
     }
 

@@ -230,6 +230,7 @@ impl Engine {
         tcfg.loopback_unacked_psns = loopback_window(socket.capabilities().recv_buffer);
         let slot = host.as_ref().map_or(0, |h| h.slot());
         tcfg.member_slot = slot;
+        tcfg.rnr_hold_ns = u64::try_from(cfg.rnr_hold.as_nanos()).unwrap_or(u64::MAX);
         let mut cm = Cm::new(CmConfig {
             addrs: tcfg.gids.clone(),
             node_guid: info.node_guid,

@@ -172,6 +172,66 @@ fn rnr_nak_waits_the_table_time() {
     assert_eq!(p.rwc(1), ["9 Recv Success len=8"]);
 }
 
+/// With an RNR hold (`Config::rnr_hold_ns`, the engine's default), a SEND
+/// that finds no receive waits for one: the receive posted 300 µs later
+/// draws a sequence NAK at the held PSN and the requester resends at once —
+/// no RNR NAK, so a sender that allows no RNR retry (fio's rdma engine)
+/// succeeds. The WRITE pipelined behind it is dropped silently and resent.
+#[test]
+fn rnr_hold_then_receive_resends_at_once() {
+    let mut p = Pair::new(PairOpts {
+        min_rnr_timer: 14,
+        rnr_retry: 0,
+        ..PairOpts::default()
+    });
+    p.net.nodes[1].ep.set_rnr_hold_ns(2_000_000);
+    p.post(0, wr(1, WrOpcode::Send, vec![sge(&p.a, 0, 8)]));
+    writes(&mut p, 2..3);
+    p.net.run_to(Instant::from_micros(300));
+    p.recv(1, 9, 0, 8);
+    p.idle();
+    assert_lines(
+        &p.net.lines(),
+        &[
+            "0.000 0>1 RC_SEND_ONLY psn=100 A len=8",
+            "0.000 0>1 RC_RDMA_WRITE_ONLY psn=101 A va=0x100001020 rkey=mr1 dlen=16 len=16",
+            "300.000 1>0 RC_ACKNOWLEDGE psn=100 NAK-SEQ msn=0",
+            "305.000 0>1 RC_SEND_ONLY psn=100 A len=8",
+            "305.000 0>1 RC_RDMA_WRITE_ONLY psn=101 A va=0x100001020 rkey=mr1 dlen=16 len=16",
+            "310.000 1>0 RC_ACKNOWLEDGE psn=101 ACK msn=2",
+        ],
+    );
+    assert_eq!(
+        p.swc(0),
+        ["1 Send Success len=8", "2 RdmaWrite Success len=16"]
+    );
+    assert_eq!(p.rwc(1), ["9 Recv Success len=8"]);
+    assert_eq!(p.net.nodes[1].ep.stats().tx_rnr_nak, 0);
+}
+
+/// A hold that ends with no receive posted sends the RNR NAK then, and the
+/// RNR rules apply as without a hold (rnr_retry = 0: RNR_RETRY_EXC_ERR).
+#[test]
+fn rnr_hold_expires_into_the_rnr_nak() {
+    let mut p = Pair::new(PairOpts {
+        min_rnr_timer: 14,
+        rnr_retry: 0,
+        ..PairOpts::default()
+    });
+    p.net.nodes[1].ep.set_rnr_hold_ns(2_000_000);
+    p.post(0, wr(1, WrOpcode::Send, vec![sge(&p.a, 0, 8)]));
+    p.idle();
+    assert_lines(
+        &p.net.lines(),
+        &[
+            "0.000 0>1 RC_SEND_ONLY psn=100 A len=8",
+            "2005.000 1>0 RC_ACKNOWLEDGE psn=100 RNR(timer=14) msn=0",
+        ],
+    );
+    assert_eq!(p.swc(0), ["1 Send RnrRetryExcErr len=8"]);
+    assert_eq!(p.net.nodes[1].ep.stats().tx_rnr_nak, 1);
+}
+
 /// rnr_retry = 2: one transmission and two RNR retries, then RNR_RETRY_EXC_ERR.
 #[test]
 fn rnr_retry_exhaustion() {

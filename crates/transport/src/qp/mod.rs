@@ -151,6 +151,9 @@ pub(crate) struct RespState {
     pub(crate) psn: Psn,
     pub(crate) msn: u32,
     pub(crate) sent_psn_nak: bool,
+    /// The PSN of a SEND that found no receive posted, whose RNR NAK is held
+    /// back (`Config::rnr_hold_ns`).
+    pub(crate) rnr_held: Option<Psn>,
     pub(crate) cur: Option<InProgress>,
     /// UC: a receive WQE whose message was lost, reused for the next one.
     pub(crate) spare: Option<RecvWr>,
@@ -162,6 +165,8 @@ pub(crate) struct RespState {
 pub(crate) struct Timers {
     pub(crate) retrans: Option<Instant>,
     pub(crate) rnr: Option<Instant>,
+    /// Responder: when a held RNR NAK ([`RespState::rnr_held`]) goes out.
+    pub(crate) rnr_hold: Option<Instant>,
 }
 
 /// A queue pair.
@@ -426,10 +431,10 @@ impl Qp {
 
     /// Whether any timer is armed, and the earliest.
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        match (self.timers.retrans, self.timers.rnr) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.timers.retrans, self.timers.rnr, self.timers.rnr_hold]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Local ACK timeout: 4.096 µs × 2^timeout; `None` for timeout 0 (infinite).
@@ -462,6 +467,10 @@ impl Qp {
         if self.timers.rnr.is_some_and(|t| t <= now) {
             self.timers.rnr = None;
             self.rewind(ctx);
+        }
+        if self.timers.rnr_hold.is_some_and(|t| t <= now) {
+            self.timers.rnr_hold = None;
+            self.release_rnr_nak(ctx);
         }
         if self.timers.retrans.is_some_and(|t| t <= now) {
             self.timers.retrans = None;

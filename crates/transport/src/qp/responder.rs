@@ -93,14 +93,24 @@ impl Qp {
                 }
             }
             Err(Fail::Rnr) => {
-                ctx.stats.tx_rnr_nak += 1;
-                let t = self.attr.min_rnr_timer;
-                self.queue_ack(psn, Syndrome::RnrNak { timer: t });
-                // The RNR NAK already tells the requester to resume at this
-                // PSN (it resends everything from it when its RNR timer
-                // fires): drop what it pipelined behind it silently, as after
-                // a sequence NAK, instead of NAKing that too.
+                // The RNR NAK (held or sent) tells the requester to resume at
+                // this PSN: drop what it pipelined behind it silently, as
+                // after a sequence NAK, instead of NAKing that too.
                 self.resp.sent_psn_nak = true;
+                if ctx.config.rnr_hold_ns > 0 && self.srq.is_none() {
+                    // Wait a little for the application to post a receive
+                    // (`Config::rnr_hold_ns`); a resend of the same PSN
+                    // meanwhile keeps the hold it started.
+                    if self.resp.rnr_held.is_none() {
+                        self.resp.rnr_held = Some(psn);
+                        self.timers.rnr_hold =
+                            Some(ctx.now + std::time::Duration::from_nanos(ctx.config.rnr_hold_ns));
+                    }
+                } else {
+                    ctx.stats.tx_rnr_nak += 1;
+                    let t = self.attr.min_rnr_timer;
+                    self.queue_ack(psn, Syndrome::RnrNak { timer: t });
+                }
             }
             Err(Fail::Nak(code, status)) => {
                 ctx.stats.tx_nak_other += 1;
@@ -559,6 +569,33 @@ impl Qp {
     }
 
     /// Queues an ACK/NAK; consecutive plain ACKs coalesce into the newest.
+    /// The hold of an RNR NAK ended with no receive posted: send it now.
+    pub(crate) fn release_rnr_nak(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(psn) = self.resp.rnr_held.take() {
+            self.timers.rnr_hold = None;
+            if self.resp.psn == psn && self.state != QpState::Err {
+                ctx.stats.tx_rnr_nak += 1;
+                let t = self.attr.min_rnr_timer;
+                self.queue_ack(psn, Syndrome::RnrNak { timer: t });
+            }
+        }
+    }
+
+    /// A receive was posted while an RNR NAK was held: a PSN sequence NAK at
+    /// the held PSN has the requester resend from it at once. Returns whether
+    /// it queued one (the QP then has something to send).
+    pub(crate) fn recv_posted(&mut self) -> bool {
+        let Some(psn) = self.resp.rnr_held.take() else {
+            return false;
+        };
+        self.timers.rnr_hold = None;
+        if self.resp.psn != psn || self.state == QpState::Err {
+            return false;
+        }
+        self.queue_ack(psn, Syndrome::Nak(NakCode::PsnSequence));
+        true
+    }
+
     fn queue_ack(&mut self, psn: Psn, syndrome: Syndrome) {
         let msn = self.resp.msn;
         if let (
