@@ -3,12 +3,14 @@
 # reference headers (libibverbs-dev, librdmacm-dev), unmodified rdma-core
 # programs (ibverbs-utils, rdmacm-utils, perftest), network namespaces and
 # loss injection (iproute2, nftables; this kernel has no netem), qperf and
-# tshark for baselines and captures, valgrind (scripts/valgrind.sh);
+# tshark for baselines and captures, valgrind (scripts/valgrind.sh); RDMA
+# middleware the compat tests run (fio's rdma engine, libfabric's fi_info
+# and fi_pingpong; qperf's rdma_cm tests);
 # rdma-core's own test suite
 # (python3-pyverbs, run by scripts/pyverbs.sh) if the distribution has it.
 set -euo pipefail
 PKGS=(libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest
-      iproute2 nftables qperf tshark gcc valgrind python3-pyverbs)
+      iproute2 nftables qperf tshark gcc valgrind fio libfabric-bin python3-pyverbs)
 # Installed if possible; scripts that need them say SKIPPED without them.
 OPTIONAL=(python3-pyverbs)
 missing=()

@@ -18,6 +18,7 @@
 //! - [`rdmacm`]: the rdmacm-utils acceptance cases and their output checks.
 //! - [`perftest`]: the perftest acceptance cases and their result parser.
 //! - [`netns`]: two network namespaces joined by a veth pair (RAII).
+//! - [`middleware`]: fio, qperf and libfabric against target/compat.
 //! - [`c_programs`]: compiles the C programs of `c/` for the tests that run
 //!   them.
 //! - [`parse_version_script`], [`defined_dynamic_symbols`]: what a library
@@ -25,6 +26,7 @@
 
 pub mod c_programs;
 pub mod cm;
+pub mod middleware;
 pub mod netns;
 pub mod pair;
 pub mod perftest;
