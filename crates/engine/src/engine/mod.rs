@@ -22,7 +22,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 mod busy_poll;
@@ -134,7 +134,12 @@ pub struct Engine {
     pub(crate) stats_path: Option<std::path::PathBuf>,
 }
 
-static GLOBAL: OnceLock<Result<Arc<Engine>, String>> = OnceLock::new();
+/// The process-wide engine and the process it was started in. A child
+/// forked after that inherits it without its progress thread (pyverbs's
+/// rdmacm tests fork their two sides from a process that opened the
+/// device), so a child starts an engine of its own on first use.
+type Global = Option<(u32, Result<Arc<Engine>, String>)>;
+static GLOBAL: Mutex<Global> = Mutex::new(None);
 
 impl Engine {
     /// The process-wide engine, created from the environment on first use.
@@ -146,31 +151,41 @@ impl Engine {
     /// is not set, it takes the address `hint` (what an rdma_cm application
     /// binds to or resolves from names the device: `rping -s -a 127.0.0.2`).
     pub fn global_at(hint: Option<IpAddr>) -> io::Result<Arc<Engine>> {
-        GLOBAL
-            .get_or_init(|| {
-                EngineConfig::from_env()
-                    .and_then(|mut c| {
-                        if let Some(ip) = hint.filter(|ip| !ip.is_unspecified())
-                            && c.addr.addr.is_none()
-                        {
-                            c.addr =
-                                softrdma_udp::AddrConfig::exact(SocketAddr::new(ip, c.addr.port));
-                        }
-                        Engine::start(c)
-                    })
-                    .map(|e| {
-                        crate::stats_dump::register_exit_hook();
-                        Arc::new(e)
-                    })
-                    .map_err(|e| e.to_string())
-            })
-            .clone()
+        let pid = std::process::id();
+        let mut g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
+        if g.as_ref().is_some_and(|(p, _)| *p != pid) {
+            // Forked: the parent's engine is left alone (dropping it would
+            // join a progress thread this process does not have).
+            std::mem::forget(g.take());
+        }
+        let (_, r) = g.get_or_insert_with(|| {
+            let r = EngineConfig::from_env()
+                .and_then(|mut c| {
+                    if let Some(ip) = hint.filter(|ip| !ip.is_unspecified())
+                        && c.addr.addr.is_none()
+                    {
+                        c.addr = softrdma_udp::AddrConfig::exact(SocketAddr::new(ip, c.addr.port));
+                    }
+                    Engine::start(c)
+                })
+                .map(|e| {
+                    crate::stats_dump::register_exit_hook();
+                    Arc::new(e)
+                })
+                .map_err(|e| e.to_string());
+            (pid, r)
+        });
+        r.clone()
             .map_err(|e| io::Error::other(format!("softrdma: cannot start the device: {e}")))
     }
 
-    /// The process-wide engine if it was started.
+    /// The process-wide engine if it was started (in this process).
     pub fn global_if_started() -> Option<Arc<Engine>> {
-        GLOBAL.get().and_then(|r| r.as_ref().ok().cloned())
+        let g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
+        match g.as_ref() {
+            Some((p, Ok(e))) if *p == std::process::id() => Some(Arc::clone(e)),
+            _ => None,
+        }
     }
 
     /// Starts an engine: binds the socket and spawns the progress thread.
