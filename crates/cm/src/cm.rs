@@ -162,6 +162,13 @@ impl Cm {
         Ok(())
     }
 
+    /// Sets the local ACK timeout (exponent, 4.096 µs × 2^t) the id's QP
+    /// gets when the CM connects it (`RDMA_OPTION_ID_ACK_TIMEOUT`).
+    pub fn set_ack_timeout(&mut self, h: IdHandle, timeout: u8) -> Result<(), CmError> {
+        self.id_mut(h)?.ack_timeout = Some(timeout.min(31));
+        Ok(())
+    }
+
     /// The QP attached to an id.
     pub fn qpn(&self, h: IdHandle) -> Option<Qpn> {
         self.ids.get(&h).and_then(|i| i.qpn)
@@ -580,7 +587,7 @@ impl Cm {
                 // `qp_params` reported before this accept holds.
                 // IB CM: each side uses the RNR retry count its peer advertised
                 // and the REQ's transport retry count.
-                let cq = self.connect_qp(
+                let mut cq = self.connect_qp(
                     local_ip,
                     &c,
                     p.responder_resources,
@@ -588,6 +595,7 @@ impl Cm {
                     c.peer.retry_count.min(7),
                     c.peer.rnr_retry_count.min(7),
                 );
+                cq.timeout = id.ack_timeout.unwrap_or(cq.timeout);
                 // Only a QP attached to the id is the CM's to connect; one named
                 // by `p.qp_num` alone the application connected itself (rping -q).
                 if id.qpn.is_some() {
@@ -759,14 +767,16 @@ impl Cm {
                 id.mine.initiator_depth.min(c.peer.responder_resources),
             )
         };
-        Some(self.connect_qp(
+        let mut cq = self.connect_qp(
             local,
             c,
             max_dest_rd_atomic,
             max_rd_atomic,
             c.peer.retry_count.min(7),
             c.peer.rnr_retry_count.min(7),
-        ))
+        );
+        cq.timeout = id.ack_timeout.unwrap_or(cq.timeout);
+        Some(cq)
     }
 
     /// The network reported that nothing listens at `ip` any more (ICMP port

@@ -201,7 +201,7 @@ impl Cm {
             self.event(h, EventKind::ConnectResponse, 0, EventParam::Conn(peer));
             return;
         };
-        let cq = self.connect_qp(
+        let mut cq = self.connect_qp(
             local_ip,
             &c,
             id.mine.responder_resources,
@@ -209,6 +209,7 @@ impl Cm {
             id.mine.retry_count.min(7),
             r.rnr_retry_count,
         );
+        cq.timeout = id.ack_timeout.unwrap_or(cq.timeout);
         if qp.connect(qpn, &cq).is_err() {
             let rej = Rej {
                 local_comm_id: c.local_comm_id,

@@ -102,6 +102,9 @@ pub(crate) struct Id {
     pub(crate) listener: Option<crate::IdHandle>,
     /// Our own parameters given at connect/accept.
     pub(crate) mine: ConnParam,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout instead of
+    /// the CM's default.
+    pub(crate) ack_timeout: Option<u8>,
 }
 
 impl Id {
@@ -117,6 +120,7 @@ impl Id {
             conn: None,
             listener: None,
             mine: ConnParam::default(),
+            ack_timeout: None,
         }
     }
 }

@@ -554,8 +554,9 @@ pub unsafe extern "C" fn __softrdma_rdma_migrate_id(
     })
 }
 
-/// `int rdma_set_option(id, level, optname, optval, optlen)`: TOS, REUSEADDR,
-/// AFONLY and ACK_TIMEOUT are accepted (softrdma's CM picks its own timeout).
+/// `int rdma_set_option(id, level, optname, optval, optlen)`: ACK_TIMEOUT (a
+/// `u8`) sets the local ACK timeout of the id's QP when the CM connects it,
+/// as the kernel's CM does; TOS, REUSEADDR and AFONLY are accepted.
 ///
 /// # Safety
 ///
@@ -566,17 +567,26 @@ pub unsafe extern "C" fn __softrdma_rdma_set_option(
     id: *mut rdma_cm_id,
     level: c_int,
     optname: c_int,
-    _optval: *mut c_void,
-    _optlen: usize,
+    optval: *mut c_void,
+    optlen: usize,
 ) -> c_int {
-    with_id(id, ret::neg, |_| match (level, optname) {
-        (
-            RDMA_OPTION_ID,
-            RDMA_OPTION_ID_TOS
-            | RDMA_OPTION_ID_REUSEADDR
-            | RDMA_OPTION_ID_AFONLY
-            | RDMA_OPTION_ID_ACK_TIMEOUT,
-        ) => 0,
+    with_id(id, ret::neg, |obj| match (level, optname) {
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
+            if optval.is_null() || optlen != 1 {
+                return ret::neg(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, one readable byte per the contract (checked length).
+            let t = unsafe { *optval.cast::<u8>() };
+            with_engine(id, obj, None, |engine, h| {
+                match engine.cm_set_ack_timeout(h, t) {
+                    Ok(()) => 0,
+                    Err(_) => ret::neg(libc::EINVAL),
+                }
+            })
+        }
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS | RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY) => {
+            0
+        }
         (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => 0,
         _ => ret::neg(libc::ENOSYS),
     })

@@ -85,6 +85,12 @@ impl Engine {
         self.with_cm(|cm, _, _| cm.set_qp(id, qpn))
     }
 
+    /// The local ACK timeout the id's QP gets when connected
+    /// (`RDMA_OPTION_ID_ACK_TIMEOUT`).
+    pub fn cm_set_ack_timeout(&self, id: IdHandle, timeout: u8) -> Result<(), CmError> {
+        self.with_cm(|cm, _, _| cm.set_ack_timeout(id, timeout))
+    }
+
     /// Joins a multicast group (`rdma_join_multicast`).
     pub fn cm_join_multicast(&self, id: IdHandle, group: IpAddr) -> Result<(), CmError> {
         self.with_cm(|cm, _, _| cm.join_multicast(id, group))
