@@ -122,13 +122,18 @@ pub unsafe extern "C" fn __softrdma_rdma_leave_multicast(
         let Some(a) = (unsafe { sock::from_c(addr) }) else {
             return ret::neg(libc::EINVAL);
         };
-        let mut st = obj.state();
-        let before = st.mcast.len();
-        st.mcast.retain(|g| *g != a.ip());
-        if st.mcast.len() == before {
-            ret::neg(libc::EADDRNOTAVAIL)
-        } else {
-            0
+        let left = {
+            let mut st = obj.state();
+            let before = st.mcast.len();
+            st.mcast.retain(|g| *g != a.ip());
+            st.mcast.len() != before
+        };
+        if !left {
+            return ret::neg(libc::EADDRNOTAVAIL);
         }
+        // The id's QP stops receiving the group's datagrams now, as with
+        // librdmacm (it detaches the QP before leaving).
+        attach(obj, a.ip(), false);
+        0
     })
 }
