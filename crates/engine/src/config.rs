@@ -20,7 +20,7 @@ use std::io;
 ///   the socket for a while after packets arrived ([`Linger`]; default auto);
 /// - `SOFTRDMA_HOST=0|1`: join the host device (default 1; see `host`);
 /// - `SOFTRDMA_RNR_HOLD=MICROSECONDS`: how long an RC responder that finds no
-///   receive posted waits for one before it RNR-NAKs (default 2000; 0: at
+///   receive posted waits for one before it RNR-NAKs (default 10000; 0: at
 ///   once, as rxe does; see `softrdma_transport::Config::rnr_hold_ns`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -50,11 +50,12 @@ pub struct EngineConfig {
     pub rnr_hold: std::time::Duration,
 }
 
-/// [`EngineConfig::rnr_hold`] by default: a few wake-ups of a busy machine
-/// (an application thread woken by a completion reposts its receive within
-/// this), well under the local ACK timeout rdma_cm and the rdma-core tools
-/// use (14: 67 ms), so requesters do not time out while a NAK is held.
-pub(crate) const DEFAULT_RNR_HOLD: std::time::Duration = std::time::Duration::from_millis(2);
+/// [`EngineConfig::rnr_hold`] by default: a scheduling delay of a busy
+/// machine (an application thread woken by a completion reposts its receive
+/// within this; 2 ms was not always enough on 2 loaded vCPUs), well under
+/// the local ACK timeout rdma_cm and the rdma-core tools use (14: 67 ms),
+/// so requesters do not time out while a NAK is held.
+pub(crate) const DEFAULT_RNR_HOLD: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Whether the progress thread keeps polling the socket for a while (200 µs
 /// past the last packet) after packets arrived, instead of going back to
