@@ -162,18 +162,6 @@ pub fn run_pair(
         };
         return PairOutput::server_only(s, note);
     }
-    run_client(s, client, deadline, timeout)
-}
-
-/// The rest of a pair once its server `s` is ready: runs `client`, waits
-/// for both until `deadline` (a failed side gives its peer
-/// [`PEER_FAILED_GRACE`]) and kills whatever still runs then.
-pub(crate) fn run_client(
-    mut s: Spawned,
-    client: &mut Command,
-    deadline: Instant,
-    timeout: Duration,
-) -> PairOutput {
     let mut c = spawn(client);
     let mut until = deadline;
     let mut note = None;

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use softrdma_compat_tests::middleware::{require_tool, run_pair_after_stdout};
+use softrdma_compat_tests::middleware::{require_tool, run_pair_after_stdout, turned_away};
 use softrdma_compat_tests::*;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -71,7 +71,8 @@ fn run(verb: &str, size: u32, iodepth: u32, server: &[&str], client: &[&str]) ->
     let out = run_pair_after_stdout(
         &mut fio(&s_args),
         "waiting for connection",
-        &mut fio(&c_args),
+        || fio(&c_args),
+        turned_away,
         TIMEOUT,
     );
     assert!(out.both_succeeded(), "fio --verb={verb} failed:\n{out}");
@@ -149,8 +150,9 @@ fn fio_send_recv_verification_catches_foreign_bytes() {
             &["--verify=crc32c", "--verify_fatal=1"],
         )),
         "waiting for connection",
-        &mut fio(&args("client", "write", &["--hostname=127.0.0.1"])),
-        Duration::from_secs(20),
+        || fio(&args("client", "write", &["--hostname=127.0.0.1"])),
+        turned_away,
+        Duration::from_secs(60),
     );
     assert!(
         out.server.combined().contains("verify: bad magic header"),
