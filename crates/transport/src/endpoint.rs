@@ -131,6 +131,13 @@ impl Endpoint {
         }
     }
 
+    /// Whether some QP has a packet to send ([`Endpoint::poll_transmit`]
+    /// would produce one): e.g. after a receive posted while an RNR NAK was
+    /// held ([`Config::rnr_hold_ns`]).
+    pub fn wants_transmit(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config

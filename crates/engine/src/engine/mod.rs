@@ -465,19 +465,37 @@ impl Engine {
         qpn: u32,
         wrs: impl IntoIterator<Item = RecvWr>,
     ) -> Result<(), (usize, VerbsError)> {
-        let mut core = self.lock();
-        let now = self.now();
-        for (i, wr) in wrs.into_iter().enumerate() {
-            core.ep.post_recv(now, qpn, wr).map_err(|e| (i, e))?;
+        let (r, send) = {
+            let mut core = self.lock();
+            let now = self.now();
+            let r = (|| {
+                for (i, wr) in wrs.into_iter().enumerate() {
+                    core.ep.post_recv(now, qpn, wr).map_err(|e| (i, e))?;
+                }
+                Ok(())
+            })();
+            (r, core.ep.wants_transmit())
+        };
+        if send {
+            self.shared.send_soon();
         }
-        Ok(())
+        r
     }
 
-    /// Posts a receive WR (nothing to transmit).
+    /// Posts a receive WR. Usually nothing to transmit; but a receive that
+    /// ends a held RNR NAK (`SOFTRDMA_RNR_HOLD`) has the responder ask for
+    /// the request again, at once.
     pub fn post_recv(&self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
-        let mut core = self.lock();
-        let now = self.now();
-        core.ep.post_recv(now, qpn, wr)
+        let (r, send) = {
+            let mut core = self.lock();
+            let now = self.now();
+            let r = core.ep.post_recv(now, qpn, wr);
+            (r, core.ep.wants_transmit())
+        };
+        if send {
+            self.shared.send_soon();
+        }
+        r
     }
 
     /// Polls up to `max` completions. With busy polling on, an empty CQ first
