@@ -108,20 +108,31 @@ impl Shared {
         }
     }
 
-    /// CM connections to member processes of this host device that died end
-    /// now, as ICMP "port unreachable" ends them for a peer elsewhere (no
-    /// ICMP comes while other members still hold the address).
-    pub(super) fn check_members(&self, core: &mut Core) {
-        let now = self.now();
+    /// The member processes of this host device with CM connections here
+    /// that died: (group address, slot). Their connections end with
+    /// [`Shared::members_gone`], as ICMP "port unreachable" ends them for a
+    /// peer elsewhere (no ICMP comes while other members still hold the
+    /// address).
+    pub(super) fn dead_members(&self, core: &Core) -> Vec<(std::net::IpAddr, u8)> {
+        let mut dead = Vec::new();
         for (_, h) in self.sockets() {
             let Some(h) = h else { continue };
             let ip = h.ip();
             for slot in core.cm.member_peers(ip) {
                 if slot != 0 && !h.registry().is_alive(slot) {
-                    let Core { ep, cm, .. } = &mut *core;
-                    cm.member_gone(now, ip, slot, &mut EpQps { ep, now });
+                    dead.push((ip, slot));
                 }
             }
+        }
+        dead
+    }
+
+    /// Ends the CM connections to the members `dead` ([`Shared::dead_members`]).
+    pub(super) fn members_gone(&self, core: &mut Core, dead: &[(std::net::IpAddr, u8)]) {
+        let now = self.now();
+        for &(ip, slot) in dead {
+            let Core { ep, cm, .. } = &mut *core;
+            cm.member_gone(now, ip, slot, &mut EpQps { ep, now });
         }
     }
 }

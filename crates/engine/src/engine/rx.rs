@@ -199,6 +199,9 @@ impl Shared {
         if gone.is_empty() {
             return;
         }
+        // A peer process on this host may be among them: its lanes go
+        // before its connections end (see `shm_sweep_now`).
+        self.shm_sweep_rx_held();
         {
             let mut core = self.lock();
             let now = self.now();

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 /// Posted bytes a busy poller's next call may gather before they are sent anyway.
 const DEFER_MAX_BYTES: usize = 256 << 10;
 /// BTH opcode of an RC ACK/NAK.
-const RC_ACKNOWLEDGE: u8 = 0x11;
+pub(super) const RC_ACKNOWLEDGE: u8 = 0x11;
 
 #[derive(Debug)]
 pub(super) struct Tx {
