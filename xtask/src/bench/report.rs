@@ -356,6 +356,16 @@ fn targets(s: &mut String, r: &Results) {
     );
 }
 
+/// A ratio: three decimals below 0.1 (two significant digits), two up to 10, one above.
+fn ratio(x: f64) -> String {
+    match x {
+        _ if x.is_nan() => "–".into(),
+        _ if x < 0.1 => format!("{x:.3}"),
+        _ if x < 10.0 => format!("{x:.2}"),
+        _ => format!("{x:.1}"),
+    }
+}
+
 fn pct(x: f64) -> String {
     if x.is_nan() {
         "–".into()
@@ -435,10 +445,10 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
             gbs(v),
             pct(lanes),
             gbs(u),
-            num(v / u, 2),
+            ratio(v / u),
             gbs(ucx),
             gbs(mc),
-            num(v / ucx, 2),
+            ratio(v / ucx),
             num(v / mc, 3),
             spread2(r, &name, gb_plain),
         );
@@ -461,10 +471,10 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
             ("ib_send_lat", true) => "8 B SEND latency, events, `ib_send_lat -e` (one-way)",
             _ => "8 B RDMA READ latency, events, `ib_read_lat -e` (round trip)",
         };
-        let (base, ratio) = match (tool, events) {
+        let (base, vs_base) = match (tool, events) {
             ("ib_send_lat", false) => (
                 format!("UCX `tag_lat` {}", us2(tag_lat)),
-                format!("{}× `tag_lat`", num(v / tag_lat, 1)),
+                format!("{}× `tag_lat`", ratio(v / tag_lat)),
             ),
             ("ib_write_lat", _) => (
                 format!(
@@ -474,8 +484,8 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
                 ),
                 format!(
                     "{}× `ucp_put_lat`, {}× `tag_lat`",
-                    num(v / put_lat, 1),
-                    num(v / tag_lat, 1)
+                    ratio(v / put_lat),
+                    ratio(v / tag_lat)
                 ),
             ),
             (_, true) => {
@@ -486,20 +496,20 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
                         if rtt { "round trip" } else { "one-way" },
                         us(t)
                     ),
-                    format!("{}× TCP", num(v / t, 2)),
+                    format!("{}× TCP", ratio(v / t)),
                 )
             }
             _ => ("–".to_owned(), "–".to_owned()),
         };
         let _ = writeln!(
             s,
-            "| {label}: median, p99 | {}, p99 {} | {} | {}, p99 {} | {} | {base} | {ratio} | {} |",
+            "| {label}: median, p99 | {}, p99 {} | {} | {}, p99 {} | {} | {base} | {vs_base} | {} |",
             us2(v),
             us2(p99),
             pct(lanes),
             us2(u),
             us2(up99),
-            num(v / u, 2),
+            ratio(v / u),
             spread2(r, &name, us_plain2),
         );
     }
@@ -567,7 +577,7 @@ fn same_host_targets(s: &mut String, r: &Results) {
         let _ = writeln!(
             s,
             "- `{tool}` {k} / UCX `{test}` {k} = **{}** (target ≥ 0.5: {}{stretch})",
-            num(x, 2),
+            ratio(x),
             verdict(x, x >= 0.5),
             k = kib(tag),
         );
@@ -582,7 +592,7 @@ fn same_host_targets(s: &mut String, r: &Results) {
              (target ≤ 3: {}; stretch ≤ 1.5: {})",
             us2(v),
             verdict(v, v <= 1.0),
-            num(x, 1),
+            ratio(x),
             verdict(x, x <= 3.0),
             verdict(x, x <= 1.5),
         );
@@ -607,7 +617,7 @@ fn same_host_targets(s: &mut String, r: &Results) {
         let _ = writeln!(
             s,
             "- `{tool}` 8 B / {what} = **{}** (target ≤ 1.0: {})",
-            num(x, 2),
+            ratio(x),
             verdict(x, x <= 1.0)
         );
     }
@@ -727,7 +737,7 @@ mod tests {
         assert!(!md.contains("Targets (issue 6)"), "{md}");
         assert!(
             md.contains(
-                "| RDMA WRITE 64 KiB, `ib_write_bw` | 30.00 GB/s | 99 % | 3.00 GB/s | 10.00 | \
+                "| RDMA WRITE 64 KiB, `ib_write_bw` | 30.00 GB/s | 99 % | 3.00 GB/s | 10.0 | \
                  UCX `ucp_put_bw` 40.00 GB/s; memcpy 80.00 GB/s | 0.75× UCX, 0.375× memcpy |"
             ),
             "{md}"
@@ -742,7 +752,7 @@ mod tests {
         assert!(
             md.contains(
                 "- `ib_send_lat` 8 B one-way = **0.90 µs** (target ≤ 1.0 µs: met); \
-                 / UCX `tag_lat` = **4.5** (target ≤ 3: not met; stretch ≤ 1.5: not met)"
+                 / UCX `tag_lat` = **4.50** (target ≤ 3: not met; stretch ≤ 1.5: not met)"
             ),
             "{md}"
         );
