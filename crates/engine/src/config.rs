@@ -18,7 +18,9 @@ use std::io;
 ///   (`softrdma stats` reads it);
 /// - `SOFTRDMA_LINGER=auto|on|off`: whether the progress thread keeps polling
 ///   the socket for a while after packets arrived ([`Linger`]; default auto);
-/// - `SOFTRDMA_HOST=0|1`: join the host device (default 1; see `host`).
+/// - `SOFTRDMA_HOST=0|1`: join the host device (default 1; see `host`);
+/// - `SOFTRDMA_SHM=0|1`: carry traffic between the host device's processes
+///   through shared memory (default 1; see `engine/shm.rs`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {
@@ -42,6 +44,9 @@ pub struct EngineConfig {
     /// process a device of its own (an exclusive bind, the first free
     /// `127.0.0.N` by default).
     pub host: bool,
+    /// Carry traffic to this host device's member processes through shared
+    /// memory instead of UDP (`SOFTRDMA_SHM`, default on; needs `host`).
+    pub shm: bool,
 }
 
 /// Whether the progress thread keeps polling the socket for a while (200 µs
@@ -109,6 +114,7 @@ impl EngineConfig {
             addr,
             busy_poll: flag("SOFTRDMA_BUSY_POLL", true)?,
             host: flag("SOFTRDMA_HOST", true)?,
+            shm: flag("SOFTRDMA_SHM", true)?,
             linger,
             verify_icrc,
             pcap: lookup("SOFTRDMA_PCAP")
@@ -132,6 +138,7 @@ impl EngineConfig {
             linger: Linger::Auto,
             stats: None,
             host: true,
+            shm: true,
         }
     }
 }

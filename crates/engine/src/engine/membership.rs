@@ -24,6 +24,9 @@ impl Shared {
     /// QP is counted and left to the transport, which drops it.
     pub(super) fn notice(&self, pkt: &[u8], n: &mut Noticed) -> bool {
         let Some(h) = &self.host else { return false };
+        if super::shm::ShmPath::is_doorbell(pkt) {
+            return true;
+        }
         if parse_probe(pkt).is_some() {
             return true;
         }

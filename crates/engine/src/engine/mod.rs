@@ -33,6 +33,7 @@ mod ops;
 mod policy;
 mod progress;
 mod rx;
+mod shm;
 mod tx;
 
 use rx::Rx;
@@ -40,6 +41,9 @@ use tx::{Tx, wr_bytes};
 
 /// Datagrams built or received per batch.
 const BATCH: usize = 64;
+/// Inbox datagrams processed between two sends of their answers (as
+/// `rx::ACK_CHUNK` for a socket's).
+const ACK_CHUNK_SHM: usize = 32;
 const KEY_SOCKET: u8 = 1;
 const KEY_MCAST: u8 = 2;
 
@@ -116,6 +120,12 @@ struct Shared {
     /// The host device's other addresses (GID 1, 2, ...): a socket bound to
     /// each and this process's membership of its group.
     more: Vec<(RoceSocket, Arc<crate::host::HostMember>)>,
+    /// The same-host path (None: off, or no host device).
+    shm: Option<shm::ShmPath>,
+    /// When a busy poller last read the device socket, and when the inbox
+    /// last delivered (ns since `epoch`; `policy::poller_reads_socket`).
+    socket_read_at: AtomicU64,
+    shm_rx_at: AtomicU64,
     /// Itself, for the threads it starts (a reconciliation).
     me: std::sync::Weak<Shared>,
 }
@@ -255,6 +265,22 @@ impl Engine {
             None => None,
         };
         let faults = crate::faults::FaultInjector::from_env(&socket)?;
+        // Fault injection acts on UDP sends: with it, everything stays on UDP.
+        let shm = match &host {
+            Some(h) if cfg.shm && faults.is_none() => {
+                let addrs = std::iter::once(local.ip())
+                    .chain(more.iter().map(|(_, m)| m.ip()))
+                    .collect();
+                shm::ShmPath::new(h, local.port(), addrs)
+                    .inspect_err(|e| {
+                        if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                            eprintln!("softrdma: no shared-memory path ({e}); same-host traffic goes over UDP");
+                        }
+                    })
+                    .ok()
+            }
+            _ => None,
+        };
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
@@ -271,6 +297,7 @@ impl Engine {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),
                 dst: Vec::with_capacity(BATCH),
                 via: Vec::with_capacity(BATCH),
+                links: shm::Links::new(),
             }),
             rx: Mutex::new(rx),
             socket,
@@ -302,6 +329,9 @@ impl Engine {
             mcast: Mutex::new(HashMap::new()),
             host,
             more,
+            shm,
+            socket_read_at: AtomicU64::new(0),
+            shm_rx_at: AtomicU64::new(0),
         });
         let s2 = Arc::clone(&shared);
         let loadavg = progress::open_loadavg();
@@ -516,6 +546,11 @@ impl Engine {
         // Put the socket back into the progress thread's epoll set now (it
         // may be in standby, ticking up to a millisecond apart).
         self.shared.update_watch(&self.shared.poller);
+        // Same-host senders must ring from now on; what they pushed before
+        // is read at once.
+        if !self.shared.shm_may_sleep() {
+            let _ = self.shared.waker.wake();
+        }
     }
 
     /// Attaches a UD QP to a multicast group (`ibv_attach_mcast`). Delivery on
@@ -686,6 +721,15 @@ impl Engine {
     /// process before the socket closes.
     pub(crate) fn leave_host(&self) {
         self.shared.leave_host();
+    }
+
+    /// The same-host path's counters (`shm_tx`, `shm_rx`, ...): none if it
+    /// is off (`SOFTRDMA_SHM=0`, no host device, or it could not start).
+    pub fn shm_counters(&self) -> Vec<(&'static str, u64)> {
+        self.shared
+            .shm
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.counters().to_vec())
     }
 
     /// Transport and socket counters.

@@ -2,6 +2,7 @@
 //! and the CM queued, and the batched (GSO) socket sends, kept apart from
 //! the receive path and the public API.
 
+use super::shm::VIA_SHM;
 use super::{BATCH, Shared};
 use crate::memory::HostMemory;
 use softrdma_transport::SendWr;
@@ -21,6 +22,8 @@ pub(super) struct Tx {
     /// Which socket (index of `Shared::sockets`) sends each datagram: the
     /// one bound to its source address.
     pub(super) via: Vec<usize>,
+    /// Links to this host's members (the same-host path).
+    pub(super) links: super::shm::Links,
 }
 
 impl Shared {
@@ -142,10 +145,15 @@ impl Shared {
                     );
                 }
             }
+            // This host's members' datagrams through their lanes.
+            self.shm_send(tx, n);
             // Each socket's datagrams in their order, the device socket's
             // first (most datagrams have no other source).
-            let last = tx.via.iter().copied().max().unwrap_or(0);
-            for via in 0..=last {
+            let last = tx.via.iter().copied().filter(|&v| v != VIA_SHM).max();
+            for via in 0..=last.unwrap_or(0) {
+                if last.is_none() {
+                    break;
+                }
                 if tx.via.contains(&via) {
                     self.send_via(tx, n, via);
                 }

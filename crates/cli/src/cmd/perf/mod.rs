@@ -506,6 +506,7 @@ fn client(args: &Args, plan: &Plan, stream: TcpStream, mode: &str) -> Result<Exi
         client: ctx.local_addr().to_string(),
         server: SocketAddr::new(peer.gid.to_ip(), ctx.local_addr().port()).to_string(),
         polling: if args.events { "events" } else { "busy" }.to_string(),
+        path: String::new(),
         mtu: args.mtu,
         depth: args.depth,
         duration_s: match plan.amount {
@@ -559,6 +560,7 @@ fn client(args: &Args, plan: &Plan, stream: TcpStream, mode: &str) -> Result<Exi
         bar.inc(1);
     }
     bar.finish_and_clear();
+    report.set_path(path_taken(&ctx));
 
     let stats = if args.stats {
         let server = ctl.ask("STATS")?;
@@ -587,6 +589,20 @@ fn client(args: &Args, plan: &Plan, stream: TcpStream, mode: &str) -> Result<Exi
         super::print_out(&text)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Which path the client's packets took, from its counters.
+fn path_taken(ctx: &softrdma::verbs::Context) -> String {
+    let shm = ctx.shm_counters();
+    let tx = shm.iter().find(|(k, _)| *k == "shm_tx").map(|(_, v)| *v);
+    match tx {
+        Some(n) if n > 0 => "shared memory".into(),
+        Some(_) => "UDP".into(),
+        None if std::env::var("SOFTRDMA_SHM").is_ok_and(|v| v.trim() == "0") => {
+            "UDP (SOFTRDMA_SHM=0)".into()
+        }
+        None => "UDP (no shared-memory path)".into(),
+    }
 }
 
 /// The server: one client, one run.
