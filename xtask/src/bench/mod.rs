@@ -4,11 +4,13 @@
 //! shared 2-vCPU VM drifts by tens of percent between runs, so only same-run
 //! ratios mean anything):
 //! - Debian's unmodified perftest over `target/compat` (two processes on
-//!   their own `SOFTRDMA_ADDR` loopback addresses): `ib_write_bw` at 4 KiB,
+//!   their own `SOFTRDMA_ADDR` loopback addresses, over UDP: the wire path,
+//!   `SOFTRDMA_SHM=0`): `ib_write_bw` at 4 KiB,
 //!   64 KiB and 1 MiB, `ib_read_bw` and `ib_send_bw` at 64 KiB, 8-byte
 //!   `ib_send_lat`, `ib_write_lat`, `ib_read_lat` busy-polling and
 //!   `ib_send_lat -e`, `ib_read_lat -e` with completion events;
-//! - the same WRITE sizes through the Rust API (`examples/bench.rs`);
+//! - the same WRITE sizes through the Rust API (`examples/bench.rs`), also
+//!   over UDP;
 //! - baselines: qperf `tcp_bw` at the same sizes and `tcp_lat -m 8` between two
 //!   processes on 127.0.0.1, and a one-thread memcpy;
 //! - CPU seconds per GB moved (both processes, from /proc), and the CPU use of
@@ -48,9 +50,10 @@ const GROUPS: [&str; 7] = [
 /// How the two processes of a perftest pair are set up.
 #[derive(Debug)]
 pub(crate) enum Setup<'a> {
-    /// Each on its own `SOFTRDMA_ADDR` (127.86.x.y), environment otherwise
-    /// inherited: the wire-path rows.
-    OwnAddrs,
+    /// The wire path: each on its own `SOFTRDMA_ADDR` (127.86.x.y), the
+    /// same-host path off (`SOFTRDMA_SHM=0`), so that the rows compared with
+    /// TCP (and with `--compare`'s older builds) measure UDP.
+    Wire,
     /// Both on the host device's default address, the same-host path on
     /// (`SOFTRDMA_SHM` unset, the default) or off (`SOFTRDMA_SHM=0`), their
     /// counters appended to `stats`.
@@ -61,7 +64,7 @@ impl Setup<'_> {
     /// A suffix for log names.
     fn tag(&self) -> &'static str {
         match self {
-            Setup::OwnAddrs => "",
+            Setup::Wire => "",
             Setup::SameHost { shm: true, .. } => "_shm",
             Setup::SameHost { shm: false, .. } => "_udp",
         }
@@ -216,7 +219,7 @@ impl Ctx {
     ) -> Result<procs::PairRun> {
         let port = free_tcp_port()?;
         let addrs = match setup {
-            Setup::OwnAddrs => {
+            Setup::Wire => {
                 let a = free_addrs(2)?;
                 Some((a, std::net::Ipv4Addr::from(u32::from(a) + 1)))
             }
@@ -228,7 +231,9 @@ impl Ctx {
                 .args(["-d", "softrdma0", "-x", "0", "-F", "-p", &port.to_string()])
                 .args(extra);
             match setup {
-                Setup::OwnAddrs => {}
+                Setup::Wire => {
+                    c.env("SOFTRDMA_SHM", "0");
+                }
                 Setup::SameHost { shm, stats } => {
                     c.env_remove("SOFTRDMA_ADDR").env("SOFTRDMA_STATS", stats);
                     if *shm {
@@ -306,7 +311,8 @@ impl Ctx {
     fn rust_write(&self, size: usize) -> Result<Sample> {
         let a = free_addrs(2)?;
         let mut c = Command::new(&self.bench_exe);
-        c.args(["--only", "write", "--reps", "1"])
+        c.env("SOFTRDMA_SHM", "0")
+            .args(["--only", "write", "--reps", "1"])
             .args(["--secs", &self.opts.secs.to_string()])
             .args(["--size", &size.to_string()])
             .args(["--addr", &a.to_string()]);
@@ -482,7 +488,7 @@ fn one_rep(ctx: &mut Ctx, qperf: Option<&Qperf>) {
             ]);
         for (tool, size, key) in runs {
             for (suffix, libs) in &builds {
-                let r = ctx.perftest_bw(libs, tool, size, &Setup::OwnAddrs);
+                let r = ctx.perftest_bw(libs, tool, size, &Setup::Wire);
                 ctx.record(&format!("{key}{suffix}"), r);
             }
         }
@@ -511,7 +517,7 @@ fn one_rep(ctx: &mut Ctx, qperf: Option<&Qperf>) {
             ("ib_read_lat", true),
         ] {
             for (suffix, libs) in &builds {
-                let r = ctx.perftest_lat(libs, tool, ev, &Setup::OwnAddrs);
+                let r = ctx.perftest_lat(libs, tool, ev, &Setup::Wire);
                 ctx.record(&format!("{tool}{}{suffix}", if ev { " -e" } else { "" }), r);
             }
         }

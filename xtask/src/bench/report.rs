@@ -142,8 +142,9 @@ fn wire_tables(s: &mut String, r: &Results, m: &Meta) {
         s,
         " perftest runs unmodified over \
          `LD_LIBRARY_PATH=target/compat` with `-d softrdma0 -x 0 -F`, server and client on \
-         their own `SOFTRDMA_ADDR` (127.86.x.y), client connecting to 127.0.0.1; bandwidth \
-         tests with `-D {}`, latency tests with `-s 8 -n {}`. TCP is qperf on 127.0.0.1 \
+         their own `SOFTRDMA_ADDR` (127.86.x.y), client connecting to 127.0.0.1; the wire \
+         path: `SOFTRDMA_SHM=0` for perftest and the `bench` example (UDP over loopback); \
+         bandwidth tests with `-D {}`, latency tests with `-s 8 -n {}`. TCP is qperf on 127.0.0.1 \
          (`qperf 127.0.0.1 -t {} -m 64K tcp_bw`, `-m 8 tcp_lat`). CPU s/GB is the CPU time \
          of both processes (all threads, from /proc; for perftest their whole life, setup \
          included) per GB moved. perftest MB are 2^20 bytes, GB/s here are 10^9.\n",
