@@ -11,6 +11,7 @@ PKGS=(libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest
       iproute2 nftables qperf tshark gcc valgrind python3-pyverbs)
 # Installed if possible; scripts that need them say SKIPPED without them.
 OPTIONAL=(python3-pyverbs)
+PKGS+=(ucx-utils)  # ucx_perftest: `cargo xtask bench`'s same-host baselines (UCX sm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
