@@ -4,12 +4,19 @@ use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The name of the interface holding `addr` (an IPv4-mapped IPv6 address
-/// is looked up as IPv4), or `None` if no interface has it.
+/// is looked up as IPv4), or `None` if no interface has it. A loopback
+/// address no interface lists (`127.0.0.5`: all of 127/8 is local) is on
+/// `lo`, where the kernel routes it.
 pub fn interface_of(addr: IpAddr) -> Option<String> {
     let want = match addr {
         IpAddr::V6(a) => a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4),
         v4 => v4,
     };
+    listed_on(want).or_else(|| want.is_loopback().then(|| "lo".to_string()))
+}
+
+/// The interface `getifaddrs` lists `want` on.
+fn listed_on(want: IpAddr) -> Option<String> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     let mut found = None;
     // SAFETY: `getifaddrs` fills `head` with a list it allocated; each node's
@@ -59,6 +66,10 @@ mod tests {
         );
         assert_eq!(
             interface_of(IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped())).as_deref(),
+            Some("lo")
+        );
+        assert_eq!(
+            interface_of("127.9.8.7".parse().unwrap()).as_deref(),
             Some("lo")
         );
         assert_eq!(interface_of("192.0.2.77".parse().unwrap()), None);

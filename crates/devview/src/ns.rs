@@ -37,7 +37,12 @@ const REPLICAS: [(&str, &[&str]); 2] = [
     ("/dev", &["infiniband"]),
     (
         "/sys/class",
-        &["infiniband", "infiniband_verbs", "infiniband_cm", "infiniband_mad"],
+        &[
+            "infiniband",
+            "infiniband_verbs",
+            "infiniband_cm",
+            "infiniband_mad",
+        ],
     ),
 ];
 
@@ -216,8 +221,11 @@ fn install_at(root: &Path, view: &DeviceView, node: &Path) -> io::Result<()> {
             Entry::CharDevice(p) => {
                 let p = root.join(p);
                 File::create(&p).map_err(os_err(format!("create {}", p.display())))?;
-                mount(Some(node), &p, None, libc::MS_BIND, None)
-                    .map_err(os_err(format!("bind {} on {}", node.display(), p.display())))?;
+                mount(Some(node), &p, None, libc::MS_BIND, None).map_err(os_err(format!(
+                    "bind {} on {}",
+                    node.display(),
+                    p.display()
+                )))?;
             }
         }
     }

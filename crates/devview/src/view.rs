@@ -117,7 +117,11 @@ impl DeviceView {
         dir(&mut out, "sys/class/infiniband".into());
         dir(&mut out, dev.clone());
         file(&mut out, dev.join("node_type"), "1: CA");
-        file(&mut out, dev.join("node_guid"), &guid_groups(self.node_guid));
+        file(
+            &mut out,
+            dev.join("node_guid"),
+            &guid_groups(self.node_guid),
+        );
         file(
             &mut out,
             dev.join("sys_image_guid"),
@@ -273,7 +277,9 @@ mod tests {
         // Every entry's directory comes before it.
         for (i, entry) in e.iter().enumerate() {
             let p = match entry {
-                Entry::Dir(p) | Entry::File(p, _) | Entry::Symlink(p, _) | Entry::CharDevice(p) => p,
+                Entry::Dir(p) | Entry::File(p, _) | Entry::Symlink(p, _) | Entry::CharDevice(p) => {
+                    p
+                }
             };
             let parent = p.parent().unwrap();
             if parent.components().count() > 2 {

@@ -30,7 +30,12 @@ pub(crate) struct Args {
     no_namespace: bool,
 
     /// The program and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     command: Vec<OsString>,
 }
 
@@ -43,7 +48,8 @@ const RUN_ENV: &str = "SOFTRDMA_RUN";
 /// else next to this binary as cargo lays it out (`target/<profile>/softrdma`
 /// → `target/compat`), else an installed `<prefix>/lib/softrdma`.
 fn compat_dir() -> Result<PathBuf, CliError> {
-    let has_libs = |d: &Path| d.join("libibverbs.so.1").is_file() && d.join("librdmacm.so.1").is_file();
+    let has_libs =
+        |d: &Path| d.join("libibverbs.so.1").is_file() && d.join("librdmacm.so.1").is_file();
     if let Some(d) = std::env::var_os(COMPAT_ENV).filter(|d| !d.is_empty()) {
         let d = PathBuf::from(d);
         return if has_libs(&d) {
@@ -98,8 +104,8 @@ fn online_cpus() -> Vec<usize> {
 fn device_view() -> Result<DeviceView, CliError> {
     // The software device, whatever the system's rdma-core lists: CMD runs
     // on softrdma's libraries.
-    let ctx = Context::open_with_backend(Backend::Native)
-        .or_err("cannot open the softrdma device")?;
+    let ctx =
+        Context::open_with_backend(Backend::Native).or_err("cannot open the softrdma device")?;
     let d = ctx.query_device();
     let p = ctx.query_port(1).or_err("query_port")?;
     let len = usize::try_from(p.gid_tbl_len).unwrap_or(0);
@@ -186,6 +192,10 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
         Path::new(program).display()
     );
     // As a shell does: 127 for a command not found, 126 for one not runnable.
-    let code = if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+    let code = if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
     Ok(ExitCode::from(code))
 }
