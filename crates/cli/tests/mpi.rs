@@ -24,7 +24,12 @@ fn mpi_check(ranks: u32) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mpi/mpi_check.c");
     let dir = Scratch::new(&format!("mpi{ranks}"));
     let bin = dir.path("mpi_check");
-    compile(mpicc.to_str().unwrap(), &[&src], &bin, &["-Wall", "-Wextra"]);
+    compile(
+        mpicc.to_str().unwrap(),
+        &[&src],
+        &bin,
+        &["-Wall", "-Wextra"],
+    );
 
     let addr = unique_loopback_addr(NET);
     let stats = dir.path("stats");

@@ -68,7 +68,11 @@ fn view_matches_the_device() {
     assert!(!value(&out, "cpus").is_empty());
     assert_eq!(value(&out, "ibdev"), "softrdma0");
     assert_eq!(value(&out, "null"), "ok", "the real /dev entries are there");
-    assert_eq!(value(&out, "netclass"), "ok", "the real /sys/class entries are there");
+    assert_eq!(
+        value(&out, "netclass"),
+        "ok",
+        "the real /sys/class entries are there"
+    );
     assert_eq!(value(&out, "run"), "namespace");
 
     // The same as the C library reports, in the same view.
@@ -97,7 +101,11 @@ fn children_inherit_the_view() {
     let out = run_with_timeout(&mut c, TIMEOUT);
     ok(&out);
     assert_eq!(value(&out, "grandchild"), "ok");
-    assert_eq!(value(&out, "nested"), "RoCE v2", "softrdma run inside softrdma run");
+    assert_eq!(
+        value(&out, "nested"),
+        "RoCE v2",
+        "softrdma run inside softrdma run"
+    );
 }
 
 #[test]
@@ -105,12 +113,12 @@ fn exit_status_is_the_programs() {
     let addr = unique_loopback_addr(NET);
     let out = run_with_timeout(&mut softrdma_run(addr, &["sh", "-c", "exit 7"]), TIMEOUT);
     assert_eq!(out.code(), Some(7), "{out}");
-    let out = run_with_timeout(
-        &mut softrdma_run(addr, &["/nonexistent/program"]),
-        TIMEOUT,
-    );
+    let out = run_with_timeout(&mut softrdma_run(addr, &["/nonexistent/program"]), TIMEOUT);
     assert_eq!(out.code(), Some(127), "{out}");
-    assert!(out.stderr.contains("cannot run /nonexistent/program"), "{out}");
+    assert!(
+        out.stderr.contains("cannot run /nonexistent/program"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -119,7 +127,11 @@ fn no_namespace_sets_only_the_library_path() {
     let mut c = softrdma_run_with(
         addr,
         &["--no-namespace"],
-        &["sh", "-c", "echo lib=$LD_LIBRARY_PATH; echo run=$SOFTRDMA_RUN"],
+        &[
+            "sh",
+            "-c",
+            "echo lib=$LD_LIBRARY_PATH; echo run=$SOFTRDMA_RUN",
+        ],
     );
     let out = run_with_timeout(&mut c, TIMEOUT);
     ok(&out);
@@ -136,7 +148,8 @@ fn missing_libraries_are_named() {
     let out = run_with_timeout(&mut c, TIMEOUT);
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(
-        out.stderr.contains("SOFTRDMA_COMPAT_DIR=/nonexistent/compat holds no libibverbs.so.1"),
+        out.stderr
+            .contains("SOFTRDMA_COMPAT_DIR=/nonexistent/compat holds no libibverbs.so.1"),
         "{out}"
     );
 }
@@ -165,8 +178,13 @@ fn works_without_root() {
             .current_dir("/");
     }
     let out = run_with_timeout(&mut c, TIMEOUT);
-    if out.stderr.contains("no /dev/infiniband and /sys/class/infiniband view") {
-        eprintln!("SKIPPED works_without_root: this kernel forbids unprivileged user namespaces: {out}");
+    if out
+        .stderr
+        .contains("no /dev/infiniband and /sys/class/infiniband view")
+    {
+        eprintln!(
+            "SKIPPED works_without_root: this kernel forbids unprivileged user namespaces: {out}"
+        );
         return;
     }
     ok(&out);

@@ -32,14 +32,19 @@ fn ucx_info_lists_softrdma0() {
         .find("# Memory domain: softrdma0")
         .unwrap_or_else(|| panic!("no softrdma0 memory domain: {out}"));
     let rest = &text[md..];
-    let section = &rest[..rest[1..].find("# Memory domain:").map_or(rest.len(), |i| i + 1)];
+    let section = &rest[..rest[1..]
+        .find("# Memory domain:")
+        .map_or(rest.len(), |i| i + 1)];
     for tl in ["rc_verbs", "ud_verbs"] {
         assert!(
             section.contains(&format!("#      Transport: {tl}")),
             "softrdma0 without {tl}: {section}"
         );
     }
-    assert!(section.contains("#         Device: softrdma0:1"), "{section}");
+    assert!(
+        section.contains("#         Device: softrdma0:1"),
+        "{section}"
+    );
 }
 
 /// One `ucx_perftest` pair: the server and the client with the same
@@ -74,24 +79,42 @@ fn perftest(tls: &str, args: &[&str]) {
 #[test]
 fn uct_rc_verbs() {
     let d = ["-d", "softrdma0:1", "-x", "rc_verbs"];
-    perftest(RDMA_TLS, &[&d[..], &["-t", "am_lat", "-n", "2000"]].concat());
     perftest(
         RDMA_TLS,
-        &[&d[..], &["-t", "put_bw", "-D", "zcopy", "-s", "65536", "-n", "500"]].concat(),
+        &[&d[..], &["-t", "am_lat", "-n", "2000"]].concat(),
     );
     perftest(
         RDMA_TLS,
-        &[&d[..], &["-t", "am_bw", "-D", "bcopy", "-s", "4096", "-n", "2000"]].concat(),
+        &[
+            &d[..],
+            &["-t", "put_bw", "-D", "zcopy", "-s", "65536", "-n", "500"],
+        ]
+        .concat(),
+    );
+    perftest(
+        RDMA_TLS,
+        &[
+            &d[..],
+            &["-t", "am_bw", "-D", "bcopy", "-s", "4096", "-n", "2000"],
+        ]
+        .concat(),
     );
 }
 
 #[test]
 fn uct_ud_verbs() {
     let d = ["-d", "softrdma0:1", "-x", "ud_verbs"];
-    perftest(RDMA_TLS, &[&d[..], &["-t", "am_lat", "-n", "2000"]].concat());
     perftest(
         RDMA_TLS,
-        &[&d[..], &["-t", "am_bw", "-D", "bcopy", "-s", "1024", "-n", "2000"]].concat(),
+        &[&d[..], &["-t", "am_lat", "-n", "2000"]].concat(),
+    );
+    perftest(
+        RDMA_TLS,
+        &[
+            &d[..],
+            &["-t", "am_bw", "-D", "bcopy", "-s", "1024", "-n", "2000"],
+        ]
+        .concat(),
     );
 }
 
@@ -163,7 +186,9 @@ fn ucp_hello_world_bytes() {
         .nth(1)
         .and_then(|rest| rest.split("\n\n---").next())
         .unwrap_or_else(|| panic!("no message printed: {c}"));
-    let expected: String = (0..LEN - 1).map(|i| (b'A' + (i % 26) as u8) as char).collect();
+    let expected: String = (0..LEN - 1)
+        .map(|i| (b'A' + (i % 26) as u8) as char)
+        .collect();
     assert_eq!(printed.len(), expected.len(), "message length");
     assert!(printed == expected, "the message's bytes differ");
     let rx = stat_sum(&stats, "rx_bytes");

@@ -1,7 +1,7 @@
 //! What the `softrdma run` tests share: the command, the Debian tools they
 //! need, server/client pairs and the device counters.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -69,10 +69,8 @@ pub struct Scratch(pub PathBuf);
 
 impl Scratch {
     pub fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!(
-            "softrdma-run-test-{name}-{}",
-            std::process::id()
-        ));
+        let d =
+            std::env::temp_dir().join(format!("softrdma-run-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("scratch dir");
         Scratch(d)
@@ -115,7 +113,10 @@ pub fn server_client(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let c = run_with_timeout(&mut client, deadline.saturating_duration_since(Instant::now()));
+    let c = run_with_timeout(
+        &mut client,
+        deadline.saturating_duration_since(Instant::now()),
+    );
     let s = s.finish(deadline);
     (s, c)
 }
@@ -124,6 +125,12 @@ pub fn server_client(
 pub fn stat_sum(file: &Path, name: &str) -> u64 {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     text.lines()
-        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
+        .filter_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
