@@ -222,3 +222,36 @@ fn inside_and_outside_share_the_device() {
         );
     }
 }
+
+/// `--write-view DIR`: the same files, written for root to put in place.
+#[test]
+fn write_view_writes_the_tree() {
+    let addr = unique_loopback_addr(NET);
+    let dir = Scratch::new("write-view");
+    let mut c = softrdma(addr);
+    c.args(["run", "--write-view"]).arg(&dir.0);
+    let out = run_with_timeout(&mut c, TIMEOUT);
+    ok(&out);
+    let port = dir.path("sys/class/infiniband/softrdma0/ports/1");
+    let read =
+        |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let o = addr.octets();
+    assert_eq!(
+        read(&port.join("gids/0")).trim(),
+        format!(
+            "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}",
+            o[0], o[1], o[2], o[3]
+        )
+    );
+    assert_eq!(read(&port.join("gid_attrs/types/0")), "RoCE v2\n");
+    assert_eq!(
+        read(&dir.path("sys/class/infiniband_verbs/uverbs0/ibdev")),
+        "softrdma0\n"
+    );
+    assert!(dir.path("dev/infiniband").is_dir());
+    assert!(
+        out.stdout
+            .contains("mknod -m 666 /dev/infiniband/uverbs0 c 231 192"),
+        "{out}"
+    );
+}

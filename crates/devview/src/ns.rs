@@ -198,11 +198,20 @@ fn replicate(dir: &Path, leave_out: &[&str], skipped: &mut Vec<String>) -> io::R
 
 /// Creates the view's files under `/` (inside the replicas [`enter`] made).
 pub fn install(view: &DeviceView) -> io::Result<()> {
-    install_at(Path::new("/"), view, Path::new("/dev/null"))
+    install_at(Path::new("/"), view, Some(Path::new("/dev/null")))
 }
 
-/// [`install`] under `root`; device nodes are bind mounts of `node`.
-fn install_at(root: &Path, view: &DeviceView, node: &Path) -> io::Result<()> {
+/// Writes the view's directories, files and links under `root` (e.g. a
+/// tmpfs mounted over the real `/sys/class/infiniband`, by root), without
+/// the device nodes: their directories are made, the nodes left to the
+/// caller (`mknod`, or a container runtime's `--device`).
+pub fn write_tree(root: &Path, view: &DeviceView) -> io::Result<()> {
+    install_at(root, view, None)
+}
+
+/// [`install`] under `root`; device nodes are bind mounts of `node`, or
+/// left out without one.
+fn install_at(root: &Path, view: &DeviceView, node: Option<&Path>) -> io::Result<()> {
     for entry in view.entries() {
         match entry {
             Entry::Dir(p) => {
@@ -211,14 +220,18 @@ fn install_at(root: &Path, view: &DeviceView, node: &Path) -> io::Result<()> {
             }
             Entry::File(p, text) => {
                 let p = root.join(p);
+                // Replacing: a file of an earlier write may be there.
+                let _ = fs::remove_file(&p);
                 fs::write(&p, text).map_err(os_err(format!("write {}", p.display())))?;
             }
             Entry::Symlink(p, to) => {
                 let p = root.join(p);
+                let _ = fs::remove_file(&p);
                 std::os::unix::fs::symlink(&to, &p)
                     .map_err(os_err(format!("symlink {}", p.display())))?;
             }
             Entry::CharDevice(p) => {
+                let Some(node) = node else { continue };
                 let p = root.join(p);
                 File::create(&p).map_err(os_err(format!("create {}", p.display())))?;
                 mount(Some(node), &p, None, libc::MS_BIND, None).map_err(os_err(format!(
@@ -230,4 +243,44 @@ fn install_at(root: &Path, view: &DeviceView, node: &Path) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::GidEntry;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn write_tree_twice() {
+        let dir = std::env::temp_dir().join(format!("devview-tree-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let view = DeviceView {
+            name: "softrdma0".into(),
+            node_guid: 0x0200_7f00_0001_0001,
+            fw_ver: "softrdma test".into(),
+            port_cap_flags: 0,
+            gid_tbl_len: 1,
+            gids: vec![GidEntry {
+                gid: Ipv4Addr::LOCALHOST.to_ipv6_mapped(),
+                ifname: Some("lo".into()),
+            }],
+            cpus: vec![0],
+        };
+        for _ in 0..2 {
+            write_tree(&dir, &view).unwrap();
+        }
+        let port = dir.join("sys/class/infiniband/softrdma0/ports/1");
+        assert_eq!(
+            fs::read_to_string(port.join("gid_attrs/types/0")).unwrap(),
+            "RoCE v2\n"
+        );
+        assert_eq!(
+            fs::read_link(dir.join("sys/class/infiniband/softrdma0/device/net/lo")).unwrap(),
+            Path::new("/sys/class/net/lo")
+        );
+        assert!(dir.join("dev/infiniband").is_dir());
+        assert!(!dir.join("dev/infiniband/uverbs0").exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -29,9 +29,15 @@ pub(crate) struct Args {
     #[arg(long)]
     no_namespace: bool,
 
+    /// Write the view's /sys and /dev directories under DIR and exit, for
+    /// root to put at the real paths (docs/RUN.md); no CMD.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_namespace")]
+    write_view: Option<PathBuf>,
+
     /// The program and its arguments.
     #[arg(
-        required = true,
+        required_unless_present = "write_view",
+        conflicts_with = "write_view",
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "CMD"
@@ -140,7 +146,28 @@ fn debug() -> bool {
     std::env::var_os("SOFTRDMA_DEBUG").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
+/// `--write-view DIR`: the files, at DIR, and what is left to do.
+fn write_view(dir: &Path) -> Result<ExitCode, CliError> {
+    let view = device_view()?;
+    ns::write_tree(dir, &view).or_err(format!("writing the view under {}", dir.display()))?;
+    super::print_out(&format!(
+        "wrote {d}/sys/class/infiniband/{n} and {d}/sys/class/infiniband_verbs \
+         (GID 0 {g}); the device node is yours to make: \
+         mknod -m 666 /dev/infiniband/uverbs0 c 231 192\n",
+        d = dir.display(),
+        n = view.name,
+        g = view
+            .gids
+            .first()
+            .map_or_else(|| "none".to_string(), |g| g.gid.to_string()),
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
+    if let Some(dir) = &args.write_view {
+        return write_view(dir);
+    }
     let libs = compat_dir()?;
     let mode = if args.no_namespace {
         "libraries"

@@ -27,6 +27,14 @@ pub fn softrdma_run_with<S: AsRef<std::ffi::OsStr>>(
     options: &[&str],
     args: &[S],
 ) -> Command {
+    let mut c = softrdma(addr);
+    c.arg("run").args(options).arg("--").args(args);
+    c
+}
+
+/// `softrdma` with its device at `addr`, no other inherited softrdma
+/// configuration, and the libraries `cargo xtask compat` built.
+pub fn softrdma(addr: Ipv4Addr) -> Command {
     let compat = require_compat_dir();
     let mut c = Command::new(BIN);
     for v in [
@@ -41,11 +49,7 @@ pub fn softrdma_run_with<S: AsRef<std::ffi::OsStr>>(
         c.env_remove(v);
     }
     c.env("SOFTRDMA_ADDR", addr.to_string())
-        .env("SOFTRDMA_COMPAT_DIR", compat)
-        .arg("run")
-        .args(options)
-        .arg("--")
-        .args(args);
+        .env("SOFTRDMA_COMPAT_DIR", compat);
     c
 }
 
