@@ -164,18 +164,12 @@ fn works_without_root() {
     let mut c = softrdma_run(addr, &["sh", "-c", PROBE]);
     if root {
         let setpriv = require_tool("setpriv", "util-linux");
-        let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
-        let envs: Vec<_> = c
-            .get_envs()
-            .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
-            .collect();
-        c = std::process::Command::new(setpriv);
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(BIN)
-            .args(args)
-            .envs(envs)
-            .env_remove("XDG_RUNTIME_DIR")
-            .current_dir("/");
+        c = wrapped(
+            &c,
+            &setpriv,
+            &["--reuid=65534", "--regid=65534", "--clear-groups", "--"],
+        );
+        c.env_remove("XDG_RUNTIME_DIR").current_dir("/");
     }
     let out = run_with_timeout(&mut c, TIMEOUT);
     if out
@@ -252,6 +246,39 @@ fn write_view_writes_the_tree() {
     assert!(
         out.stdout
             .contains("mknod -m 666 /dev/infiniband/uverbs0 c 231 192"),
+        "{out}"
+    );
+}
+
+/// Where namespaces are forbidden (here: a seccomp filter failing
+/// unshare(2), as a container's profile does), `softrdma run` warns, says
+/// what is missing, and still runs the program with the libraries.
+#[test]
+fn without_namespaces_falls_back_to_the_library_path() {
+    let dir = Scratch::new("deny-unshare");
+    let deny = dir.path("deny_unshare");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/deny_unshare.c");
+    compile("cc", &[&src], &deny, &["-Wall"]);
+    let addr = unique_loopback_addr(NET);
+    let mut c = wrapped(
+        &softrdma_run(addr, &["sh", "-c", "echo run=$SOFTRDMA_RUN; ibv_devices"]),
+        &deny,
+        &[],
+    );
+    let out = run_with_timeout(&mut c, TIMEOUT);
+    ok(&out);
+    assert_eq!(value(&out, "run"), "libraries");
+    assert!(
+        out.stdout.contains("softrdma0"),
+        "the libraries still work: {out}"
+    );
+    assert!(
+        out.stderr
+            .contains("warning: no /dev/infiniband and /sys/class/infiniband view")
+            && out.stderr.contains("Operation not permitted")
+            && out
+                .stderr
+                .contains("UCX, Open MPI and NCCL will not find the device"),
         "{out}"
     );
 }

@@ -183,17 +183,17 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
                     }
                 }
                 let view = device_view()?;
-                ns::install(&view).or_err("softrdma run: writing the device view")?;
+                ns::install(&view).or_err("writing the device view")?;
                 "namespace"
             }
             Err(e) => {
                 eprintln!(
                     "softrdma run: warning: no /dev/infiniband and /sys/class/infiniband view \
                      ({e}); running with only LD_LIBRARY_PATH={}. Verbs and rdma_cm programs \
-                     work; UCX, Open MPI and NCCL will not find the device. Unprivileged user \
-                     namespaces are off here (Ubuntu: sysctl \
-                     kernel.apparmor_restrict_unprivileged_userns=0); see docs/RUN.md for the \
-                     root alternative.",
+                     work; UCX, Open MPI and NCCL will not find the device. Where unprivileged \
+                     user namespaces are restricted (Ubuntu: sysctl \
+                     kernel.apparmor_restrict_unprivileged_userns), see docs/RUN.md for the \
+                     alternatives.",
                     libs.display()
                 );
                 "libraries"
@@ -208,7 +208,7 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
     let (program, rest) = args
         .command
         .split_first()
-        .ok_or_else(|| CliError::new("softrdma run: no command given"))?;
+        .ok_or_else(|| CliError::new("no command given"))?;
     let err = Command::new(program)
         .args(rest)
         .env("LD_LIBRARY_PATH", path)

@@ -138,3 +138,19 @@ pub fn stat_sum(file: &Path, name: &str) -> u64 {
         })
         .sum()
 }
+
+/// `cmd` run through `wrapper WRAPPER_ARGS... PROGRAM ARGS...` (setpriv, a
+/// seccomp launcher), with `cmd`'s environment changes.
+pub fn wrapped(cmd: &Command, wrapper: &Path, wrapper_args: &[&str]) -> Command {
+    let mut w = Command::new(wrapper);
+    w.args(wrapper_args)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => w.env(k, v),
+            None => w.env_remove(k),
+        };
+    }
+    w
+}
