@@ -178,6 +178,10 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
         match ns::enter() {
             Ok(entered) => {
                 if debug() {
+                    eprintln!(
+                        "softrdma run: the view is in a {:?} namespace",
+                        entered.kind
+                    );
                     for s in &entered.skipped {
                         eprintln!("softrdma run: not in the view: {s}");
                     }
