@@ -132,21 +132,17 @@ impl DeviceView {
         file(&mut out, dev.join("hw_rev"), "0");
 
         // `device` is the parent device: the CPUs and NUMA node UCX reads,
-        // and the net devices pyverbs looks addresses up on.
+        // and under `net` the net device pyverbs takes its address from.
+        // An rxe device sits on one net device; ours spans them all, and
+        // lists the one of GID 0 (its default address) there, while
+        // `gid_attrs/ndevs` names each GID's.
         let parent = dev.join("device");
         dir(&mut out, parent.clone());
         file(&mut out, parent.join("local_cpus"), &cpumask(&self.cpus));
         file(&mut out, parent.join("local_cpulist"), &cpulist(&self.cpus));
         file(&mut out, parent.join("numa_node"), "-1");
         dir(&mut out, parent.join("net"));
-        let mut ifnames: Vec<&str> = self
-            .gids
-            .iter()
-            .filter_map(|g| g.ifname.as_deref())
-            .collect();
-        ifnames.sort_unstable();
-        ifnames.dedup();
-        for ifname in ifnames {
+        if let Some(ifname) = self.gids.first().and_then(|g| g.ifname.as_deref()) {
             out.push(Entry::Symlink(
                 parent.join("net").join(ifname),
                 PathBuf::from("/sys/class/net").join(ifname),
@@ -272,7 +268,14 @@ mod tests {
             .iter()
             .filter(|x| matches!(x, Entry::Symlink(..)))
             .collect();
-        assert_eq!(links.len(), 1, "one link per interface: {links:?}");
+        assert_eq!(
+            links,
+            [&Entry::Symlink(
+                "sys/class/infiniband/softrdma0/device/net/lo".into(),
+                "/sys/class/net/lo".into()
+            )],
+            "GID 0's net device"
+        );
         assert!(e.contains(&Entry::CharDevice("dev/infiniband/uverbs0".into())));
         // Every entry's directory comes before it.
         for (i, entry) in e.iter().enumerate() {
