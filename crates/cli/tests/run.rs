@@ -282,3 +282,19 @@ fn without_namespaces_falls_back_to_the_library_path() {
         "{out}"
     );
 }
+
+/// Without `SOFTRDMA_COMPAT_DIR`, the libraries are found where `cargo
+/// xtask compat` leaves them: `target/compat`, next to `target/debug`.
+#[test]
+fn finds_the_libraries_next_to_itself() {
+    let addr = unique_loopback_addr(NET);
+    let mut c = softrdma_run_with(
+        addr,
+        &["--no-namespace"],
+        &["sh", "-c", "echo lib=$LD_LIBRARY_PATH"],
+    );
+    c.env_remove("SOFTRDMA_COMPAT_DIR");
+    let out = run_with_timeout(&mut c, TIMEOUT);
+    ok(&out);
+    assert_eq!(value(&out, "lib"), require_compat_dir().to_str().unwrap());
+}
