@@ -298,3 +298,51 @@ fn finds_the_libraries_next_to_itself() {
     ok(&out);
     assert_eq!(value(&out, "lib"), require_compat_dir().to_str().unwrap());
 }
+
+/// Two separate non-root `softrdma run`s share one user namespace (the
+/// second joins the first's), so their packets take the shared-memory path
+/// both ways: processes in different user namespaces could not attach to
+/// each other's inboxes. Run as root here, both drop to `nobody`.
+#[test]
+fn separate_runs_share_memory_without_root() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let pingpong = require_tool("ibv_rc_pingpong", "ibverbs-utils");
+    let dir = Scratch::new("shared-userns");
+    // nobody writes the counters here.
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let stats = dir.path("stats");
+    let addr = unique_loopback_addr(NET);
+    let port = unique_tcp_port();
+    let make = |peer: Option<String>| {
+        let mut c = softrdma_run(addr, &[pingpong.as_os_str()]);
+        c.args(["-g", "0", "-c", "-n", "100", "-p", &port.to_string()])
+            .args(peer)
+            .env("SOFTRDMA_STATS", &stats);
+        if root {
+            let setpriv = require_tool("setpriv", "util-linux");
+            c = wrapped(
+                &c,
+                &setpriv,
+                &["--reuid=65534", "--regid=65534", "--clear-groups", "--"],
+            );
+            c.env_remove("XDG_RUNTIME_DIR").current_dir("/");
+        }
+        c
+    };
+    let (s, c) = server_client(make(None), make(Some(addr.to_string())), port, TIMEOUT);
+    if s.stderr
+        .contains("no /dev/infiniband and /sys/class/infiniband view")
+    {
+        eprintln!("SKIPPED separate_runs_share_memory_without_root: no user namespaces: {s}");
+        return;
+    }
+    ok(&s);
+    ok(&c);
+    let shm_tx = stat_per_process(&stats, "shm_tx");
+    assert_eq!(shm_tx.len(), 2, "two processes' counters: {shm_tx:?}");
+    assert!(
+        shm_tx.iter().all(|&n| n > 0),
+        "both directions through shared memory, shm_tx per process {shm_tx:?}\nserver: {s}\nclient: {c}"
+    );
+}

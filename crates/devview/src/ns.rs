@@ -27,6 +27,8 @@ pub enum Kind {
 pub struct Entered {
     /// How the namespace was made.
     pub kind: Kind,
+    /// The user namespace is an earlier run's, joined (see [`enter`]).
+    pub joined: bool,
     /// Real entries that could not be carried into a replica, with why.
     pub skipped: Vec<String>,
 }
@@ -94,24 +96,39 @@ fn unshare(flags: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// Moves this process into a new mount namespace (inside a new user
-/// namespace unless it may mount already) and replaces `/dev` and
-/// `/sys/class` with replicas. Must be called with a single thread.
-pub fn enter() -> io::Result<Entered> {
+/// Moves this process into a new mount namespace (inside a user namespace
+/// unless it may mount already) and replaces `/dev` and `/sys/class` with
+/// replicas. Must be called with a single thread.
+///
+/// `shared` names a file through which the runs of one user share one user
+/// namespace: a live earlier run's is joined (`setns`; its owner may), and
+/// this run is recorded there. Processes in different user namespaces
+/// cannot attach to each other's shared-memory inboxes (the kernel's ptrace
+/// rule), so sharing keeps that path between separate `softrdma run`s.
+pub fn enter(shared: Option<&Path>) -> io::Result<Entered> {
     // SAFETY: geteuid/getegid cannot fail and touch no memory.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let mut joined = false;
     let kind = if uid == 0 && unshare(libc::CLONE_NEWNS).is_ok() {
         Kind::Mount
     } else {
-        unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)
-            .map_err(os_err("cannot create a user namespace (unshare)"))?;
-        // Ourselves only: the kernel lets an unprivileged process map its
-        // own ids, and `setgroups` must be denied before the gid map.
-        fs::write("/proc/self/setgroups", "deny").map_err(os_err("/proc/self/setgroups"))?;
-        fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
-            .map_err(os_err("/proc/self/uid_map"))?;
-        fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
-            .map_err(os_err("/proc/self/gid_map"))?;
+        joined = shared.is_some_and(|f| join_recorded(f, uid, gid));
+        if joined {
+            unshare(libc::CLONE_NEWNS).map_err(os_err("unshare(CLONE_NEWNS)"))?;
+        } else {
+            unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)
+                .map_err(os_err("cannot create a user namespace (unshare)"))?;
+            // Ourselves only: the kernel lets an unprivileged process map its
+            // own ids, and `setgroups` must be denied before the gid map.
+            fs::write("/proc/self/setgroups", "deny").map_err(os_err("/proc/self/setgroups"))?;
+            fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
+                .map_err(os_err("/proc/self/uid_map"))?;
+            fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+                .map_err(os_err("/proc/self/gid_map"))?;
+        }
+        if let Some(f) = shared {
+            record(f);
+        }
         Kind::User
     };
     // Our mounts must not propagate back to the real namespace (`/` is
@@ -128,7 +145,85 @@ pub fn enter() -> io::Result<Entered> {
     for (dir, leave_out) in REPLICAS {
         replicate(Path::new(dir), leave_out, &mut skipped)?;
     }
-    Ok(Entered { kind, skipped })
+    Ok(Entered {
+        kind,
+        joined,
+        skipped,
+    })
+}
+
+/// The inode of a namespace file (`/proc/<pid>/ns/user`).
+fn ns_inode(path: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// The `<pid> <user namespace inode>` lines of the shared file.
+fn recorded(file: &Path) -> Vec<(u32, u64)> {
+    let text = fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (pid, ino) = l.split_once(' ')?;
+            Some((pid.parse().ok()?, ino.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Joins the user namespace of a live recorded run, if one maps exactly
+/// our uid and gid to themselves, as [`enter`] makes them.
+fn join_recorded(file: &Path, uid: libc::uid_t, gid: libc::gid_t) -> bool {
+    let own = ns_inode("/proc/self/ns/user");
+    let one_to_one = |path: String, id: u32| {
+        fs::read_to_string(path).is_ok_and(|m| {
+            let f: Vec<&str> = m.split_whitespace().collect();
+            f == [id.to_string(), id.to_string(), "1".to_string()]
+        })
+    };
+    for (pid, ino) in recorded(file) {
+        let ns = format!("/proc/{pid}/ns/user");
+        if Some(ino) == own || ns_inode(&ns) != Some(ino) {
+            continue;
+        }
+        if !one_to_one(format!("/proc/{pid}/uid_map"), uid)
+            || !one_to_one(format!("/proc/{pid}/gid_map"), gid)
+        {
+            continue;
+        }
+        let Ok(f) = File::open(&ns) else { continue };
+        // The file is open: a pid reused since would show another inode.
+        if f.metadata()
+            .ok()
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            != Some(ino)
+        {
+            continue;
+        }
+        // SAFETY: setns takes a descriptor we own and changes only this
+        // (single-threaded) process's user namespace.
+        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWUSER) } == 0 {
+            return true;
+        }
+    }
+    false
+}
+
+/// Adds this process to the shared file, dropping entries whose process
+/// is gone or is in another namespace now. Best effort: without it, later
+/// runs make namespaces of their own.
+fn record(file: &Path) {
+    let Some(own) = ns_inode("/proc/self/ns/user") else {
+        return;
+    };
+    let mut keep: Vec<(u32, u64)> = recorded(file)
+        .into_iter()
+        .filter(|&(pid, ino)| ns_inode(&format!("/proc/{pid}/ns/user")) == Some(ino))
+        .collect();
+    keep.push((std::process::id(), own));
+    let text: String = keep.iter().map(|(p, i)| format!("{p} {i}\n")).collect();
+    let tmp = file.with_extension(format!("tmp-{}", std::process::id()));
+    if fs::write(&tmp, text).is_ok() && fs::rename(&tmp, file).is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
 }
 
 /// What one real entry is, to rebuild its mount point.

@@ -136,6 +136,14 @@ fn device_view() -> Result<DeviceView, CliError> {
     })
 }
 
+/// Where the runs of this user record their user namespace, to share one:
+/// in the host device's private directory (`softrdma-host`), checked and
+/// created by opening the registry; `None` if it cannot be used.
+fn shared_userns_file() -> Option<PathBuf> {
+    softrdma_host::Registry::open().ok()?;
+    Some(softrdma_host::Registry::default_base_dir().join("run-userns"))
+}
+
 /// Whether this process already runs inside a `softrdma run` view.
 fn inside_view() -> bool {
     std::env::var_os(RUN_ENV).is_some_and(|v| v == "namespace")
@@ -175,11 +183,12 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
         "namespace"
     } else {
         // First, while this process has one thread.
-        match ns::enter() {
+        match ns::enter(shared_userns_file().as_deref()) {
             Ok(entered) => {
                 if debug() {
+                    let how = if entered.joined { ", joined" } else { "" };
                     eprintln!(
-                        "softrdma run: the view is in a {:?} namespace",
+                        "softrdma run: the view is in a {:?} namespace{how}",
                         entered.kind
                     );
                     for s in &entered.skipped {

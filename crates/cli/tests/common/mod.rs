@@ -154,3 +154,17 @@ pub fn wrapped(cmd: &Command, wrapper: &Path, wrapper_args: &[&str]) -> Command 
     }
     w
 }
+
+/// Counter `name` of each process's block of a `SOFTRDMA_STATS` file.
+pub fn stat_per_process(file: &Path, name: &str) -> Vec<u64> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.split("# softrdma-stats")
+        .skip(1)
+        .map(|block| {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+                .unwrap_or(0)
+        })
+        .collect()
+}
