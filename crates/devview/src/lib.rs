@@ -25,7 +25,9 @@
 //!   single thread (the kernel refuses `unshare(CLONE_NEWUSER)` otherwise);
 //!   every process the caller then starts inherits the view. The network
 //!   namespace, uid and files are unchanged, so programs inside still share
-//!   the host device with programs outside.
+//!   the host device with programs outside. Given a file to record it in,
+//!   non-root callers share one user namespace: a live earlier caller's is
+//!   joined if it maps exactly this uid and gid to themselves.
 //! * Device nodes are bind mounts of `/dev/null`: user namespaces cannot
 //!   create device nodes, and a node is only ever `stat`ed.
 //! * Errors are [`std::io::Error`]s naming the step that failed; a failure
