@@ -4,11 +4,16 @@
 # programs (ibverbs-utils, rdmacm-utils, perftest), network namespaces and
 # loss injection (iproute2, nftables; this kernel has no netem), qperf and
 # tshark for baselines and captures, valgrind (scripts/valgrind.sh);
+# UCX (ucx-utils: ucx_info, ucx_perftest; libucx-dev: its examples) and
+# Open MPI (openmpi-bin, libopenmpi-dev: mpirun, mpicc) for the middleware
+# tests run through `softrdma run` (crates/cli/tests/{ucx,mpi}.rs);
 # rdma-core's own test suite
 # (python3-pyverbs, run by scripts/pyverbs.sh) if the distribution has it.
 set -euo pipefail
 PKGS=(libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest
-      iproute2 nftables qperf tshark gcc valgrind python3-pyverbs)
+      iproute2 nftables qperf tshark gcc valgrind
+      ucx-utils libucx-dev openmpi-bin libopenmpi-dev
+      python3-pyverbs)
 # Installed if possible; scripts that need them say SKIPPED without them.
 OPTIONAL=(python3-pyverbs)
 PKGS+=(ucx-utils)  # ucx_perftest: `cargo xtask bench`'s same-host baselines (UCX sm)

@@ -172,7 +172,12 @@ pub(crate) fn open_context_with(
     let c = &mut vctx.context;
     c.device = device;
     c.cmd_fd = cmd_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-    c.async_fd = engine.async_channel().as_raw_fd();
+    // A queue and fd of its own, as rdma-core gives each context.
+    let async_queue = engine.async_channel().subscribe().ok();
+    c.async_fd = match &async_queue {
+        Some(q) => q.as_raw_fd(),
+        None => engine.async_channel().as_raw_fd(),
+    };
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void;
     super::post::install_ops(&mut c.ops);
@@ -182,6 +187,7 @@ pub(crate) fn open_context_with(
             vctx,
             engine,
             cmd_fd,
+            async_queue,
         },
         Kind::Context,
     );
@@ -515,7 +521,11 @@ pub unsafe extern "C" fn ibv_get_async_event(
             return ret::neg(libc::EINVAL);
         }
         loop {
-            let e = match c.engine.async_channel().get_event() {
+            let got = match &c.async_queue {
+                Some(q) => q.get_event(),
+                None => c.engine.async_channel().get_event(),
+            };
+            let e = match got {
                 Ok(e) => e,
                 Err(e) => return ret::neg(e.raw_os_error().unwrap_or(libc::EIO)),
             };
@@ -535,6 +545,13 @@ pub unsafe extern "C" fn ibv_get_async_event(
                 ),
             };
             let Some(element) = element else { continue };
+            // Every context hears every event; report those of its own objects.
+            // SAFETY: the element is a live object from the registry; QPs,
+            // CQs and SRQs all start with their `context` pointer.
+            let owner = unsafe { *element.qp.cast::<*mut ibv_context>() };
+            if owner != context {
+                continue;
+            }
             // The transport numbers its events as `enum ibv_event_type`.
             let event_type = t as u32;
             // SAFETY: non-NULL, writable per the contract.
