@@ -10,12 +10,18 @@
 //!   connects to its veth address, and a second server the same way serves
 //!   a client of its own namespace that connects to 127.0.0.1, both `-V`;
 //! - one process binds rdma_cm ids to 127.0.0.1 and then to its veth
-//!   address (`c/bind_addrs.c`): both are addresses of its device.
+//!   address (`c/bind_addrs.c`): both are addresses of its device;
+//! - the table follows the host's addresses: an `rping -s -a 0.0.0.0`
+//!   server already running when an address is added to its namespace's
+//!   veth joins the device there (its socket appears, it says so under
+//!   `SOFTRDMA_DEBUG`) and serves a client from the other namespace that
+//!   connects to the new address.
 //!
 //! Needs `cargo xtask compat` and rdmacm-utils; fails (never skips) without.
 
 use softrdma_compat_tests::c_programs::{LIBIBVERBS, LIBRDMACM, build_c_program};
-use softrdma_compat_tests::cm::{ServerEnd, run_cm_pair, turned_away};
+use softrdma_compat_tests::cm::{self, ServerEnd, run_cm_pair, turned_away};
+use softrdma_compat_tests::pair::PairOutput;
 use softrdma_compat_tests::rdmacm::{Host, check_rping, rping_args, strings};
 use softrdma_compat_tests::*;
 use std::net::Ipv4Addr;
@@ -151,5 +157,77 @@ fn one_process_binds_loopback_and_its_veth_address() {
             out.stdout.contains(&format!("bind {a} ok")),
             "binding {a}: {out}"
         );
+    }
+}
+
+#[test]
+fn a_running_listener_serves_an_address_added_after_it_started() {
+    if !netns_allowed("host addresses: an address added while rping -s runs") {
+        return;
+    }
+    require_compat_dir();
+    let rping = require_binary("rping");
+    let ns = NetnsPair::create();
+    let port = unique_tcp_port();
+    let mut cmd = unconfigured(
+        &ns.b,
+        &rping,
+        &rping_args("-s", Ipv4Addr::UNSPECIFIED, port, PINGS),
+    );
+    cmd.env("SOFTRDMA_DEBUG", "1");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut server = spawn(&mut cmd);
+    let wait_bound = |server: &mut Spawned, addr: Ipv4Addr, what: &str| {
+        while !cm::device_bound(server.pid(), addr) {
+            assert!(
+                server.poll().is_none() && std::time::Instant::now() < deadline,
+                "{what}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wait_bound(&mut server, Ipv4Addr::LOCALHOST, "the server did not start");
+    // Its veth address bound too: the device has read the addresses it
+    // starts with, so the next one is a change it must follow.
+    wait_bound(
+        &mut server,
+        ns.addr_b,
+        "the server did not join its veth address",
+    );
+    // The namespace gets a second address on its veth while rping runs.
+    let added = ns.add_addr(true, 77);
+    wait_bound(
+        &mut server,
+        added,
+        "the running server did not join the device at the added address",
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let client = Host::in_netns(ns.addr_a, &ns.a);
+    let c = spawn(&mut client.command(
+        "rping",
+        "host-addrs-added",
+        &rping_args("-c", added, port, PINGS),
+    ));
+    let client_out = c.finish(deadline);
+    let mut out = PairOutput {
+        server: server.finish(std::time::Instant::now() + Duration::from_secs(10)),
+        client: Some(client_out),
+        note: None,
+    };
+    // The note under SOFTRDMA_DEBUG, then rping's own checks without it.
+    let note = format!("softrdma: the host device is now also at {added} (GID ");
+    assert!(
+        out.server.stderr.lines().any(|l| l.starts_with(&note)),
+        "the server says it joined:\n{out}"
+    );
+    out.server.stderr = out
+        .server
+        .stderr
+        .lines()
+        .filter(|l| !l.starts_with(&note))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if let Err(e) = check_rping(&out, PINGS, 64) {
+        panic!("client to the address added at {added}: {e}");
     }
 }

@@ -67,17 +67,22 @@ impl Shared {
     /// progress thread to report its probe).
     pub(super) fn reconcile_soon(&self, index: usize) {
         let Some(me) = self.me.upgrade() else { return };
-        let Some((_, Some(h))) = self.sockets().nth(index) else {
+        let Some(h) = self
+            .sockets()
+            .iter()
+            .nth(index)
+            .and_then(|(_, h)| h.cloned())
+        else {
             return;
         };
         if !h.should_reconcile() {
             return;
         }
-        let group = Arc::clone(h);
+        let group = Arc::clone(&h);
         let spawned = std::thread::Builder::new()
             .name("softrdma-reconcile".into())
             .spawn(move || {
-                let _ = group.reconcile(me.socket_at(index));
+                let _ = group.reconcile(me.sockets().at(index));
             });
         if spawned.is_err() {
             // Leave it to the next misrouted packet.
@@ -91,7 +96,7 @@ impl Shared {
         if let Some(h) = &self.host
             && h.take_listeners_changed()
         {
-            for (socket, h) in self.sockets() {
+            for (socket, h) in self.sockets().iter() {
                 if let Some(h) = h {
                     let _ = h.refresh(socket);
                 }
@@ -101,7 +106,7 @@ impl Shared {
 
     /// Leaves the host device's groups (at exit: the sockets close next).
     pub(super) fn leave_host(&self) {
-        for (socket, h) in self.sockets() {
+        for (socket, h) in self.sockets().iter() {
             if let Some(h) = h {
                 h.leave(socket);
             }
@@ -115,7 +120,7 @@ impl Shared {
     /// address).
     pub(super) fn dead_members(&self, core: &Core) -> Vec<(std::net::IpAddr, u8)> {
         let mut dead = Vec::new();
-        for (_, h) in self.sockets() {
+        for (_, h) in self.sockets().iter() {
             let Some(h) = h else { continue };
             let ip = h.ip();
             for slot in core.cm.member_peers(ip) {

@@ -62,9 +62,12 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         s.sleeping_until.store(deadline, Ordering::SeqCst);
         let when =
             (deadline != u64::MAX).then(|| s.epoch + std::time::Duration::from_nanos(deadline));
-        let _ = poller.wait(when);
+        let events = poller.wait(when);
         s.sleeping_until.store(0, Ordering::SeqCst);
         s.shm_awake();
+        if events.is_ok_and(|e| e.readable & (1 << super::KEY_ADDRS) != 0) {
+            s.on_addr_change();
+        }
         let now = s.now().as_nanos();
         let notifies = s.notifies.load(Ordering::Relaxed);
         let got = if watching {

@@ -73,7 +73,8 @@ impl Shared {
         let mut requests = 0;
         // Each address's socket in turn (GID order), each with its own
         // address as the packets' destination and its own group.
-        for (i, (socket, host)) in self.sockets().enumerate().skip(first).take(count) {
+        let sockets = self.sockets();
+        for (i, (socket, host)) in sockets.iter().enumerate().skip(first).take(count) {
             total += self.rx_socket(mode, &mut rx, i, socket, host, &mut requests);
             self.handle_unreachable(socket);
         }

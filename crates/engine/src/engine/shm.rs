@@ -57,9 +57,6 @@ pub(crate) struct ShmPath {
     /// When links and lanes were last checked for dead members (ns since
     /// the engine's epoch).
     swept_at: AtomicU64,
-    /// The device's addresses: a destination among them (or on loopback) is
-    /// on this host.
-    local: Vec<IpAddr>,
     /// Datagrams pushed into lanes / taken from the inbox / that fell back
     /// to UDP with a link up (too large) / dropped because a lane stayed full.
     pub(crate) sent: AtomicU64,
@@ -133,11 +130,7 @@ impl Links {
 
 impl ShmPath {
     /// Creates this process's inbox and publishes it for the member `host`.
-    pub(crate) fn new(
-        host: &crate::host::HostMember,
-        port: u16,
-        local: Vec<IpAddr>,
-    ) -> std::io::Result<ShmPath> {
+    pub(crate) fn new(host: &crate::host::HostMember, port: u16) -> std::io::Result<ShmPath> {
         let inbox = Inbox::create()?;
         host.publish_inbox(inbox.fd())?;
         Ok(ShmPath {
@@ -147,7 +140,6 @@ impl ShmPath {
             generation: host.generation(),
             port,
             swept_at: AtomicU64::new(0),
-            local,
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             too_large: AtomicU64::new(0),
@@ -160,18 +152,20 @@ impl ShmPath {
     /// The member slot a datagram to `dst` goes to through a lane, if it is
     /// for a QP of this host device (not QP1: CM MADs are steered by their
     /// contents; not multicast).
-    fn lane_slot(&self, dst: &SocketAddr, pkt: &[u8]) -> Option<u8> {
+    fn lane_slot(
+        &self,
+        dst: &SocketAddr,
+        pkt: &[u8],
+        sockets: &super::addrs::Sockets<'_>,
+    ) -> Option<u8> {
         let qpn = dest_qpn(pkt)?;
         let slot = member_slot(qpn);
         let member = qpn != GSI_QPN && qpn != MULTICAST_QPN && slot != 0;
-        (member && dst.port() == self.port && self.is_local(dst.ip())).then_some(slot)
-    }
-
-    /// Whether `ip` is this host: one of the device's addresses, or any
-    /// loopback address (every member of this registry, whatever address it
-    /// was given, shares the network namespace's loopback).
-    fn is_local(&self, ip: IpAddr) -> bool {
-        self.local.contains(&ip) || ip.to_canonical().is_loopback()
+        // This host: any loopback address (every member of this registry,
+        // whatever address it was given, shares the namespace's loopback),
+        // or one of the device's addresses.
+        let local = |ip: IpAddr| ip.to_canonical().is_loopback() || sockets.has(ip);
+        (member && dst.port() == self.port && local(dst.ip())).then_some(slot)
     }
 
     fn attach(&self, slot: u8, now: u64) -> Link {
@@ -266,7 +260,12 @@ impl Shared {
     /// Pushes the datagrams of the first `n` in `tx` that are for this host's
     /// members into their lanes, marking them `VIA_SHM`; then rings the
     /// receivers that asked for it.
-    pub(super) fn shm_send(&self, tx: &mut super::tx::Tx, n: usize) {
+    pub(super) fn shm_send(
+        &self,
+        tx: &mut super::tx::Tx,
+        n: usize,
+        sockets: &super::addrs::Sockets<'_>,
+    ) {
         let Some(shm) = &self.shm else { return };
         let now = self.now().as_nanos();
         // (slot, destination, socket) of the lanes pushed to.
@@ -282,14 +281,14 @@ impl Shared {
             .chain((0..n).filter(|&i| is_ack(&tx.bufs[i])))
             .collect();
         for i in order {
-            let Some(slot) = shm.lane_slot(&tx.dst[i], &tx.bufs[i]) else {
+            let Some(slot) = shm.lane_slot(&tx.dst[i], &tx.bufs[i], sockets) else {
                 continue;
             };
             if !Outlet::fits(tx.bufs[i].len()) {
                 shm.too_large.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let src = SocketAddr::new(self.socket_at(tx.via[i]).local_addr().ip(), shm.port);
+            let src = SocketAddr::new(sockets.at(tx.via[i]).local_addr().ip(), shm.port);
             let Some(out) = tx.links.get(shm, slot, now) else {
                 continue;
             };
@@ -310,7 +309,7 @@ impl Shared {
                         }
                         // The receiver may be asleep with its lane full.
                         if out.doorbell_wanted() {
-                            self.ring(shm, slot, dst, tx.via[i]);
+                            self.ring(shm, slot, dst, sockets.at(tx.via[i]));
                         }
                         std::thread::yield_now();
                     }
@@ -328,23 +327,21 @@ impl Shared {
                 .get(shm, slot, now)
                 .is_some_and(Outlet::doorbell_wanted);
             if wanted {
-                self.ring(shm, slot, dst, via);
+                self.ring(shm, slot, dst, sockets.at(via));
             }
         }
     }
 
     /// Wakes the receiver of lane `slot`: this process's progress thread
     /// directly, another's through its socket.
-    fn ring(&self, shm: &ShmPath, slot: u8, dst: SocketAddr, via: usize) {
+    fn ring(&self, shm: &ShmPath, slot: u8, dst: SocketAddr, via: &softrdma_udp::RoceSocket) {
         shm.doorbells.fetch_add(1, Ordering::Relaxed);
         if slot == shm.slot {
             let _ = self.waker.wake();
             return;
         }
         let d = doorbell(slot);
-        let _ = self
-            .socket_at(via)
-            .send_batch(&[Transmit { dst, payload: &d }]);
+        let _ = via.send_batch(&[Transmit { dst, payload: &d }]);
     }
 
     /// Reads the inbox: processes what arrived like [`Shared::rx_burst`]

@@ -102,6 +102,7 @@ impl Shared {
         self.tx_again.store(false, Ordering::SeqCst);
         self.tx_pending.store(false, Ordering::Relaxed);
         self.deferred_bytes.store(0, Ordering::Relaxed);
+        let sockets = self.sockets();
         loop {
             tx.dst.clear();
             tx.via.clear();
@@ -117,7 +118,7 @@ impl Shared {
                     tx.bufs[i].clear();
                     tx.bufs[i].extend_from_slice(&pkt);
                     tx.dst.push(dst);
-                    tx.via.push(self.socket_index(src));
+                    tx.via.push(sockets.index_of(src));
                 }
                 while tx.dst.len() < BATCH {
                     let i = tx.dst.len();
@@ -125,7 +126,7 @@ impl Shared {
                         Some(t) => {
                             tx.bufs[i].truncate(t.len);
                             tx.dst.push(t.dst);
-                            tx.via.push(self.socket_index(t.src_ip));
+                            tx.via.push(sockets.index_of(t.src_ip));
                         }
                         None => break,
                     }
@@ -138,15 +139,11 @@ impl Shared {
             }
             if let Some(c) = &self.capture {
                 for i in 0..n {
-                    c.record(
-                        self.socket_at(tx.via[i]).local_addr(),
-                        tx.dst[i],
-                        &tx.bufs[i],
-                    );
+                    c.record(sockets.at(tx.via[i]).local_addr(), tx.dst[i], &tx.bufs[i]);
                 }
             }
             // This host's members' datagrams through their lanes.
-            self.shm_send(tx, n);
+            self.shm_send(tx, n, &sockets);
             // Each socket's datagrams in their order, the device socket's
             // first (most datagrams have no other source).
             let last = tx.via.iter().copied().filter(|&v| v != VIA_SHM).max();
@@ -155,7 +152,7 @@ impl Shared {
                     break;
                 }
                 if tx.via.contains(&via) {
-                    self.send_via(tx, n, via);
+                    self.send_via(tx, n, sockets.at(via), via);
                 }
             }
             if n < BATCH {
@@ -166,8 +163,7 @@ impl Shared {
 
     /// Sends the datagrams of the first `n` in `tx` that leave through the
     /// socket at `via` (index of `Shared::sockets`).
-    fn send_via(&self, tx: &Tx, n: usize, via: usize) {
-        let socket = self.socket_at(via);
+    fn send_via(&self, tx: &Tx, n: usize, socket: &RoceSocket, via: usize) {
         // Requests and responses first, plain ACKs after them: on loopback
         // every datagram is delivered inside the send call, so an ACK put
         // first would delay the request a ping-pong peer waits for. (An
