@@ -330,6 +330,17 @@ impl Outlet {
         self.lane.push(src, dst_ip, data)
     }
 
+    /// Stages one datagram, visible at the next [`Outlet::publish`] (see
+    /// [`Ring::stage`]).
+    pub fn stage(&self, src: SocketAddr, dst_ip: IpAddr, data: &[u8]) -> Result<(), PushError> {
+        self.lane.stage(src, dst_ip, data)
+    }
+
+    /// Publishes the staged datagrams together.
+    pub fn publish(&self) {
+        self.lane.publish();
+    }
+
     /// After pushes: whether the receiver asked to be woken (it may be
     /// asleep, see [`Inbox::want_doorbell`]).
     pub fn doorbell_wanted(&self) -> bool {

@@ -74,6 +74,9 @@ pub enum PushError {
 #[derive(Debug)]
 pub struct Ring {
     base: *mut u8,
+    /// Datagrams the producer wrote past `head` and has not published yet
+    /// ([`Ring::stage`], [`Ring::publish`]); this process's, not shared.
+    staged: AtomicU64,
 }
 
 // SAFETY: the view is a pointer into shared memory whose every concurrent
@@ -94,7 +97,10 @@ impl Ring {
     /// mapped, readable and writable while the `Ring` lives. At most one
     /// thread (in any process) pushes at a time, and at most one pops.
     pub unsafe fn new(base: *mut u8) -> Ring {
-        Ring { base }
+        Ring {
+            base,
+            staged: AtomicU64::new(0),
+        }
     }
 
     fn counter(&self, at: usize) -> &AtomicU64 {
@@ -129,10 +135,34 @@ impl Ring {
 
     /// Producer: copies a datagram into the next free slot and publishes it.
     pub fn push(&self, src: SocketAddr, dst_ip: IpAddr, data: &[u8]) -> Result<(), PushError> {
+        self.stage(src, dst_ip, data)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// Producer: publishes every staged datagram at once (one release store
+    /// of `head`): the consumer sees them together or not at all.
+    pub fn publish(&self) {
+        let n = self.staged.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            let head = self.counter(HEAD).load(Ordering::Relaxed);
+            self.counter(HEAD)
+                .store(head.wrapping_add(n), Ordering::Release);
+        }
+    }
+
+    /// Producer: copies a datagram into the next free slot without
+    /// publishing it yet (see [`Ring::publish`]). A lane full of staged
+    /// datagrams stays full until they are published.
+    pub fn stage(&self, src: SocketAddr, dst_ip: IpAddr, data: &[u8]) -> Result<(), PushError> {
         if data.len() > DATA_CAP {
             return Err(PushError::TooBig);
         }
-        let head = self.counter(HEAD).load(Ordering::Relaxed);
+        let staged = self.staged.load(Ordering::Relaxed);
+        let head = self
+            .counter(HEAD)
+            .load(Ordering::Relaxed)
+            .wrapping_add(staged);
         let tail = self.counter(TAIL).load(Ordering::Acquire);
         if head.wrapping_sub(tail) >= SLOTS {
             return Err(PushError::Full);
@@ -146,14 +176,13 @@ impl Ring {
         meta[8..24].copy_from_slice(&ip_bytes(src.ip()));
         meta[24..40].copy_from_slice(&ip_bytes(dst_ip));
         // SAFETY: the slot at `head` is free (head - tail < SLOTS): the
-        // consumer does not read it until the release store below, and we
+        // consumer does not read it until `publish`'s release store, and we
         // are the only producer. Both copies stay inside the slot.
         unsafe {
             std::ptr::copy_nonoverlapping(meta.as_ptr(), slot, meta.len());
             std::ptr::copy_nonoverlapping(data.as_ptr(), slot.add(SLOT_HEADER), data.len());
         }
-        self.counter(HEAD)
-            .store(head.wrapping_add(1), Ordering::Release);
+        self.staged.store(staged + 1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -295,6 +324,27 @@ pub(crate) mod tests {
         r.pop(usize::MAX, |e| seen.push(e.data.to_vec()));
         assert_eq!(seen.len() as u64, SLOTS);
         assert_eq!(seen.last().unwrap(), b"last");
+    }
+
+    #[test]
+    fn staged_datagrams_appear_together_when_published() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        r.stage(src(), src().ip(), b"request").unwrap();
+        r.stage(src(), src().ip(), b"ack").unwrap();
+        assert!(r.is_empty(), "nothing visible before publish");
+        assert_eq!(r.pop(usize::MAX, |_| panic!("unpublished")), 0);
+        r.publish();
+        let mut seen = Vec::new();
+        r.pop(usize::MAX, |e| seen.push(e.data.to_vec()));
+        assert_eq!(seen, vec![b"request".to_vec(), b"ack".to_vec()]);
+        // Staged datagrams count against the room.
+        for _ in 0..SLOTS {
+            r.stage(src(), src().ip(), b"x").unwrap();
+        }
+        assert_eq!(r.stage(src(), src().ip(), b"x"), Err(PushError::Full));
+        r.publish();
+        assert_eq!(r.len(), SLOTS);
     }
 
     #[test]
