@@ -14,8 +14,10 @@
 //! - the table follows the host's addresses: an `rping -s -a 0.0.0.0`
 //!   server already running when an address is added to its namespace's
 //!   veth joins the device there (its socket appears, it says so under
-//!   `SOFTRDMA_DEBUG`) and serves a client from the other namespace that
-//!   connects to the new address.
+//!   `SOFTRDMA_DEBUG`), leaves when the address is removed (the socket goes,
+//!   the GID entry is emptied), joins again at the same GID index when it
+//!   comes back, and serves a client from the other namespace that connects
+//!   to it.
 //!
 //! Needs `cargo xtask compat` and rdmacm-utils; fails (never skips) without.
 
@@ -194,12 +196,27 @@ fn a_running_listener_serves_an_address_added_after_it_started() {
         ns.addr_b,
         "the server did not join its veth address",
     );
-    // The namespace gets a second address on its veth while rping runs.
+    // The namespace gets a second address on its veth while rping runs,
+    // loses it, and gets it back.
     let added = ns.add_addr(true, 77);
     wait_bound(
         &mut server,
         added,
         "the running server did not join the device at the added address",
+    );
+    ns.del_addr(true, added);
+    while cm::device_bound(server.pid(), added) {
+        assert!(
+            server.poll().is_none() && std::time::Instant::now() < deadline,
+            "the running server did not leave the removed address"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    ns.add_addr(true, 77);
+    wait_bound(
+        &mut server,
+        added,
+        "the running server did not join it again",
     );
     std::thread::sleep(Duration::from_millis(100));
     let client = Host::in_netns(ns.addr_a, &ns.a);
@@ -214,17 +231,31 @@ fn a_running_listener_serves_an_address_added_after_it_started() {
         client: Some(client_out),
         note: None,
     };
-    // The note under SOFTRDMA_DEBUG, then rping's own checks without it.
-    let note = format!("softrdma: the host device is now also at {added} (GID ");
+    // The notes under SOFTRDMA_DEBUG (joined, left, joined again at the
+    // same, emptied GID index), then rping's own checks without them.
+    let joined = format!("softrdma: the host device is now also at {added} (GID ");
+    let left = format!("softrdma: the host device is no longer at {added} (GID Some(");
+    let notes: Vec<&str> = out
+        .server
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with(&joined) || l.starts_with(&left))
+        .collect();
+    assert_eq!(notes.len(), 3, "joined, left, joined:\n{out}");
+    let index = |l: &str| {
+        l.rsplit("GID ")
+            .next()
+            .map(|t| t.trim_matches(|c: char| !c.is_ascii_digit()).to_owned())
+    };
     assert!(
-        out.server.stderr.lines().any(|l| l.starts_with(&note)),
-        "the server says it joined:\n{out}"
+        notes.iter().all(|l| index(l) == index(notes[0])),
+        "one GID index throughout: {notes:?}"
     );
     out.server.stderr = out
         .server
         .stderr
         .lines()
-        .filter(|l| !l.starts_with(&note))
+        .filter(|l| !l.starts_with(&joined) && !l.starts_with(&left))
         .map(|l| format!("{l}\n"))
         .collect();
     if let Err(e) = check_rping(&out, PINGS, 64) {

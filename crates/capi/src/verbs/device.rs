@@ -319,8 +319,15 @@ fn gid_at(c: &Ctx, port_num: u32, index: usize) -> Result<[u8; 16], c_int> {
         return Err(libc::EINVAL);
     }
     let gids = c.engine.gids();
+    // An empty entry (its address went away) reads as zeros, as rxe's.
     gids.get(index)
-        .map(|ip| softrdma_wire::ip::to_v6(*ip).octets())
+        .map(|ip| {
+            if ip.is_unspecified() {
+                [0u8; 16]
+            } else {
+                softrdma_wire::ip::to_v6(*ip).octets()
+            }
+        })
         .ok_or(libc::EINVAL)
 }
 
@@ -353,6 +360,10 @@ pub unsafe extern "C" fn ibv_query_gid(
 
 fn gid_entry(c: &Ctx, port_num: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
     let raw = gid_at(c, port_num, index as usize).map_err(|_| libc::ENODATA)?;
+    // An entry whose address went away (rxe: ENODATA too).
+    if raw == [0u8; 16] {
+        return Err(libc::ENODATA);
+    }
     let mut e = ibv_gid_entry::zeroed();
     e.gid = ibv_gid { raw };
     e.gid_index = index;
@@ -416,20 +427,23 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         if n > max_entries {
             return neg(libc::EINVAL);
         }
+        // The valid entries only, packed (as rdma-core's).
+        let mut k = 0;
         for i in 0..n {
             let Ok(e) = gid_entry(c, 1, i as u32) else {
-                break;
+                continue;
             };
             // SAFETY: within the caller's `max_entries` entries of `entry_size` bytes.
             unsafe {
                 entries
                     .cast::<u8>()
-                    .add(i * entry_size)
+                    .add(k * entry_size)
                     .cast::<ibv_gid_entry>()
                     .write_unaligned(e)
             };
+            k += 1;
         }
-        n as isize
+        k as isize
     })
 }
 

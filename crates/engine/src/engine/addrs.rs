@@ -7,13 +7,15 @@
 //! take a [`Sockets`] snapshot — one mutex acquisition and an `Arc` clone —
 //! and index into it, so a batch's socket indices stay valid whatever
 //! happens meanwhile, and nobody holds a lock while sending or receiving.
-//! An address that goes away keeps its GID entry and socket until the
-//! process ends (its sends fail; rxe would clear the entry).
+//! An address that goes away empties its GID entry (the others keep their
+//! indices; a later address takes the first empty one), as rxe does, and
+//! this process leaves its group there.
 
 use super::{KEY_SOCKET, Shared, member_config, open_socket};
 use crate::host::HostMember;
 use softrdma_udp::RoceSocket;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// The other host addresses' sockets with their groups (GID 1, 2, ...).
@@ -101,16 +103,52 @@ impl Shared {
                 *more = Arc::new(next);
                 more.len()
             };
-            {
+            let gid = {
                 let mut core = self.lock();
-                core.ep.add_gid(ip);
-                core.cm.add_addr(ip);
-            }
+                let gid = core.ep.add_gid(ip);
+                core.cm.add_addr(ip, gid);
+                gid
+            };
             if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
-                eprintln!("softrdma: the host device is now also at {ip} (GID {index})");
+                eprintln!("softrdma: the host device is now also at {ip} (GID {gid})");
             }
             if stale {
                 self.reconcile_soon(index);
+            }
+        }
+        self.drop_gone_addrs(&softrdma_udp::host_addrs());
+    }
+
+    /// Leaves the groups at addresses the host no longer has (`now`: its
+    /// addresses) and empties their GID entries, as rxe does; the device
+    /// address (GID 0) stays.
+    fn drop_gone_addrs(&self, now: &[IpAddr]) {
+        let gone: Vec<(Arc<RoceSocket>, Arc<HostMember>)> = {
+            let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+            let (kept, gone): (Vec<_>, Vec<_>) = more
+                .iter()
+                .cloned()
+                .partition(|(s, _)| now.contains(&s.local_addr().ip()));
+            if gone.is_empty() {
+                return;
+            }
+            *more = Arc::new(kept);
+            gone
+        };
+        for (socket, member) in gone {
+            let ip = socket.local_addr().ip();
+            member.leave(&socket);
+            let _ = self.poller.remove_fd(socket.as_fd(), KEY_SOCKET);
+            let gid = {
+                let mut core = self.lock();
+                let gid = core.ep.remove_gid(ip);
+                if let Some(g) = gid {
+                    core.cm.remove_addr(g);
+                }
+                gid
+            };
+            if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                eprintln!("softrdma: the host device is no longer at {ip} (GID {gid:?} emptied)");
             }
         }
     }
