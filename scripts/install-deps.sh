@@ -6,13 +6,19 @@
 # tshark for baselines and captures, valgrind (scripts/valgrind.sh); RDMA
 # middleware the compat tests run (fio's rdma engine, libfabric's fi_info
 # and fi_pingpong; qperf's rdma_cm tests);
+# UCX (ucx-utils: ucx_info, ucx_perftest; libucx-dev: its examples) and
+# Open MPI (openmpi-bin, libopenmpi-dev: mpirun, mpicc) for the middleware
+# tests run through `softrdma run` (crates/cli/tests/{ucx,mpi}.rs);
 # rdma-core's own test suite
 # (python3-pyverbs, run by scripts/pyverbs.sh) if the distribution has it.
 set -euo pipefail
 PKGS=(libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest
-      iproute2 nftables qperf tshark gcc valgrind fio libfabric-bin python3-pyverbs)
+      iproute2 nftables qperf tshark gcc valgrind fio libfabric-bin
+      ucx-utils libucx-dev openmpi-bin libopenmpi-dev
+      python3-pyverbs)
 # Installed if possible; scripts that need them say SKIPPED without them.
 OPTIONAL=(python3-pyverbs)
+PKGS+=(ucx-utils)  # ucx_perftest: `cargo xtask bench`'s same-host baselines (UCX sm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,11 +6,11 @@
 //!   (see `crates/capi/README.md`); also `target/compat/librdmalib.so`
 //!   (rdmalib's C API, `crates/rdmalib-capi`).
 //! - `bench`: the same-host benchmark suite (perftest over target/compat, the
-//!   Rust API, qperf TCP and memcpy baselines from the same run); prints a
-//!   table and updates BENCHMARKS.md (module `bench`).
+//!   Rust API, qperf TCP, UCX shared-memory and memcpy baselines from the
+//!   same run); prints a table and updates BENCHMARKS.md (module `bench`).
 //!
 //! Dependency-free on purpose: it only runs `cargo`, `rustc`, `cc` and
-//! `readelf` (and, for `bench`, perftest and qperf).
+//! `readelf` (and, for `bench`, perftest, qperf and `ucx_perftest`).
 
 mod bench;
 // The version-script and `readelf --dyn-syms` parsers of the compat tests'
@@ -55,8 +55,8 @@ fn help_text() -> &'static str {
      compat   build the C ABI (release) and link target/compat/libibverbs.so.1 and\n           \
      target/compat/librdmacm.so.1 (needs a C compiler `cc` and binutils)\n  \
      bench    same-run benchmark suite: perftest over target/compat, the Rust API,\n           \
-     qperf TCP and memcpy baselines; prints a table, updates BENCHMARKS.md\n           \
-     (`cargo xtask bench --help` for options)"
+     qperf TCP, UCX shared-memory and memcpy baselines; prints a table,\n           \
+     updates BENCHMARKS.md (`cargo xtask bench --help` for options)"
 }
 
 fn print_help() {

@@ -80,6 +80,22 @@ enum Command {
     /// Exit status: 0 if every packet parsed and had a correct ICRC, 1 if any did
     /// not, 2 on an unreadable file or a usage error.
     Decode(cmd::decode::Args),
+
+    /// Run an unmodified program over softrdma: UCX, Open MPI, rdma-core tools.
+    ///
+    /// Puts softrdma's libibverbs.so.1 and librdmacm.so.1 first on
+    /// LD_LIBRARY_PATH (found next to this binary as `cargo xtask compat`
+    /// leaves them, or in SOFTRDMA_COMPAT_DIR) and shows CMD, in a private
+    /// user + mount namespace, /dev/infiniband/uverbs0 and
+    /// /sys/class/infiniband/softrdma0 (ports, GID table with RoCE v2 types
+    /// and net devices) as middleware looks for them. No root needed; every
+    /// process CMD starts (mpirun's ranks) sees the same; programs inside and
+    /// outside share the host device. Where user namespaces are forbidden it
+    /// warns and sets only the library path. Exit status: CMD's (127 if it
+    /// cannot be found).
+    ///
+    /// Example: softrdma run mpirun -np 2 --mca pml ucx ./ring
+    Run(cmd::run::Args),
 }
 
 fn run(cli: &Cli) -> Result<ExitCode, cmd::CliError> {
@@ -91,6 +107,7 @@ fn run(cli: &Cli) -> Result<ExitCode, cmd::CliError> {
         Command::Capture(args) => cmd::capture::run(args),
         Command::Stats(args) => cmd::stats::run(args),
         Command::Decode(args) => cmd::decode::run(args),
+        Command::Run(args) => cmd::run::run(args),
     }
 }
 

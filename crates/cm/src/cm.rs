@@ -116,10 +116,20 @@ impl Cm {
         &self.cfg.addrs
     }
 
-    /// Adds an address to the device.
-    pub fn add_addr(&mut self, ip: IpAddr) {
-        if !self.cfg.addrs.contains(&ip) {
-            self.cfg.addrs.push(ip);
+    /// Adds an address to the device, at `index` of its GID table (the
+    /// transport's: the CM's list mirrors it, positions included).
+    pub fn add_addr(&mut self, ip: IpAddr, index: usize) {
+        let addrs = &mut self.cfg.addrs;
+        if addrs.len() <= index {
+            addrs.resize(index + 1, std::net::Ipv6Addr::UNSPECIFIED.into());
+        }
+        addrs[index] = ip;
+    }
+
+    /// The device lost an address: its GID entry is empty (unspecified).
+    pub fn remove_addr(&mut self, index: usize) {
+        if let Some(a) = self.cfg.addrs.get_mut(index) {
+            *a = std::net::Ipv6Addr::UNSPECIFIED.into();
         }
     }
 

@@ -425,6 +425,27 @@ impl Spawned {
         }
     }
 
+    /// Kills `victim` (SIGKILL) and waits up to `bound` for this process,
+    /// its peer, to exit; returns its output and how long after the kill it
+    /// exited (`None`: still running at `bound`, then killed).
+    pub fn outlive(
+        mut self,
+        victim: &mut Spawned,
+        bound: Duration,
+    ) -> (RunOutput, Option<Duration>) {
+        victim.kill();
+        let killed = Instant::now();
+        let mut after = None;
+        while killed.elapsed() < bound {
+            if self.poll().is_some() {
+                after = Some(killed.elapsed());
+                break;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        (self.finish(Instant::now()), after)
+    }
+
     /// Waits until the process exits or `deadline` passes (then kills its
     /// process group) and collects its output.
     pub fn finish(mut self, deadline: Instant) -> RunOutput {

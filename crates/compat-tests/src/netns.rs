@@ -171,6 +171,19 @@ impl NetnsPair {
         }
         addr
     }
+
+    /// Removes an address [`NetnsPair::add_addr`] added.
+    pub fn del_addr(&self, in_b: bool, addr: Ipv4Addr) {
+        let (ns, dev) = if in_b {
+            (&self.b, &self.dev_b)
+        } else {
+            (&self.a, &self.dev_a)
+        };
+        let cidr = format!("{addr}/24");
+        if let Err(e) = ip(&["-n", ns, "addr", "del", &cidr, "dev", dev]) {
+            panic!("removing {cidr} in {ns}: {e}");
+        }
+    }
 }
 
 impl Drop for NetnsPair {

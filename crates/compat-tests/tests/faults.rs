@@ -303,9 +303,12 @@ fn rping_across_namespaces(test: &str, percent: u32, both_ways: bool) {
     }
     let client = Host::in_netns(ns.addr_a, &ns.a);
     let server = Host::in_netns(ns.addr_b, &ns.b);
-    // Enough packets that the rule drops some for sure: about 6 arrive in
-    // each namespace per ping, so 30 pings at 1 % lose none 1 time in 6.
-    let count = (3000 / percent as usize).clamp(30, 300);
+    // Enough packets that the rule drops some for sure (about 6 arrive in
+    // each namespace per ping, so 30 pings at 1 % lose none 1 time in 6),
+    // and few enough at 30 % that no packet is lost eight times in a row,
+    // `retry_cnt = 7`'s limit (0.3^8 = 7e-5 per packet: 100 pings failed
+    // about 1 run in 25 on a loaded machine; 40 pings, 1 in 60).
+    let count = (1200 / percent as usize).clamp(30, 300);
     rping(
         &server,
         &client,

@@ -10,12 +10,20 @@
 //!   connects to its veth address, and a second server the same way serves
 //!   a client of its own namespace that connects to 127.0.0.1, both `-V`;
 //! - one process binds rdma_cm ids to 127.0.0.1 and then to its veth
-//!   address (`c/bind_addrs.c`): both are addresses of its device.
+//!   address (`c/bind_addrs.c`): both are addresses of its device;
+//! - the table follows the host's addresses: an `rping -s -a 0.0.0.0`
+//!   server already running when an address is added to its namespace's
+//!   veth joins the device there (its socket appears, it says so under
+//!   `SOFTRDMA_DEBUG`), leaves when the address is removed (the socket goes,
+//!   the GID entry is emptied), joins again at the same GID index when it
+//!   comes back, and serves a client from the other namespace that connects
+//!   to it.
 //!
 //! Needs `cargo xtask compat` and rdmacm-utils; fails (never skips) without.
 
 use softrdma_compat_tests::c_programs::{LIBIBVERBS, LIBRDMACM, build_c_program};
-use softrdma_compat_tests::cm::{ServerEnd, run_cm_pair, turned_away};
+use softrdma_compat_tests::cm::{self, ServerEnd, run_cm_pair, turned_away};
+use softrdma_compat_tests::pair::PairOutput;
 use softrdma_compat_tests::rdmacm::{Host, check_rping, rping_args, strings};
 use softrdma_compat_tests::*;
 use std::net::Ipv4Addr;
@@ -151,5 +159,106 @@ fn one_process_binds_loopback_and_its_veth_address() {
             out.stdout.contains(&format!("bind {a} ok")),
             "binding {a}: {out}"
         );
+    }
+}
+
+#[test]
+fn a_running_listener_serves_an_address_added_after_it_started() {
+    if !netns_allowed("host addresses: an address added while rping -s runs") {
+        return;
+    }
+    require_compat_dir();
+    let rping = require_binary("rping");
+    let ns = NetnsPair::create();
+    let port = unique_tcp_port();
+    let mut cmd = unconfigured(
+        &ns.b,
+        &rping,
+        &rping_args("-s", Ipv4Addr::UNSPECIFIED, port, PINGS),
+    );
+    cmd.env("SOFTRDMA_DEBUG", "1");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut server = spawn(&mut cmd);
+    let wait_bound = |server: &mut Spawned, addr: Ipv4Addr, what: &str| {
+        while !cm::device_bound(server.pid(), addr) {
+            assert!(
+                server.poll().is_none() && std::time::Instant::now() < deadline,
+                "{what}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wait_bound(&mut server, Ipv4Addr::LOCALHOST, "the server did not start");
+    // Its veth address bound too: the device has read the addresses it
+    // starts with, so the next one is a change it must follow.
+    wait_bound(
+        &mut server,
+        ns.addr_b,
+        "the server did not join its veth address",
+    );
+    // The namespace gets a second address on its veth while rping runs,
+    // loses it, and gets it back.
+    let added = ns.add_addr(true, 77);
+    wait_bound(
+        &mut server,
+        added,
+        "the running server did not join the device at the added address",
+    );
+    ns.del_addr(true, added);
+    while cm::device_bound(server.pid(), added) {
+        assert!(
+            server.poll().is_none() && std::time::Instant::now() < deadline,
+            "the running server did not leave the removed address"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    ns.add_addr(true, 77);
+    wait_bound(
+        &mut server,
+        added,
+        "the running server did not join it again",
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let client = Host::in_netns(ns.addr_a, &ns.a);
+    let c = spawn(&mut client.command(
+        "rping",
+        "host-addrs-added",
+        &rping_args("-c", added, port, PINGS),
+    ));
+    let client_out = c.finish(deadline);
+    let mut out = PairOutput {
+        server: server.finish(std::time::Instant::now() + Duration::from_secs(10)),
+        client: Some(client_out),
+        note: None,
+    };
+    // The notes under SOFTRDMA_DEBUG (joined, left, joined again at the
+    // same, emptied GID index), then rping's own checks without them.
+    let joined = format!("softrdma: the host device is now also at {added} (GID ");
+    let left = format!("softrdma: the host device is no longer at {added} (GID Some(");
+    let notes: Vec<&str> = out
+        .server
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with(&joined) || l.starts_with(&left))
+        .collect();
+    assert_eq!(notes.len(), 3, "joined, left, joined:\n{out}");
+    let index = |l: &str| {
+        l.rsplit("GID ")
+            .next()
+            .map(|t| t.trim_matches(|c: char| !c.is_ascii_digit()).to_owned())
+    };
+    assert!(
+        notes.iter().all(|l| index(l) == index(notes[0])),
+        "one GID index throughout: {notes:?}"
+    );
+    out.server.stderr = out
+        .server
+        .stderr
+        .lines()
+        .filter(|l| !l.starts_with(&joined) && !l.starts_with(&left))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if let Err(e) = check_rping(&out, PINGS, 64) {
+        panic!("client to the address added at {added}: {e}");
     }
 }

@@ -247,17 +247,7 @@ fn kill_and_wait(victim: &mut Spawned, mut survivor: Spawned) -> (RunOutput, Opt
         "the survivor ended before its peer was killed:\n{}",
         survivor.finish(Instant::now())
     );
-    victim.kill();
-    let killed = Instant::now();
-    let mut after = None;
-    while killed.elapsed() < SURVIVOR_BOUND {
-        if survivor.poll().is_some() {
-            after = Some(killed.elapsed());
-            break;
-        }
-        thread::sleep(Duration::from_millis(2));
-    }
-    (survivor.finish(Instant::now()), after)
+    survivor.outlive(victim, SURVIVOR_BOUND)
 }
 
 /// An rping pair pinging without end (no `-C`); once the client has printed

@@ -6,7 +6,7 @@ use softrdma_udp::{EventFd, EventFdOptions};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 /// A completion channel: CQs armed with it queue themselves here when they fire.
 #[derive(Debug)]
@@ -72,22 +72,23 @@ pub enum AsyncEvent {
     Srq(SrqHandle, AsyncEventType),
 }
 
-/// The device's async event queue (`context->async_fd`).
+/// One reader's queue of async events: an eventfd of its own and the
+/// events behind it.
 #[derive(Debug)]
-pub struct AsyncChannel {
+pub struct AsyncQueue {
     efd: EventFd,
     pending: Mutex<VecDeque<AsyncEvent>>,
 }
 
-impl AsyncChannel {
-    pub(crate) fn new() -> io::Result<AsyncChannel> {
-        Ok(AsyncChannel {
+impl AsyncQueue {
+    fn new() -> io::Result<AsyncQueue> {
+        Ok(AsyncQueue {
             efd: EventFd::with_options(EventFdOptions::default().semaphore(true).blocking(true))?,
             pending: Mutex::new(VecDeque::new()),
         })
     }
 
-    pub(crate) fn push(&self, e: AsyncEvent) {
+    fn push(&self, e: AsyncEvent) {
         let mut p = self.pending.lock().expect("async lock");
         // Bound the queue: nobody may be reading async events at all.
         if p.len() >= 4096 {
@@ -114,8 +115,67 @@ impl AsyncChannel {
     }
 }
 
-impl AsRawFd for AsyncChannel {
+impl AsRawFd for AsyncQueue {
     fn as_raw_fd(&self) -> RawFd {
         self.efd.as_raw_fd()
+    }
+}
+
+/// The device's async events: a queue of its own (the Rust API's) and one
+/// per [`AsyncChannel::subscribe`]r, each getting every event. rdma-core
+/// gives every opened context its own `async_fd`, and consumers rely on
+/// the numbers differing: UCX keys its event handlers by fd, so two
+/// contexts sharing one (Open MPI opens two) failed to open the second.
+#[derive(Debug)]
+pub struct AsyncChannel {
+    own: AsyncQueue,
+    subscribers: Mutex<Vec<Weak<AsyncQueue>>>,
+}
+
+impl AsyncChannel {
+    pub(crate) fn new() -> io::Result<AsyncChannel> {
+        Ok(AsyncChannel {
+            own: AsyncQueue::new()?,
+            subscribers: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn push(&self, e: AsyncEvent) {
+        self.own.push(e);
+        let mut subs = self.subscribers.lock().expect("async lock");
+        subs.retain(|s| match s.upgrade() {
+            Some(q) => {
+                q.push(e);
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// A queue with an fd of its own that gets every event from now on,
+    /// until dropped.
+    pub fn subscribe(&self) -> io::Result<Arc<AsyncQueue>> {
+        let q = Arc::new(AsyncQueue::new()?);
+        self.subscribers
+            .lock()
+            .expect("async lock")
+            .push(Arc::downgrade(&q));
+        Ok(q)
+    }
+
+    /// Blocks until an async event arrives (unless non-blocking).
+    pub fn get_event(&self) -> io::Result<AsyncEvent> {
+        self.own.get_event()
+    }
+
+    /// Makes `get_event` non-blocking (or back).
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.own.set_nonblocking(on)
+    }
+}
+
+impl AsRawFd for AsyncChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.own.as_raw_fd()
     }
 }

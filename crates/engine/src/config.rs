@@ -21,7 +21,9 @@ use std::io;
 /// - `SOFTRDMA_HOST=0|1`: join the host device (default 1; see `host`);
 /// - `SOFTRDMA_RNR_HOLD=MICROSECONDS`: how long an RC responder that finds no
 ///   receive posted waits for one before it RNR-NAKs (default 10000; 0: at
-///   once, as rxe does; see `softrdma_transport::Config::rnr_hold_ns`).
+///   once, as rxe does; see `softrdma_transport::Config::rnr_hold_ns`);
+/// - `SOFTRDMA_SHM=0|1`: carry traffic between the host device's processes
+///   through shared memory (default 1; see `engine/shm.rs`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {
@@ -48,6 +50,9 @@ pub struct EngineConfig {
     /// How long a responder holds an RNR NAK back waiting for a receive
     /// (`SOFTRDMA_RNR_HOLD`, µs).
     pub rnr_hold: std::time::Duration,
+    /// Carry traffic to this host device's member processes through shared
+    /// memory instead of UDP (`SOFTRDMA_SHM`, default on; needs `host`).
+    pub shm: bool,
 }
 
 /// [`EngineConfig::rnr_hold`] by default: a scheduling delay of a busy
@@ -135,6 +140,7 @@ impl EngineConfig {
             rnr_hold,
             busy_poll: flag("SOFTRDMA_BUSY_POLL", true)?,
             host: flag("SOFTRDMA_HOST", true)?,
+            shm: flag("SOFTRDMA_SHM", true)?,
             linger,
             verify_icrc,
             pcap: lookup("SOFTRDMA_PCAP")
@@ -159,6 +165,7 @@ impl EngineConfig {
             stats: None,
             host: true,
             rnr_hold: DEFAULT_RNR_HOLD,
+            shm: true,
         }
     }
 }

@@ -139,6 +139,16 @@ impl HostMember {
         self.addr.ip()
     }
 
+    /// This process's incarnation of its slot.
+    pub(crate) fn generation(&self) -> u64 {
+        self.member.generation()
+    }
+
+    /// Publishes this process's shared-memory inbox (`engine/shm.rs`).
+    pub(crate) fn publish_inbox(&self, fd: i32) -> io::Result<()> {
+        self.registry.publish_inbox(&self.member, fd)
+    }
+
     /// The registry.
     pub(crate) fn registry(&self) -> &Arc<Registry> {
         &self.registry

@@ -33,7 +33,7 @@ mod memory;
 mod stats_dump;
 
 // The public interface is:
-pub use channel::{AsyncChannel, AsyncEvent, CompChannel};
+pub use channel::{AsyncChannel, AsyncEvent, AsyncQueue, CompChannel};
 pub use cm::CmChannel;
 pub use config::{EngineConfig, Linger};
 pub use device::{DeviceAttr, DeviceInfo, PortAttr};

@@ -14,7 +14,8 @@
 //! ...
 //! ```
 //!
-//! Counter lines are `Stats::named` and `SocketStats::named`; readers ignore
+//! Counter lines are `Stats::named`, `SocketStats::named` and the same-host
+//! path's (`shm_*`, present when it is on); readers ignore
 //! keys they do not know.
 
 use crate::Engine;
@@ -38,7 +39,12 @@ impl Engine {
             crate::device::DEVICE_NAME,
             self.local_addr(),
         );
-        for (name, v) in s.named().into_iter().chain(k.named()) {
+        for (name, v) in s
+            .named()
+            .into_iter()
+            .chain(k.named())
+            .chain(self.shm_counters())
+        {
             let _ = writeln!(out, "{name} {v}");
         }
         out

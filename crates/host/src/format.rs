@@ -14,12 +14,14 @@ const SLOT_MAGIC: &str = "softrdma-slot 1";
 const LEASE_MAGIC: &str = "softrdma-lease 1";
 const GROUP_MAGIC: &str = "softrdma-group 1";
 const REPORT_MAGIC: &str = "softrdma-report 1";
+const INBOX_MAGIC: &str = "softrdma-inbox 1";
 
 pub(crate) const LOCK_NAME: &str = "lock";
 pub(crate) const SLOT_PREFIX: &str = "slot-";
 pub(crate) const LEASE_PREFIX: &str = "port-";
 pub(crate) const GROUP_PREFIX: &str = "group-";
 pub(crate) const REPORT_PREFIX: &str = "report-";
+pub(crate) const INBOX_PREFIX: &str = "inbox-";
 
 struct Fields<'a>(Vec<(&'a str, &'a str)>);
 
@@ -153,6 +155,15 @@ pub(crate) fn parse_report(text: &str) -> Option<(u32, u32)> {
     Some((f.get("epoch")?, f.get("index")?))
 }
 
+/// Contents of an inbox file: the descriptor of the member's shared-memory inbox.
+pub(crate) fn render_inbox(fd: i32) -> String {
+    format!("{INBOX_MAGIC}\nfd={fd}\nend\n")
+}
+
+pub(crate) fn parse_inbox(text: &str) -> Option<i32> {
+    Fields::parse(text, INBOX_MAGIC)?.get("fd")
+}
+
 // ---- names -------------------------------------------------------------------------
 
 /// `n.to_string()` parsed back, rejecting non-canonical spellings ("07", "+7") so one
@@ -204,6 +215,17 @@ pub(crate) fn parse_report_name(name: &str) -> Option<(IpAddr, u8, u64)> {
     let slot = canonical::<u8>(parts.next()?).filter(|&n| n != 0)?;
     let generation = canonical::<u64>(parts.next()?)?;
     Some((addr, slot, generation))
+}
+
+/// `inbox-<slot>-<generation>`: per member incarnation, like reports.
+pub(crate) fn inbox_name(slot: u8, generation: u64) -> String {
+    format!("{INBOX_PREFIX}{slot}-{generation}")
+}
+
+pub(crate) fn parse_inbox_name(name: &str) -> Option<(u8, u64)> {
+    let (slot, generation) = name.strip_prefix(INBOX_PREFIX)?.split_once('-')?;
+    let slot = canonical::<u8>(slot).filter(|&n| n != 0)?;
+    Some((slot, canonical::<u64>(generation)?))
 }
 
 #[cfg(test)]
@@ -311,6 +333,9 @@ mod tests {
         assert_eq!(parse_group_name(&group_name(a)), Some(a));
         assert_eq!(parse_report_name(&report_name(b, 9, 12)), Some((b, 9, 12)));
         assert_eq!(parse_report_name("report-10.1.2.3-0-1"), None);
+        assert_eq!(parse_inbox_name(&inbox_name(7, 3)), Some((7, 3)));
+        assert_eq!(parse_inbox_name("inbox-0-3"), None);
+        assert_eq!(parse_inbox(&render_inbox(17)), Some(17));
         assert_eq!(parse_report_name("report-10.1.2.3-1"), None);
     }
 }

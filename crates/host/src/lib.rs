@@ -53,6 +53,7 @@
 //!                               slot, generation, listening
 //!     group-<addr>              SO_REUSEPORT group state: epoch, slot per index
 //!     report-<addr>-<slot>-<generation> a member's probe report: epoch, index
+//!     inbox-<slot>-<generation>  a member's shared-memory inbox: its descriptor
 //!     .tmp-<pid>-<n>            being written; renamed into place when complete
 //! ```
 //!
@@ -140,6 +141,17 @@ pub struct MemberInfo {
     pub generation: u64,
     /// Its process id, as seen in the pid namespace that took the slot.
     pub pid: u32,
+}
+
+/// Where a live member's shared-memory inbox is ([`Registry::inbox`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboxInfo {
+    /// The holder's generation of its slot.
+    pub generation: u64,
+    /// Its process id.
+    pub pid: u32,
+    /// The inbox's descriptor in that process.
+    pub fd: i32,
 }
 
 /// An rdma_cm port reserved for a member, from [`Registry::reserve_port`]. Released (its
@@ -690,6 +702,36 @@ impl Registry {
         Ok(out)
     }
 
+    /// Publishes `member`'s shared-memory inbox: peers attach to it through
+    /// `/proc/<pid>/fd/<fd>`. Needs no registry lock (like a report).
+    pub fn publish_inbox(&self, member: &Member, fd: i32) -> io::Result<()> {
+        self.check_member(member)?;
+        let path = self
+            .dir
+            .join(format::inbox_name(member.slot, member.generation));
+        fsutil::write_atomically(&self.dir, &path, format::render_inbox(fd).as_bytes()).map(drop)
+    }
+
+    /// The inbox the live holder of `slot` published, if any.
+    pub fn inbox(&self, slot: u8) -> Option<InboxInfo> {
+        if slot == 0 {
+            return None;
+        }
+        let Probe::Alive(file) = fsutil::probe(&self.dir.join(format::slot_name(slot)), false)
+        else {
+            return None;
+        };
+        let rec = SlotRecord::parse(&fsutil::read_record(&file)?)?;
+        let name = format::inbox_name(slot, rec.generation);
+        let f = fsutil::open_existing(&self.dir.join(name), false).ok()?;
+        let fd = format::parse_inbox(&fsutil::read_record(&f)?)?;
+        Some(InboxInfo {
+            generation: rec.generation,
+            pid: rec.pid,
+            fd,
+        })
+    }
+
     /// A scan that also cleans up if the registry lock happens to be free.
     fn snapshot(&self) -> io::Result<Snapshot> {
         match self.try_lock() {
@@ -780,6 +822,14 @@ impl Registry {
                         let _ = fs::remove_file(&path);
                     }
                     None => {}
+                }
+            } else if clean && name.starts_with(format::INBOX_PREFIX) {
+                let current = format::parse_inbox_name(name).is_some_and(|(slot, generation)| {
+                    snap_slots.live_generation(slot) == Some(generation)
+                });
+                // Dead or replaced members' inboxes are gone with them.
+                if !current {
+                    let _ = fs::remove_file(&path);
                 }
             } else if clean && name.starts_with(format::GROUP_PREFIX) {
                 self.clean_group(name, &path, &snap_slots);

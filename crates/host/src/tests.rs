@@ -648,3 +648,23 @@ fn idle_registries_of_other_namespaces_without_members_are_swept() {
     assert!(own.dir().exists());
     drop(member);
 }
+
+#[test]
+fn inboxes_are_found_by_slot_and_vanish_with_their_member() {
+    let t = TestDir::new("inboxes");
+    let reg = t.registry();
+    let m1 = reg.join().unwrap();
+    assert_eq!(reg.inbox(m1.slot()), None, "nothing published yet");
+    reg.publish_inbox(&m1, 17).unwrap();
+    let info = reg.inbox(m1.slot()).unwrap();
+    assert_eq!(info.fd, 17);
+    assert_eq!(info.pid, std::process::id());
+    assert_eq!(info.generation, m1.generation());
+    assert_eq!(reg.inbox(0), None);
+    let slot = m1.slot();
+    drop(m1);
+    assert_eq!(reg.inbox(slot), None, "a dead member has no inbox");
+    // The next scan under the lock removes its file.
+    let _m2 = reg.join().unwrap();
+    assert!(files_with_prefix(&reg, "inbox-").is_empty());
+}

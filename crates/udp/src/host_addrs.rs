@@ -73,6 +73,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_address_watch_opens_unprivileged_and_is_quiet_without_changes() {
+        let w = AddrWatch::open().unwrap();
+        assert!(!w.drain(), "nothing changed since it opened");
+    }
+
+    #[test]
     fn loopback_first_and_no_link_local() {
         let a = host_addrs();
         assert_eq!(a.first(), Some(&IpAddr::V4(Ipv4Addr::LOCALHOST)), "{a:?}");
@@ -102,5 +108,86 @@ mod tests {
             .map(|s| s.parse().unwrap())
             .collect();
         assert_eq!(order(ips), want);
+    }
+}
+
+/// A watch on the host's addresses: a `NETLINK_ROUTE` socket subscribed to
+/// IPv4 and IPv6 address changes. It becomes readable when an address is
+/// added or removed (register it with [`crate::Poller::add_fd`]); then
+/// [`AddrWatch::drain`] and read [`host_addrs`] again.
+#[derive(Debug)]
+pub struct AddrWatch {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl AddrWatch {
+    /// Opens the watch (non-blocking, closed on exec). Needs no privilege.
+    pub fn open() -> std::io::Result<AddrWatch> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket(2); the result is checked.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor nobody else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a zeroed sockaddr_nl is valid; the fields are set below.
+        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        sa.nl_groups = (libc::RTMGRP_IPV4_IFADDR | libc::RTMGRP_IPV6_IFADDR) as u32;
+        use std::os::fd::AsRawFd;
+        // SAFETY: `sa` is a valid sockaddr_nl of the size passed.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_nl).cast(),
+                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(AddrWatch { fd })
+    }
+
+    /// Reads every pending notification; returns whether there was any (an
+    /// overrun counts: addresses changed, how is unknown).
+    pub fn drain(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut any = false;
+        let mut buf = [0u8; 8192];
+        loop {
+            // SAFETY: `buf` is valid for writes of its length.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                any = true;
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            if n < 0 && e.raw_os_error() == Some(libc::ENOBUFS) {
+                any = true;
+                continue;
+            }
+            return any;
+        }
+    }
+}
+
+impl std::os::fd::AsFd for AddrWatch {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }

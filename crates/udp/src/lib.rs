@@ -120,7 +120,7 @@ mod sys;
 pub mod wake;
 
 pub use addr::{AddrConfig, AddrError, BindError, DEFAULT_PORT, ENV_ADDR, ENV_PORT};
-pub use host_addrs::host_addrs;
+pub use host_addrs::{AddrWatch, host_addrs};
 pub use probe::probe_socket;
 pub use socket::{
     Capabilities, Datagram, Datagrams, GRO_SLOT_SIZE, GsoPolicy, MAX_UDP_PAYLOAD, PLAIN_SLOT_SIZE,

@@ -4,15 +4,20 @@
 //! shared 2-vCPU VM drifts by tens of percent between runs, so only same-run
 //! ratios mean anything):
 //! - Debian's unmodified perftest over `target/compat` (two processes on
-//!   their own `SOFTRDMA_ADDR` loopback addresses): `ib_write_bw` at 4 KiB,
+//!   their own `SOFTRDMA_ADDR` loopback addresses, over UDP: the wire path,
+//!   `SOFTRDMA_SHM=0`): `ib_write_bw` at 4 KiB,
 //!   64 KiB and 1 MiB, `ib_read_bw` and `ib_send_bw` at 64 KiB, 8-byte
 //!   `ib_send_lat`, `ib_write_lat`, `ib_read_lat` busy-polling and
 //!   `ib_send_lat -e`, `ib_read_lat -e` with completion events;
-//! - the same WRITE sizes through the Rust API (`examples/bench.rs`);
+//! - the same WRITE sizes through the Rust API (`examples/bench.rs`), also
+//!   over UDP;
 //! - baselines: qperf `tcp_bw` at the same sizes and `tcp_lat -m 8` between two
 //!   processes on 127.0.0.1, and a one-thread memcpy;
 //! - CPU seconds per GB moved (both processes, from /proc), and the CPU use of
-//!   an idle process blocked on a completion channel.
+//!   an idle process blocked on a completion channel;
+//! - the same-host group (`same_host.rs`): perftest over the shared-memory
+//!   lanes and over UDP (`SOFTRDMA_SHM=0`), each run's path checked from its
+//!   counters, next to UCX's shared-memory transport (`ucx_perftest`).
 //!
 //! Prints a table of medians and replaces the marked section of BENCHMARKS.md.
 
@@ -20,6 +25,7 @@ mod baselines;
 mod parse;
 mod procs;
 mod report;
+mod same_host;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,6 +35,41 @@ use std::time::{Duration, Instant};
 use crate::Result;
 use baselines::{Qperf, idle, memcpy_bw};
 use procs::{free_addrs, free_tcp_port, run_one, run_pair};
+
+/// The groups of `--only`.
+const GROUPS: [&str; 7] = [
+    "tcp",
+    "memcpy",
+    "perftest-bw",
+    "rust-bw",
+    "lat",
+    "same-host",
+    "idle",
+];
+
+/// How the two processes of a perftest pair are set up.
+#[derive(Debug)]
+pub(crate) enum Setup<'a> {
+    /// The wire path: each on its own `SOFTRDMA_ADDR` (127.86.x.y), the
+    /// same-host path off (`SOFTRDMA_SHM=0`), so that the rows compared with
+    /// TCP (and with `--compare`'s older builds) measure UDP.
+    Wire,
+    /// Both on the host device's default address, the same-host path on
+    /// (`SOFTRDMA_SHM` unset, the default) or off (`SOFTRDMA_SHM=0`), their
+    /// counters appended to `stats`.
+    SameHost { shm: bool, stats: &'a Path },
+}
+
+impl Setup<'_> {
+    /// A suffix for log names.
+    fn tag(&self) -> &'static str {
+        match self {
+            Setup::Wire => "",
+            Setup::SameHost { shm: true, .. } => "_shm",
+            Setup::SameHost { shm: false, .. } => "_udp",
+        }
+    }
+}
 
 /// Message sizes of the bandwidth measurements.
 pub(crate) const SIZES: [(usize, &str); 3] = [(4096, "4K"), (65536, "64K"), (1 << 20, "1M")];
@@ -44,7 +85,8 @@ pub(crate) struct Opts {
     /// Seconds the idle process is watched.
     pub(crate) idle_secs: u64,
     pub(crate) write_md: bool,
-    /// Groups to run (empty: all): tcp, memcpy, perftest-bw, rust-bw, lat, idle.
+    /// Groups to run (empty: all): tcp, memcpy, perftest-bw, rust-bw, lat,
+    /// same-host, idle.
     pub(crate) only: Vec<String>,
     /// Another build of the C-ABI libraries (a directory like target/compat)
     /// that every perftest measurement also runs against, interleaved.
@@ -80,6 +122,9 @@ impl Opts {
                 "--only" => {
                     let v = it.next().ok_or("--only needs a list")?;
                     o.only = v.split(',').map(str::to_owned).collect();
+                    if let Some(g) = o.only.iter().find(|g| !GROUPS.contains(&g.as_str())) {
+                        return Err(format!("--only: unknown group `{g}`\n\n{HELP}"));
+                    }
                 }
                 "--compare" => {
                     let v = it.next().ok_or("--compare needs a directory")?;
@@ -124,10 +169,12 @@ pub(crate) const HELP: &str = "usage: cargo xtask bench [--quick] [--reps N] [--
      --reps N   repetitions (default 3; the table shows medians)\n  \
      --no-md    print only; do not update BENCHMARKS.md\n  \
      --no-build use target/compat and the bench example as built last\n  \
-     --only G   comma-separated groups: tcp, memcpy, perftest-bw, rust-bw, lat, idle\n  \
+     --only G   comma-separated groups: tcp, memcpy, perftest-bw, rust-bw, lat,\n             \
+     same-host, idle (same-host: perftest over the shared-memory path and\n             \
+     over UDP with SOFTRDMA_SHM=0, UCX ucx_perftest UCX_TLS=sm,self alongside)\n  \
      --compare DIR  also run every perftest measurement against the libibverbs.so.1\n             \
      in DIR (e.g. a copy of target/compat built before a change), interleaved,\n             \
-     and add a before/after table";
+     and add a before/after table (not the same-host group's runs)";
 
 /// One measured value and what goes with it (CPU s/GB for bandwidths, p99 for latencies).
 #[derive(Debug, Clone, Copy)]
@@ -163,39 +210,71 @@ impl Ctx {
         }
     }
 
-    fn perftest(&self, libs: &Path, tool: &str, extra: &[String]) -> Result<procs::PairRun> {
+    fn perftest(
+        &self,
+        libs: &Path,
+        tool: &str,
+        extra: &[String],
+        setup: &Setup<'_>,
+    ) -> Result<procs::PairRun> {
         let port = free_tcp_port()?;
-        let a = free_addrs(2)?;
-        let b = std::net::Ipv4Addr::from(u32::from(a) + 1);
-        let mk = |addr: std::net::Ipv4Addr| {
+        let addrs = match setup {
+            Setup::Wire => {
+                let a = free_addrs(2)?;
+                Some((a, std::net::Ipv4Addr::from(u32::from(a) + 1)))
+            }
+            Setup::SameHost { .. } => None,
+        };
+        let mk = |addr: Option<std::net::Ipv4Addr>| {
             let mut c = Command::new(tool);
             c.env("LD_LIBRARY_PATH", libs)
-                .env("SOFTRDMA_ADDR", addr.to_string())
                 .args(["-d", "softrdma0", "-x", "0", "-F", "-p", &port.to_string()])
                 .args(extra);
+            match setup {
+                Setup::Wire => {
+                    c.env("SOFTRDMA_SHM", "0");
+                }
+                Setup::SameHost { shm, stats } => {
+                    c.env_remove("SOFTRDMA_ADDR").env("SOFTRDMA_STATS", stats);
+                    if *shm {
+                        c.env_remove("SOFTRDMA_SHM");
+                    } else {
+                        c.env("SOFTRDMA_SHM", "0");
+                    }
+                }
+            }
+            if let Some(a) = addr {
+                c.env("SOFTRDMA_ADDR", a.to_string());
+            }
             c
         };
-        let mut client = mk(b);
+        let mut client = mk(addrs.map(|(_, b)| b));
         client.arg("127.0.0.1");
-        let name = format!("{tool}{}", extra.join("")).replace(['-', ' '], "_");
+        let name = format!("{tool}{}{}", extra.join(""), setup.tag()).replace(['-', ' '], "_");
         run_pair(
             &name,
             &self.dir,
-            &mut mk(a),
+            &mut mk(addrs.map(|(a, _)| a)),
             port,
             &mut client,
             Duration::from_secs(90),
         )
     }
 
-    fn perftest_bw(&self, libs: &Path, tool: &str, size: usize) -> Result<Sample> {
+    fn perftest_bw(
+        &self,
+        libs: &Path,
+        tool: &str,
+        size: usize,
+        setup: &Setup<'_>,
+    ) -> Result<Sample> {
         let extra = [
             "-s".to_owned(),
             size.to_string(),
             "-D".to_owned(),
             self.opts.secs.to_string(),
         ];
-        let r = self.perftest(libs, tool, &extra)?;
+        let r = self.perftest(libs, tool, &extra, setup)?;
         let bw = parse::perftest_bw(&r.client)
             .ok_or_else(|| format!("no BW in:\n{}", procs::tail(&r.client)))?;
         // CPU of both processes over their whole life (setup included) per
@@ -207,7 +286,13 @@ impl Ctx {
         })
     }
 
-    fn perftest_lat(&self, libs: &Path, tool: &str, events: bool) -> Result<Sample> {
+    fn perftest_lat(
+        &self,
+        libs: &Path,
+        tool: &str,
+        events: bool,
+        setup: &Setup<'_>,
+    ) -> Result<Sample> {
         let mut extra = vec![
             "-s".to_owned(),
             "8".to_owned(),
@@ -217,7 +302,7 @@ impl Ctx {
         if events {
             extra.push("-e".to_owned());
         }
-        let r = self.perftest(libs, tool, &extra)?;
+        let r = self.perftest(libs, tool, &extra, setup)?;
         let (typ, p99) = parse::perftest_lat(&r.client)
             .ok_or_else(|| format!("no latency in:\n{}", procs::tail(&r.client)))?;
         Ok(Sample { v: typ, aux: p99 })
@@ -226,7 +311,8 @@ impl Ctx {
     fn rust_write(&self, size: usize) -> Result<Sample> {
         let a = free_addrs(2)?;
         let mut c = Command::new(&self.bench_exe);
-        c.args(["--only", "write", "--reps", "1"])
+        c.env("SOFTRDMA_SHM", "0")
+            .args(["--only", "write", "--reps", "1"])
             .args(["--secs", &self.opts.secs.to_string()])
             .args(["--size", &size.to_string()])
             .args(["--addr", &a.to_string()]);
@@ -301,7 +387,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     };
     let load_before = procs::loadavg();
     let t_start = Instant::now();
-    let qperf = if opts.runs("tcp") || opts.runs("lat") {
+    let mut notes = Vec::new();
+    let ucx = opts.runs("same-host") && same_host::ucx_available();
+    if opts.runs("same-host") && !ucx {
+        let n = same_host::ucx_missing_note();
+        eprintln!("xtask bench: {n}");
+        notes.push(n);
+    }
+    let qperf = if opts.runs("tcp") || opts.runs("lat") || opts.runs("same-host") {
         Some(Qperf::start()?)
     } else {
         None
@@ -309,6 +402,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     for rep in 0..opts.reps {
         eprintln!("xtask bench: repetition {} of {}", rep + 1, opts.reps);
         one_rep(&mut ctx, qperf.as_ref());
+        if opts.runs("same-host") {
+            same_host::one_rep(&mut ctx, qperf.as_ref(), ucx);
+        }
     }
     drop(qperf);
     if opts.runs("idle") {
@@ -326,6 +422,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         minutes: t_start.elapsed().as_secs_f64() / 60.0,
         failures: ctx.failures.clone(),
         compare: opts.compare.clone(),
+        wire: GROUPS.iter().any(|g| *g != "same-host" && opts.runs(g)),
+        same_host: opts.runs("same-host"),
+        notes,
     };
     let md = report::render(&ctx.results, &meta);
     println!("\n{md}");
@@ -389,7 +488,7 @@ fn one_rep(ctx: &mut Ctx, qperf: Option<&Qperf>) {
             ]);
         for (tool, size, key) in runs {
             for (suffix, libs) in &builds {
-                let r = ctx.perftest_bw(libs, tool, size);
+                let r = ctx.perftest_bw(libs, tool, size, &Setup::Wire);
                 ctx.record(&format!("{key}{suffix}"), r);
             }
         }
@@ -418,7 +517,7 @@ fn one_rep(ctx: &mut Ctx, qperf: Option<&Qperf>) {
             ("ib_read_lat", true),
         ] {
             for (suffix, libs) in &builds {
-                let r = ctx.perftest_lat(libs, tool, ev);
+                let r = ctx.perftest_lat(libs, tool, ev, &Setup::Wire);
                 ctx.record(&format!("{tool}{}{suffix}", if ev { " -e" } else { "" }), r);
             }
         }

@@ -199,8 +199,12 @@ pub(crate) fn run_pair(
     if c_ok && s_ok {
         Ok(run)
     } else {
+        let why = first_error(&run.client)
+            .or_else(|| first_error(&run.server))
+            .map(|l| format!(": {l}"))
+            .unwrap_or_default();
         Err(format!(
-            "{name} failed (client ok: {c_ok}, server ok: {s_ok})\n--- server:\n{}\n--- client:\n{}",
+            "{name} failed (client ok: {c_ok}, server ok: {s_ok}){why}\n--- server:\n{}\n--- client:\n{}",
             tail(&run.server),
             tail(&run.client)
         ))
@@ -230,6 +234,15 @@ fn read(p: &Path) -> String {
     fs::read_to_string(p).unwrap_or_default()
 }
 
+/// The first line of a log that reports an error (perftest: `Failed status
+/// 12: wr_id 0 syndrom 0x0`), for the one-line summary of a failure.
+pub(crate) fn first_error(log: &str) -> Option<&str> {
+    let lines = || log.lines().map(str::trim);
+    lines()
+        .find(|l| l.starts_with("Failed status"))
+        .or_else(|| lines().find(|l| l.to_ascii_lowercase().contains("error")))
+}
+
 /// The last lines of a log, for error messages.
 pub(crate) fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
@@ -246,6 +259,21 @@ pub(crate) fn loadavg() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_the_error_line() {
+        let log = " Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x0\n\
+                   scnt=1, ccnt=1\nTest exited with Error\n";
+        assert_eq!(
+            first_error(log),
+            Some("Failed status 12: wr_id 0 syndrom 0x0")
+        );
+        assert_eq!(
+            first_error("x\n[1] UCX  ERROR no peer\n"),
+            Some("[1] UCX  ERROR no peer")
+        );
+        assert_eq!(first_error("all good\n"), None);
+    }
 
     #[test]
     fn reads_own_cpu_fields() {

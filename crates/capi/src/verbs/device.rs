@@ -172,7 +172,12 @@ pub(crate) fn open_context_with(
     let c = &mut vctx.context;
     c.device = device;
     c.cmd_fd = cmd_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-    c.async_fd = engine.async_channel().as_raw_fd();
+    // A queue and fd of its own, as rdma-core gives each context.
+    let async_queue = engine.async_channel().subscribe().ok();
+    c.async_fd = match &async_queue {
+        Some(q) => q.as_raw_fd(),
+        None => engine.async_channel().as_raw_fd(),
+    };
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void;
     super::post::install_ops(&mut c.ops);
@@ -182,6 +187,7 @@ pub(crate) fn open_context_with(
             vctx,
             engine,
             cmd_fd,
+            async_queue,
         },
         Kind::Context,
     );
@@ -313,8 +319,15 @@ fn gid_at(c: &Ctx, port_num: u32, index: usize) -> Result<[u8; 16], c_int> {
         return Err(libc::EINVAL);
     }
     let gids = c.engine.gids();
+    // An empty entry (its address went away) reads as zeros, as rxe's.
     gids.get(index)
-        .map(|ip| softrdma_wire::ip::to_v6(*ip).octets())
+        .map(|ip| {
+            if ip.is_unspecified() {
+                [0u8; 16]
+            } else {
+                softrdma_wire::ip::to_v6(*ip).octets()
+            }
+        })
         .ok_or(libc::EINVAL)
 }
 
@@ -347,6 +360,10 @@ pub unsafe extern "C" fn ibv_query_gid(
 
 fn gid_entry(c: &Ctx, port_num: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
     let raw = gid_at(c, port_num, index as usize).map_err(|_| libc::ENODATA)?;
+    // An entry whose address went away (rxe: ENODATA too).
+    if raw == [0u8; 16] {
+        return Err(libc::ENODATA);
+    }
     let mut e = ibv_gid_entry::zeroed();
     e.gid = ibv_gid { raw };
     e.gid_index = index;
@@ -410,20 +427,23 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         if n > max_entries {
             return neg(libc::EINVAL);
         }
+        // The valid entries only, packed (as rdma-core's).
+        let mut k = 0;
         for i in 0..n {
             let Ok(e) = gid_entry(c, 1, i as u32) else {
-                break;
+                continue;
             };
             // SAFETY: within the caller's `max_entries` entries of `entry_size` bytes.
             unsafe {
                 entries
                     .cast::<u8>()
-                    .add(i * entry_size)
+                    .add(k * entry_size)
                     .cast::<ibv_gid_entry>()
                     .write_unaligned(e)
             };
+            k += 1;
         }
-        n as isize
+        k as isize
     })
 }
 
@@ -515,7 +535,11 @@ pub unsafe extern "C" fn ibv_get_async_event(
             return ret::neg(libc::EINVAL);
         }
         loop {
-            let e = match c.engine.async_channel().get_event() {
+            let got = match &c.async_queue {
+                Some(q) => q.get_event(),
+                None => c.engine.async_channel().get_event(),
+            };
+            let e = match got {
                 Ok(e) => e,
                 Err(e) => return ret::neg(e.raw_os_error().unwrap_or(libc::EIO)),
             };
@@ -535,6 +559,13 @@ pub unsafe extern "C" fn ibv_get_async_event(
                 ),
             };
             let Some(element) = element else { continue };
+            // Every context hears every event; report those of its own objects.
+            // SAFETY: the element is a live object from the registry; QPs,
+            // CQs and SRQs all start with their `context` pointer.
+            let owner = unsafe { *element.qp.cast::<*mut ibv_context>() };
+            if owner != context {
+                continue;
+            }
             // The transport numbers its events as `enum ibv_event_type`.
             let event_type = t as u32;
             // SAFETY: non-NULL, writable per the contract.

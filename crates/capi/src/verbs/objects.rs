@@ -119,6 +119,9 @@ pub(crate) struct Ctx {
     /// `context.cmd_fd`: a memfd of this context (or the fd `ibv_import_device`
     /// was given), so a dup of it names the context (`import.rs`).
     pub(crate) cmd_fd: Option<OwnedFd>,
+    /// `context.async_fd`: this context's own queue of the device's async
+    /// events (None if no eventfd could be made: the engine's is shared).
+    pub(crate) async_queue: Option<Arc<softrdma_engine::AsyncQueue>>,
 }
 
 /// Offset of `ibv_context` inside [`Ctx`].

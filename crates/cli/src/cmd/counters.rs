@@ -64,6 +64,7 @@ impl Snapshot {
             when: when.to_string(),
             counters: fields(&s, &k)
                 .into_iter()
+                .chain(ctx.shm_counters())
                 .map(|(n, v)| (n.to_string(), v))
                 .collect(),
         }

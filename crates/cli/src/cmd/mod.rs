@@ -10,6 +10,7 @@ pub(crate) mod devices;
 pub(crate) mod devinfo;
 pub(crate) mod perf;
 pub(crate) mod ping;
+pub(crate) mod run;
 pub(crate) mod stats;
 
 /// Exit status when a check failed (e.g. a packet with a bad ICRC).

@@ -52,6 +52,11 @@ impl Shared {
             if r.is_ok() {
                 *w = want;
             }
+            // Handed to the progress thread, the inbox needs the doorbell as
+            // the socket needs epoll: what arrived already wakes it now.
+            if want && !self.shm_may_sleep() {
+                let _ = self.waker.wake();
+            }
         }
         *w
     }

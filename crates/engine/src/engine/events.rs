@@ -77,6 +77,19 @@ impl Shared {
     /// the progress thread runs this at every tick, and an idle flush would
     /// take the transmit lock from a busy application thread).
     pub(super) fn handle_timers(&self) {
+        // Members that died: their shared-memory lanes go first, with no
+        // engine lock held, then their connections (below).
+        let dead = {
+            let core = self.lock();
+            if core.keepalive_at.is_some_and(|t| t <= self.now()) {
+                self.dead_members(&core)
+            } else {
+                Vec::new()
+            }
+        };
+        if !dead.is_empty() {
+            self.shm_sweep_now();
+        }
         let fired = {
             let mut core = self.lock();
             let now = self.now();
@@ -91,7 +104,14 @@ impl Shared {
                 fired = true;
             }
             if core.keepalive_at.is_some_and(|t| t <= now) {
-                self.check_members(&mut core);
+                // (Found only now if the tick came due meanwhile: the
+                // periodic sweep takes their lanes.)
+                let dead = if dead.is_empty() {
+                    self.dead_members(&core)
+                } else {
+                    dead
+                };
+                self.members_gone(&mut core, &dead);
                 let probed = core.cm.send_keepalives();
                 core.keepalive_at = (probed > 0).then(|| now + KEEPALIVE);
                 fired = true;

@@ -24,6 +24,9 @@ impl Shared {
     /// QP is counted and left to the transport, which drops it.
     pub(super) fn notice(&self, pkt: &[u8], n: &mut Noticed) -> bool {
         let Some(h) = &self.host else { return false };
+        if super::shm::ShmPath::is_doorbell(pkt) {
+            return true;
+        }
         if parse_probe(pkt).is_some() {
             return true;
         }
@@ -64,17 +67,22 @@ impl Shared {
     /// progress thread to report its probe).
     pub(super) fn reconcile_soon(&self, index: usize) {
         let Some(me) = self.me.upgrade() else { return };
-        let Some((_, Some(h))) = self.sockets().nth(index) else {
+        let Some(h) = self
+            .sockets()
+            .iter()
+            .nth(index)
+            .and_then(|(_, h)| h.cloned())
+        else {
             return;
         };
         if !h.should_reconcile() {
             return;
         }
-        let group = Arc::clone(h);
+        let group = Arc::clone(&h);
         let spawned = std::thread::Builder::new()
             .name("softrdma-reconcile".into())
             .spawn(move || {
-                let _ = group.reconcile(me.socket_at(index));
+                let _ = group.reconcile(me.sockets().at(index));
             });
         if spawned.is_err() {
             // Leave it to the next misrouted packet.
@@ -88,7 +96,7 @@ impl Shared {
         if let Some(h) = &self.host
             && h.take_listeners_changed()
         {
-            for (socket, h) in self.sockets() {
+            for (socket, h) in self.sockets().iter() {
                 if let Some(h) = h {
                     let _ = h.refresh(socket);
                 }
@@ -98,27 +106,38 @@ impl Shared {
 
     /// Leaves the host device's groups (at exit: the sockets close next).
     pub(super) fn leave_host(&self) {
-        for (socket, h) in self.sockets() {
+        for (socket, h) in self.sockets().iter() {
             if let Some(h) = h {
                 h.leave(socket);
             }
         }
     }
 
-    /// CM connections to member processes of this host device that died end
-    /// now, as ICMP "port unreachable" ends them for a peer elsewhere (no
-    /// ICMP comes while other members still hold the address).
-    pub(super) fn check_members(&self, core: &mut Core) {
-        let now = self.now();
-        for (_, h) in self.sockets() {
+    /// The member processes of this host device with CM connections here
+    /// that died: (group address, slot). Their connections end with
+    /// [`Shared::members_gone`], as ICMP "port unreachable" ends them for a
+    /// peer elsewhere (no ICMP comes while other members still hold the
+    /// address).
+    pub(super) fn dead_members(&self, core: &Core) -> Vec<(std::net::IpAddr, u8)> {
+        let mut dead = Vec::new();
+        for (_, h) in self.sockets().iter() {
             let Some(h) = h else { continue };
             let ip = h.ip();
             for slot in core.cm.member_peers(ip) {
                 if slot != 0 && !h.registry().is_alive(slot) {
-                    let Core { ep, cm, .. } = &mut *core;
-                    cm.member_gone(now, ip, slot, &mut EpQps { ep, now });
+                    dead.push((ip, slot));
                 }
             }
+        }
+        dead
+    }
+
+    /// Ends the CM connections to the members `dead` ([`Shared::dead_members`]).
+    pub(super) fn members_gone(&self, core: &mut Core, dead: &[(std::net::IpAddr, u8)]) {
+        let now = self.now();
+        for &(ip, slot) in dead {
+            let Core { ep, cm, .. } = &mut *core;
+            cm.member_gone(now, ip, slot, &mut EpQps { ep, now });
         }
     }
 }

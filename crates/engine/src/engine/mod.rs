@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+mod addrs;
 mod busy_poll;
 mod cm_ops;
 mod events;
@@ -33,6 +34,7 @@ mod ops;
 mod policy;
 mod progress;
 mod rx;
+mod shm;
 mod tx;
 
 use rx::Rx;
@@ -40,8 +42,13 @@ use tx::{Tx, wr_bytes};
 
 /// Datagrams built or received per batch.
 const BATCH: usize = 64;
+/// Inbox datagrams processed between two sends of their answers (as
+/// `rx::ACK_CHUNK` for a socket's).
+const ACK_CHUNK_SHM: usize = 32;
 const KEY_SOCKET: u8 = 1;
 const KEY_MCAST: u8 = 2;
+/// The netlink watch on the host's addresses (`addrs.rs`).
+const KEY_ADDRS: u8 = 3;
 
 /// State behind the engine lock.
 #[derive(Debug)]
@@ -114,8 +121,16 @@ struct Shared {
     /// (None: a device of its own).
     host: Option<Arc<crate::host::HostMember>>,
     /// The host device's other addresses (GID 1, 2, ...): a socket bound to
-    /// each and this process's membership of its group.
-    more: Vec<(RoceSocket, Arc<crate::host::HostMember>)>,
+    /// each and this process's membership of its group (`addrs.rs`).
+    more: Mutex<addrs::More>,
+    /// Address changes of the host (None: no host device, or no netlink).
+    addr_watch: Option<softrdma_udp::AddrWatch>,
+    /// The same-host path (None: off, or no host device).
+    shm: Option<shm::ShmPath>,
+    /// When a busy poller last read the device socket, and when the inbox
+    /// last delivered (ns since `epoch`; `policy::poller_reads_socket`).
+    socket_read_at: AtomicU64,
+    shm_rx_at: AtomicU64,
     /// Itself, for the threads it starts (a reconciliation).
     me: std::sync::Weak<Shared>,
 }
@@ -230,6 +245,10 @@ impl Engine {
             )
         };
         let local = socket.local_addr();
+        // Watch before reading the addresses: a change in between is seen.
+        let addr_watch = host
+            .as_ref()
+            .and_then(|_| softrdma_udp::AddrWatch::open().ok());
         let (more, more_stale) = match &host {
             Some(h) => join_more(h, local, socket.capabilities().gro),
             None => (Vec::new(), Vec::new()),
@@ -261,6 +280,9 @@ impl Engine {
         for (s, _) in &more {
             poller.add_socket(s, KEY_SOCKET)?;
         }
+        if let Some(w) = &addr_watch {
+            poller.add_fd(w.as_fd(), KEY_ADDRS, softrdma_udp::Interest::Readable)?;
+        }
         // Multicast sends leave through the device's interface and loop back to
         // local members (other processes' group sockets).
         let _ = socket.set_multicast_source(local.ip());
@@ -271,6 +293,19 @@ impl Engine {
             None => None,
         };
         let faults = crate::faults::FaultInjector::from_env(&socket)?;
+        // Fault injection acts on UDP sends: with it, everything stays on UDP.
+        let shm = match &host {
+            Some(h) if cfg.shm && faults.is_none() => shm::ShmPath::new(h, local.port())
+                .inspect_err(|e| {
+                    if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                        eprintln!(
+                            "softrdma: no shared-memory path ({e}); same-host traffic goes over UDP"
+                        );
+                    }
+                })
+                .ok(),
+            _ => None,
+        };
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
@@ -287,6 +322,7 @@ impl Engine {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),
                 dst: Vec::with_capacity(BATCH),
                 via: Vec::with_capacity(BATCH),
+                links: shm::Links::new(),
             }),
             rx: Mutex::new(rx),
             socket,
@@ -317,7 +353,11 @@ impl Engine {
             poller: Arc::clone(&poller),
             mcast: Mutex::new(HashMap::new()),
             host,
-            more,
+            more: Mutex::new(Arc::new(more)),
+            addr_watch,
+            shm,
+            socket_read_at: AtomicU64::new(0),
+            shm_rx_at: AtomicU64::new(0),
         });
         let s2 = Arc::clone(&shared);
         let loadavg = progress::open_loadavg();
@@ -550,6 +590,11 @@ impl Engine {
         // Put the socket back into the progress thread's epoll set now (it
         // may be in standby, ticking up to a millisecond apart).
         self.shared.update_watch(&self.shared.poller);
+        // Same-host senders must ring from now on; what they pushed before
+        // is read at once.
+        if !self.shared.shm_may_sleep() {
+            let _ = self.shared.waker.wake();
+        }
     }
 
     /// Attaches a UD QP to a multicast group (`ibv_attach_mcast`). Delivery on
@@ -722,6 +767,15 @@ impl Engine {
         self.shared.leave_host();
     }
 
+    /// The same-host path's counters (`shm_tx`, `shm_rx`, ...): none if it
+    /// is off (`SOFTRDMA_SHM=0`, no host device, or it could not start).
+    pub fn shm_counters(&self) -> Vec<(&'static str, u64)> {
+        self.shared
+            .shm
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.counters().to_vec())
+    }
+
     /// Transport and socket counters.
     pub fn stats(&self) -> (Stats, SocketStats) {
         let s = self.lock().ep.stats();
@@ -741,36 +795,6 @@ impl Drop for Engine {
 }
 
 impl Shared {
-    /// Every socket of the device with its group, the device socket first
-    /// (index 0), then the GID table's order.
-    fn sockets(
-        &self,
-    ) -> impl Iterator<Item = (&RoceSocket, Option<&Arc<crate::host::HostMember>>)> {
-        std::iter::once((&self.socket, self.host.as_ref()))
-            .chain(self.more.iter().map(|(s, h)| (s, Some(h))))
-    }
-
-    /// The socket to send from `src` (the device socket if none is bound
-    /// there).
-    fn socket_index(&self, src: IpAddr) -> usize {
-        if src == self.socket.local_addr().ip() {
-            return 0;
-        }
-        self.more
-            .iter()
-            .position(|(s, _)| s.local_addr().ip() == src)
-            .map_or(0, |i| i + 1)
-    }
-
-    /// The socket at `index` of [`Shared::sockets`] (the device socket if
-    /// out of range).
-    fn socket_at(&self, index: usize) -> &RoceSocket {
-        index
-            .checked_sub(1)
-            .and_then(|i| self.more.get(i))
-            .map_or(&self.socket, |(s, _)| s)
-    }
-
     fn now(&self) -> Instant {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
@@ -784,35 +808,26 @@ impl Shared {
 
 /// Joins the host device's group at each of the host's other addresses
 /// (GID 1, 2, ...) with the member slot of `h`, the device socket being at
-/// `primary`. An address that cannot be bound (a process of its own holds
-/// it, it went away) is skipped. Returns the sockets and groups, and for
+/// `primary` (see `addrs::join_at`). Returns the sockets and groups, and for
 /// each whether its table must be reconciled (as `HostMember::join`).
 #[allow(clippy::type_complexity)]
 fn join_more(
     h: &crate::host::HostMember,
     primary: SocketAddr,
     primary_gro: bool,
-) -> (Vec<(RoceSocket, Arc<crate::host::HostMember>)>, Vec<bool>) {
+) -> (
+    Vec<(Arc<RoceSocket>, Arc<crate::host::HostMember>)>,
+    Vec<bool>,
+) {
     let (mut more, mut stale) = (Vec::new(), Vec::new());
     for ip in softrdma_udp::host_addrs() {
         if ip.to_canonical() == primary.ip().to_canonical() {
             continue;
         }
         let addr = SocketAddr::new(ip, primary.port());
-        // One receive batch serves every socket: GRO only where the device
-        // socket has it too.
-        let sc = member_config(ip, primary_gro);
-        let open = || open_socket(&softrdma_udp::AddrConfig::exact(addr), &sc);
-        match h.join_more(addr, open) {
-            Ok((m, s, st)) => {
-                more.push((s, Arc::new(m)));
-                stale.push(st);
-            }
-            Err(e) => {
-                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
-                    eprintln!("softrdma: the host device is not at {addr}: {e}");
-                }
-            }
+        if let Some((s, m, st)) = addrs::join_at(h, addr, primary_gro) {
+            more.push((Arc::new(s), Arc::new(m)));
+            stale.push(st);
         }
     }
     (more, stale)

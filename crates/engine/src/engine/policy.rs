@@ -97,6 +97,31 @@ pub(super) const QUICK_RETURN_NS: u64 = 5_000;
 /// `cargo xtask bench --only perftest-bw` to re-measure.
 pub(super) const POLLER_NS: u64 = 10_000_000;
 
+/// While the same-host path delivered datagrams this recently, a busy
+/// poller gets its traffic from the inbox and reads the socket only every
+/// [`SOCKET_GAP_NS`].
+///
+/// Chosen by issue 17 (`perf record` of `ib_send_lat -s 8` over shared
+/// memory: most of the poller's loop was an empty `recvmmsg`, and a
+/// message arriving meanwhile waits for it); re-measure with
+/// `cargo xtask bench --only same-host`.
+pub(super) const SHM_ACTIVE_NS: u64 = 10_000_000;
+/// The longest a busy poller leaves the socket unread while the same-host
+/// path is active: what comes over UDP then (CM MADs, peers on other hosts)
+/// waits at most this long, unless the progress thread takes it first.
+///
+/// Chosen by issue 17 (as [`SHM_ACTIVE_NS`]); re-measure with
+/// `cargo xtask bench --only same-host`.
+pub(super) const SOCKET_GAP_NS: u64 = 20_000;
+
+/// Whether a busy poller reads the socket at `now` (it read it last at
+/// `socket_at`; the inbox last delivered at `shm_at`, 0: never).
+pub(super) fn poller_reads_socket(now: u64, socket_at: u64, shm_at: u64) -> bool {
+    shm_at == 0
+        || now.saturating_sub(shm_at) >= SHM_ACTIVE_NS
+        || now.saturating_sub(socket_at) >= SOCKET_GAP_NS
+}
+
 /// Whether an application thread found a CQ empty (at `last_poll`) within
 /// [`POLLER_NS`] of `now`: it spins on its CQ, and polls again after whatever
 /// it does.

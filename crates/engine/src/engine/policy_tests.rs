@@ -400,3 +400,27 @@ fn more_runnable_threads_than_cpus_plus_one_is_loaded() {
     // Unknown (0): idle.
     assert!(w.close(30 * MS, sample(0, 0, 0)));
 }
+
+// --- the busy poller and the same-host path ---
+
+#[test]
+fn a_poller_without_same_host_traffic_reads_the_socket_every_time() {
+    assert!(poller_reads_socket(5 * MS, 5 * MS, 0));
+    assert!(poller_reads_socket(5 * MS, 5 * MS - 1, 0));
+}
+
+#[test]
+fn a_poller_fed_by_the_inbox_reads_the_socket_every_20us() {
+    let t = 50 * MS;
+    // The inbox delivered 1 µs ago; the socket was read 5 µs ago: skip.
+    assert!(!poller_reads_socket(t, t - 5 * US, t - US));
+    assert!(!poller_reads_socket(t, t - SOCKET_GAP_NS + 1, t - US));
+    assert!(poller_reads_socket(t, t - SOCKET_GAP_NS, t - US));
+}
+
+#[test]
+fn same_host_traffic_stops_counting_after_10ms() {
+    let t = 50 * MS;
+    assert!(!poller_reads_socket(t, t - US, t - SHM_ACTIVE_NS + 1));
+    assert!(poller_reads_socket(t, t - US, t - SHM_ACTIVE_NS));
+}

@@ -52,12 +52,22 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         let requests_before = sleep
             .count_requests
             .then(|| s.rx_requests.load(Ordering::Relaxed));
-        let deadline = sleep.until;
+        // Watching, this thread is the inbox's reader: same-host senders
+        // ring while it sleeps; if they pushed already, it does not sleep.
+        let deadline = if watching && !s.shm_may_sleep() {
+            now
+        } else {
+            sleep.until
+        };
         s.sleeping_until.store(deadline, Ordering::SeqCst);
         let when =
             (deadline != u64::MAX).then(|| s.epoch + std::time::Duration::from_nanos(deadline));
-        let _ = poller.wait(when);
+        let events = poller.wait(when);
         s.sleeping_until.store(0, Ordering::SeqCst);
+        s.shm_awake();
+        if events.is_ok_and(|e| e.readable & (1 << super::KEY_ADDRS) != 0) {
+            s.on_addr_change();
+        }
         let now = s.now().as_nanos();
         let notifies = s.notifies.load(Ordering::Relaxed);
         let got = if watching {
@@ -85,6 +95,7 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         if policy.fire_timers(now, watching) {
             s.handle_timers();
         }
+        s.shm_sweep();
         // A thread woken through a completion channel needs a CPU: leave it one.
         let woke_someone = s.notifies.load(Ordering::Relaxed) != notifies;
         if Progress::linger(got, watching, woke_someone, s.linger) {

@@ -7,7 +7,6 @@ use crate::cm::EpQps;
 use crate::memory::HostMemory;
 use softrdma_transport::{Datagram, Instant};
 use softrdma_udp::{RecvBatch, RoceSocket};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -38,7 +37,25 @@ impl Shared {
             Rx::Poller => 1,
             Rx::Progress => usize::MAX,
         };
-        self.rx_sockets(mode, 0, sockets)
+        let shm = {
+            let _rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+            self.rx_shm(mode)
+        };
+        let now = self.now().as_nanos();
+        if shm > 0 {
+            self.shm_rx_at.store(now, Ordering::Relaxed);
+        }
+        if mode == Rx::Poller {
+            let (socket_at, shm_at) = (
+                self.socket_read_at.load(Ordering::Relaxed),
+                self.shm_rx_at.load(Ordering::Relaxed),
+            );
+            if !super::policy::poller_reads_socket(now, socket_at, shm_at) {
+                return shm;
+            }
+            self.socket_read_at.store(now, Ordering::Relaxed);
+        }
+        shm + self.rx_sockets(mode, 0, sockets)
     }
 
     /// The sockets of the other host addresses and the multicast groups:
@@ -56,7 +73,8 @@ impl Shared {
         let mut requests = 0;
         // Each address's socket in turn (GID order), each with its own
         // address as the packets' destination and its own group.
-        for (i, (socket, host)) in self.sockets().enumerate().skip(first).take(count) {
+        let sockets = self.sockets();
+        for (i, (socket, host)) in sockets.iter().enumerate().skip(first).take(count) {
             total += self.rx_socket(mode, &mut rx, i, socket, host, &mut requests);
             self.handle_unreachable(socket);
         }
@@ -95,31 +113,20 @@ impl Shared {
                 {
                     let mut core = self.lock();
                     let now = self.now();
-                    let mut mem = HostMemory;
                     for d in it.by_ref().take(ACK_CHUNK) {
-                        if let Some(c) = &self.capture {
-                            c.record(
-                                d.src,
-                                SocketAddr::new(d.dst_ip.unwrap_or(local_ip), local.port()),
-                                d.data,
-                            );
-                        }
                         let dg = Datagram {
                             src: d.src,
                             dst_ip: d.dst_ip.unwrap_or(local_ip),
                             payload: d.data,
                         };
+                        total += 1;
                         if self.notice(d.data, &mut noticed) {
-                            total += 1;
                             continue;
                         }
                         if crate::cm::is_gsi(d.data) {
-                            self.handle_gsi(&mut core, now, &dg);
-                        } else {
-                            core.ep.handle_datagram(now, &dg, &mut mem);
+                            self.shm_poll_locked(&mut core, now, usize::MAX, requests);
                         }
-                        *requests += u64::from(!is_rc_response(d.data));
-                        total += 1;
+                        *requests += u64::from(self.deliver(&mut core, now, &dg, true));
                     }
                     self.after(&mut core);
                 }
@@ -176,7 +183,7 @@ impl Shared {
     }
 
     /// Feeds a packet for QP1 to the CM (after the same ICRC check as any packet).
-    fn handle_gsi(&self, core: &mut Core, now: Instant, d: &Datagram<'_>) {
+    pub(super) fn handle_gsi(&self, core: &mut Core, now: Instant, d: &Datagram<'_>) {
         if !core.ep.icrc_ok(d) {
             return;
         }
@@ -193,6 +200,9 @@ impl Shared {
         if gone.is_empty() {
             return;
         }
+        // A peer process on this host may be among them: its lanes go
+        // before its connections end (see `shm_sweep_now`).
+        self.shm_sweep_rx_held();
         {
             let mut core = self.lock();
             let now = self.now();
@@ -208,6 +218,6 @@ impl Shared {
 
 /// Whether a RoCE packet is an RC response (ACK, READ response, atomic ACK),
 /// which only its requester waits for, rather than a request a responder serves.
-fn is_rc_response(pkt: &[u8]) -> bool {
+pub(super) fn is_rc_response(pkt: &[u8]) -> bool {
     pkt.first().is_some_and(|&op| (0x0D..=0x12).contains(&op))
 }

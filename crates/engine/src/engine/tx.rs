@@ -2,6 +2,7 @@
 //! and the CM queued, and the batched (GSO) socket sends, kept apart from
 //! the receive path and the public API.
 
+use super::shm::VIA_SHM;
 use super::{BATCH, Shared};
 use crate::memory::HostMemory;
 use softrdma_transport::SendWr;
@@ -12,7 +13,7 @@ use std::sync::atomic::Ordering;
 /// Posted bytes a busy poller's next call may gather before they are sent anyway.
 const DEFER_MAX_BYTES: usize = 256 << 10;
 /// BTH opcode of an RC ACK/NAK.
-const RC_ACKNOWLEDGE: u8 = 0x11;
+pub(super) const RC_ACKNOWLEDGE: u8 = 0x11;
 
 #[derive(Debug)]
 pub(super) struct Tx {
@@ -21,6 +22,8 @@ pub(super) struct Tx {
     /// Which socket (index of `Shared::sockets`) sends each datagram: the
     /// one bound to its source address.
     pub(super) via: Vec<usize>,
+    /// Links to this host's members (the same-host path).
+    pub(super) links: super::shm::Links,
 }
 
 impl Shared {
@@ -99,6 +102,7 @@ impl Shared {
         self.tx_again.store(false, Ordering::SeqCst);
         self.tx_pending.store(false, Ordering::Relaxed);
         self.deferred_bytes.store(0, Ordering::Relaxed);
+        let sockets = self.sockets();
         loop {
             tx.dst.clear();
             tx.via.clear();
@@ -114,7 +118,7 @@ impl Shared {
                     tx.bufs[i].clear();
                     tx.bufs[i].extend_from_slice(&pkt);
                     tx.dst.push(dst);
-                    tx.via.push(self.socket_index(src));
+                    tx.via.push(sockets.index_of(src));
                 }
                 while tx.dst.len() < BATCH {
                     let i = tx.dst.len();
@@ -122,7 +126,7 @@ impl Shared {
                         Some(t) => {
                             tx.bufs[i].truncate(t.len);
                             tx.dst.push(t.dst);
-                            tx.via.push(self.socket_index(t.src_ip));
+                            tx.via.push(sockets.index_of(t.src_ip));
                         }
                         None => break,
                     }
@@ -135,19 +139,20 @@ impl Shared {
             }
             if let Some(c) = &self.capture {
                 for i in 0..n {
-                    c.record(
-                        self.socket_at(tx.via[i]).local_addr(),
-                        tx.dst[i],
-                        &tx.bufs[i],
-                    );
+                    c.record(sockets.at(tx.via[i]).local_addr(), tx.dst[i], &tx.bufs[i]);
                 }
             }
+            // This host's members' datagrams through their lanes.
+            self.shm_send(tx, n, &sockets);
             // Each socket's datagrams in their order, the device socket's
             // first (most datagrams have no other source).
-            let last = tx.via.iter().copied().max().unwrap_or(0);
-            for via in 0..=last {
+            let last = tx.via.iter().copied().filter(|&v| v != VIA_SHM).max();
+            for via in 0..=last.unwrap_or(0) {
+                if last.is_none() {
+                    break;
+                }
                 if tx.via.contains(&via) {
-                    self.send_via(tx, n, via);
+                    self.send_via(tx, n, sockets.at(via), via);
                 }
             }
             if n < BATCH {
@@ -158,8 +163,7 @@ impl Shared {
 
     /// Sends the datagrams of the first `n` in `tx` that leave through the
     /// socket at `via` (index of `Shared::sockets`).
-    fn send_via(&self, tx: &Tx, n: usize, via: usize) {
-        let socket = self.socket_at(via);
+    fn send_via(&self, tx: &Tx, n: usize, socket: &RoceSocket, via: usize) {
         // Requests and responses first, plain ACKs after them: on loopback
         // every datagram is delivered inside the send call, so an ACK put
         // first would delay the request a ping-pong peer waits for. (An

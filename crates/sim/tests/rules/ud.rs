@@ -55,7 +55,8 @@ fn wcs(net: &mut Net, node: usize, cq: softrdma_transport::CqHandle) -> Vec<Wc> 
 
 /// The receive buffer starts with 20 zero bytes and the IPv4 header of the
 /// datagram (as rxe's `union rdma_network_hdr`), then the payload; byte_len
-/// counts the 40 bytes; src_qp is the sender's QPN from the DETH.
+/// counts the 40 bytes; src_qp is the sender's QPN from the DETH; sl is the
+/// packet type.
 #[test]
 fn ud_grh_qkey_src_qp() {
     let (mut net, a, b) = ud_pair();
@@ -80,6 +81,9 @@ fn ud_grh_qkey_src_qp() {
     );
     assert_eq!(r[0].src_qp, a.qpn);
     assert_eq!(r[0].qp_num, b.qpn);
+    // The RoCE packet type as mlx5 reports it (RoCEv2 | IPv4): UCX's UD
+    // transport reads it to find the destination address in the GRH area.
+    assert_eq!(r[0].sl, 0xA, "sl: RoCEv2 over IPv4");
     let buf = net.nodes[1].mem.bytes(b.mr.iova, 140).to_vec();
     assert_eq!(buf[..20], [0; 20]);
     // UDP payload: BTH 12 + DETH 8 + ImmDt 4 + 100 + ICRC 4 = 128.

@@ -325,6 +325,15 @@ impl Context {
         }
     }
 
+    /// The same-host path's counters (`shm_tx`, `shm_rx`, ...; see the
+    /// engine's `shm_counters`): empty if the path is off.
+    pub fn shm_counters(&self) -> Vec<(&'static str, u64)> {
+        match &self.dev {
+            Dev::Native(e) => e.shm_counters(),
+            Dev::RdmaCore(_) => Vec::new(),
+        }
+    }
+
     /// The engine behind this context (for the C ABI and tools).
     ///
     /// # Panics

@@ -178,6 +178,7 @@ impl Qp {
         let mut wc = Wc::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
         wc.src_qp = deth.src_qp;
         wc.wc_flags = WcFlags::GRH;
+        wc.sl = roce_packet_type(src, dst);
         if let Some(imm) = pkt.hdr.imm {
             wc.imm_data = imm;
             wc.wc_flags = wc.wc_flags.with(WcFlags::WITH_IMM);
@@ -726,5 +727,19 @@ impl Qp {
         ctx.stats.tx_packets += 1;
         ctx.stats.tx_bytes += t.len as u64;
         Some(t)
+    }
+}
+
+/// What a UD receive completion reports in `sl`. RoCE packets carry no SL;
+/// mlx5 hardware reports the packet's type there instead (bit 3: UDP, i.e.
+/// RoCEv2; bits 2..0: 2 = IPv4, 1 = IPv6), and UCX's UD transport reads it
+/// to find the destination address in the GRH area: with 0 (what rxe
+/// leaves) it takes the last 16 bytes as an IPv6 destination, which for an
+/// IPv4 packet are the IPv4 header's, and drops every packet.
+pub(crate) fn roce_packet_type(src: IpAddr, dst: IpAddr) -> u8 {
+    const UDP: u8 = 0x8;
+    match (src, dst) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => UDP | 0x2,
+        _ => UDP | 0x1,
     }
 }

@@ -2,10 +2,11 @@
 //! between two softrdma devices.
 //!
 //! With no `--server`/`--connect`, the command starts a copy of itself as the
-//! server process (`softrdma perf --server --spawned`) on the next free
-//! loopback address and measures between the two processes: each process has
-//! its own device, socket, lock and progress thread, so nothing is shared but
-//! the kernel's loopback, as between two hosts. The two sides exchange QP
+//! server process (`softrdma perf --server --spawned`) and measures between
+//! the two processes: two members of this host's device, each with its own
+//! engine, lock and progress thread, whose packets go through the same-host
+//! path (shared-memory lanes; UDP over loopback with `SOFTRDMA_SHM=0`). The
+//! report says which path ran. The two sides exchange QP
 //! numbers, PSNs, GIDs and buffer keys over a small TCP control channel
 //! (`proto`), which `--server` / `--connect HOST` use across machines too.
 
@@ -37,13 +38,15 @@ pub(crate) const LONG_ABOUT: &str = "\
 Measure RDMA WRITE, READ, SEND and atomic bandwidth and latency.
 
 With no arguments it runs the whole benchmark on this machine: it starts a \
-second softrdma process as the server (on the next free 127.0.0.N, the same \
-UDP port), connects an RC queue pair to it and, for every operation and size \
+second softrdma process as the server (another member of this host's \
+device), connects an RC queue pair to it and, for every operation and size \
 of a short sweep (8 B to 1 MiB in x8 steps; atomics are 8 bytes), measures \
 bandwidth with 128 requests in flight and then latency one request at a \
-time. Each process has its own device, socket and progress thread, as two \
-hosts would. Both sides busy-poll their completion queues unless --events \
-is given. A progress bar runs on stderr; the table goes to stdout.
+time. Each process has its own engine and progress thread; their packets \
+go through shared memory (the same-host path), or over UDP on loopback with \
+SOFTRDMA_SHM=0, as between two hosts; the first line says which path ran. \
+Both sides busy-poll their completion queues unless --events is given. A \
+progress bar runs on stderr; the table goes to stdout.
 
 Columns: bandwidth in MB/s or GB/s (10^6 / 10^9 bytes per second of \
 payload), message rate in millions of operations per second, and latency \
@@ -437,9 +440,10 @@ fn spawn_server() -> Result<Child, CliError> {
     let exe = std::env::current_exe().or_err("cannot find the softrdma executable")?;
     Command::new(exe)
         .args(["perf", "--server", "--spawned", "--port", "0"])
-        // Its own address (the next free 127.0.0.N); one capture file is
-        // enough (this process records both directions), and two processes
-        // truncating the same file would corrupt it.
+        // The device's default address (a member of this host's device);
+        // one capture file is enough (this process records both
+        // directions), and two processes truncating the same file would
+        // corrupt it.
         .env_remove("SOFTRDMA_ADDR")
         .env_remove("SOFTRDMA_PCAP")
         .stdin(Stdio::null())
@@ -506,6 +510,7 @@ fn client(args: &Args, plan: &Plan, stream: TcpStream, mode: &str) -> Result<Exi
         client: ctx.local_addr().to_string(),
         server: SocketAddr::new(peer.gid.to_ip(), ctx.local_addr().port()).to_string(),
         polling: if args.events { "events" } else { "busy" }.to_string(),
+        path: String::new(),
         mtu: args.mtu,
         depth: args.depth,
         duration_s: match plan.amount {
@@ -559,6 +564,7 @@ fn client(args: &Args, plan: &Plan, stream: TcpStream, mode: &str) -> Result<Exi
         bar.inc(1);
     }
     bar.finish_and_clear();
+    report.set_path(path_taken(&ctx));
 
     let stats = if args.stats {
         let server = ctl.ask("STATS")?;
@@ -587,6 +593,20 @@ fn client(args: &Args, plan: &Plan, stream: TcpStream, mode: &str) -> Result<Exi
         super::print_out(&text)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Which path the client's packets took, from its counters.
+fn path_taken(ctx: &softrdma::verbs::Context) -> String {
+    let shm = ctx.shm_counters();
+    let tx = shm.iter().find(|(k, _)| *k == "shm_tx").map(|(_, v)| *v);
+    match tx {
+        Some(n) if n > 0 => "shared memory".into(),
+        Some(_) => "UDP".into(),
+        None if std::env::var("SOFTRDMA_SHM").is_ok_and(|v| v.trim() == "0") => {
+            "UDP (SOFTRDMA_SHM=0)".into()
+        }
+        None => "UDP (no shared-memory path)".into(),
+    }
 }
 
 /// The server: one client, one run.

@@ -24,6 +24,9 @@ pub(crate) struct RunConfig {
     pub(crate) server: String,
     /// `busy` or `events`.
     pub(crate) polling: String,
+    /// Which path the client's packets took: `shared memory` (the same-host
+    /// path), `UDP`, or `UDP (SOFTRDMA_SHM=0)` / `UDP (no host device)`.
+    pub(crate) path: String,
     /// Requested path MTU.
     pub(crate) mtu: u32,
     /// Requests in flight in bandwidth tests.
@@ -150,6 +153,11 @@ impl Report {
         }
     }
 
+    /// Records which path ran (known once the run is over).
+    pub(crate) fn set_path(&mut self, path: String) {
+        self.config.path = path;
+    }
+
     /// The JSON document.
     pub(crate) fn to_json(&self, stats: Option<&(Snapshot, Snapshot)>) -> String {
         let mut doc = serde_json::json!({
@@ -182,8 +190,8 @@ impl Report {
         };
         let _ = writeln!(
             s,
-            "softrdma perf: {} -> {} ({how}), RC, MTU {}, {} polling, {per}",
-            c.client, c.server, c.mtu, c.polling
+            "softrdma perf: {} -> {} ({how}), RC, MTU {}, {} polling, {per}, path: {}",
+            c.client, c.server, c.mtu, c.polling, c.path
         );
         let _ = writeln!(s);
         let head = [

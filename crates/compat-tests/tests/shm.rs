@@ -1,0 +1,208 @@
+//! Issue 17, the same-host path: unmodified programs on this host exchange
+//! their packets through shared memory by default, and over UDP with
+//! `SOFTRDMA_SHM=0`, with the same results; a peer killed in the middle of
+//! RDMA WRITEs, READs or atomics on the shared-memory path leaves its
+//! survivor with an error completion, never a hang.
+//!
+//! Which path ran is read from the counters each process writes at exit
+//! (`SOFTRDMA_STATS`): `shm_tx`/`shm_rx` count datagrams through lanes.
+//!
+//! Needs `cargo xtask compat`, ibverbs-utils and perftest; fails (never
+//! skips) without.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use softrdma_compat_tests::pair::{PairOutput, is_listening};
+use softrdma_compat_tests::*;
+
+/// `127.49.x.y`: this file's loopback addresses.
+const NET: u8 = 49;
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the survivor of a kill may take to fail its work requests and
+/// exit: RC gives up after 7 retries of perftest's ~67 ms timeout (about
+/// 0.5 s); the rest is a hang bound for a busy machine.
+const SURVIVOR_BOUND: Duration = Duration::from_secs(15);
+
+/// A file for one process's counters.
+fn stats_file(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("softrdma-shm-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// The value of counter `key` in a `SOFTRDMA_STATS` file (None: absent).
+fn counter(path: &Path, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .rev()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(k, _)| *k == key)
+        .find_map(|(_, v)| v.parse().ok())
+}
+
+fn with_env(mut c: Command, vars: &[(&str, &str)]) -> Command {
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c
+}
+
+/// `ibv_rc_pingpong -c` (every buffer validated) between two processes with
+/// `server_env` / `client_env`; returns both stats files.
+fn rc_pingpong(
+    name: &str,
+    server_env: &[(&str, &str)],
+    client_env: &[(&str, &str)],
+) -> (PathBuf, PathBuf, PairOutput) {
+    let bin = require_binary("ibv_rc_pingpong");
+    let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let (ss, cs) = (
+        stats_file(&format!("{name}-s")),
+        stats_file(&format!("{name}-c")),
+    );
+    let port = unique_tcp_port().to_string();
+    let args = ["-g", "0", "-c", "-n", "2000", "-s", "8192", "-p", &port];
+    let mut s = with_env(server.command(&args), server_env);
+    s.env("SOFTRDMA_STATS", &ss);
+    let mut cargs = args.to_vec();
+    let saddr = server.addr.to_string();
+    cargs.push(&saddr);
+    let mut c = with_env(client.command(&cargs), client_env);
+    c.env("SOFTRDMA_STATS", &cs);
+    let out = run_pair(&mut s, port.parse().unwrap(), &mut c, TIMEOUT);
+    assert!(out.both_succeeded(), "{name}:\n{out}");
+    for side in [&out.server, out.client.as_ref().unwrap()] {
+        assert!(
+            side.stdout.contains("32768000 bytes in"),
+            "{name}: 2000 × 8 KiB each way (counted twice):\n{out}"
+        );
+    }
+    (ss, cs, out)
+}
+
+#[test]
+fn rc_pingpong_goes_through_shared_memory_by_default() {
+    require_compat_dir();
+    let (ss, cs, _) = rc_pingpong("default", &[], &[]);
+    for f in [&ss, &cs] {
+        // 2000 messages of 8 KiB: 4000 packets each way, plus ACKs.
+        let tx = counter(f, "shm_tx").expect("shm counters present");
+        let rx = counter(f, "shm_rx").unwrap();
+        assert!(tx >= 4000 && rx >= 4000, "{}: tx {tx} rx {rx}", f.display());
+        // Every packet the transport built went through a lane.
+        assert_eq!(counter(f, "tx_packets"), Some(tx), "{}", f.display());
+    }
+}
+
+#[test]
+fn rc_pingpong_over_udp_with_shm_off() {
+    require_compat_dir();
+    let off = [("SOFTRDMA_SHM", "0")];
+    let (ss, cs, _) = rc_pingpong("off", &off, &off);
+    for f in [&ss, &cs] {
+        assert_eq!(counter(f, "shm_tx"), None, "{}", f.display());
+        assert!(counter(f, "datagrams_sent").unwrap() >= 4000);
+    }
+}
+
+/// One side with the path off publishes no inbox: the other finds no lane to
+/// it, says so under SOFTRDMA_DEBUG and sends over UDP; it still receives
+/// nothing through its own inbox, since the first side sends over UDP.
+#[test]
+fn a_peer_without_the_path_is_reached_over_udp() {
+    require_compat_dir();
+    let (ss, cs, out) = rc_pingpong(
+        "mixed",
+        &[("SOFTRDMA_SHM", "0")],
+        &[("SOFTRDMA_DEBUG", "1")],
+    );
+    assert_eq!(counter(&ss, "shm_tx"), None);
+    assert_eq!(counter(&cs, "shm_tx"), Some(0));
+    let client = out.client.as_ref().unwrap();
+    assert!(
+        client
+            .stderr
+            .contains("no shared-memory link to member slot"),
+        "the fallback is noted:\n{out}"
+    );
+}
+
+/// `program` between two processes without end (`--run_infinitely`); once
+/// it runs, the server is killed: the client must exit with an error (its
+/// work requests fail), within [`SURVIVOR_BOUND`], having used the lanes.
+fn peer_killed_during(program: &str, extra: &[&str]) {
+    require_compat_dir();
+    let bin = require_binary(program);
+    let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let cs = stats_file(&format!("{program}-killed"));
+    let port = unique_tcp_port();
+    let ps = port.to_string();
+    let mut args = vec!["-p", &ps, "--run_infinitely"];
+    args.extend_from_slice(extra);
+    let deadline = Instant::now() + TIMEOUT;
+    let mut s = spawn(&mut server.command(&args));
+    while !is_listening(s.pid(), port) {
+        assert!(
+            s.poll().is_none() && Instant::now() < deadline,
+            "the {program} server did not start:\n{}",
+            s.finish(Instant::now())
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let saddr = server.addr.to_string();
+    let mut cargs = args.clone();
+    cargs.push(&saddr);
+    let mut cmd = client.command(&cargs);
+    cmd.env("SOFTRDMA_STATS", &cs);
+    let mut c = spawn(&mut cmd);
+    // perftest prints a result line every few seconds when running
+    // infinitely; the first one means traffic flows.
+    let running = c.wait_for_stdout(deadline, |o| o.contains("#bytes"));
+    assert!(
+        running && c.poll().is_none(),
+        "{program} did not get going:\n{}\n{}",
+        c.finish(Instant::now()),
+        s.finish(Instant::now())
+    );
+    thread::sleep(Duration::from_millis(300));
+    let (out, after) = c.outlive(&mut s, SURVIVOR_BOUND);
+    println!("{program}: the client exited {after:?} after the server's SIGKILL");
+    assert!(
+        after.is_some(),
+        "{program}: the client did not exit within {SURVIVOR_BOUND:?}:\n{out}"
+    );
+    assert_ne!(
+        out.code(),
+        Some(0),
+        "{program}: the client must fail:\n{out}"
+    );
+    assert!(
+        out.combined().contains("status"),
+        "{program}: an error completion is reported:\n{out}"
+    );
+    assert!(
+        counter(&cs, "shm_tx").is_some_and(|n| n > 100),
+        "{program}: traffic went through shared memory: {:?}",
+        std::fs::read_to_string(&cs)
+    );
+}
+
+#[test]
+fn peer_killed_during_rdma_writes() {
+    peer_killed_during("ib_write_bw", &["-s", "65536"]);
+}
+
+#[test]
+fn peer_killed_during_rdma_reads() {
+    peer_killed_during("ib_read_bw", &["-s", "65536"]);
+}
+
+#[test]
+fn peer_killed_during_atomics() {
+    peer_killed_during("ib_atomic_bw", &[]);
+}

@@ -1,0 +1,509 @@
+//! The same-host path (DESIGN §6): datagrams for the QPs of this host
+//! device's member processes — this one included — go through shared-memory
+//! lanes (`softrdma_shm`) instead of UDP. They are the same RoCEv2 packets:
+//! the receiving transport checks them as it checks the wire's, and a capture
+//! records them as packets.
+//!
+//! Sending (under the transmit lock): a datagram whose destination is one of
+//! the device's addresses and whose destination QPN names a member slot goes
+//! to that member's inbox, through a link attached on first use (found in the
+//! registry; re-checked every `LINK_CHECK_NS`). A datagram with no link
+//! (another user's process, a member that cannot be attached, one too large
+//! for a slot) takes UDP, as does everything when `SOFTRDMA_SHM=0`.
+//!
+//! Waking: a receiver about to sleep raises its inbox's doorbell flag; a
+//! sender that sees it after pushing sends one small datagram to the
+//! receiver's socket (steered to it by slot like any packet): that wakes its
+//! progress thread, which then reads the inbox.
+
+use super::{ACK_CHUNK_SHM, Core, Shared};
+use crate::memory::HostMemory;
+use softrdma_host::Registry;
+use softrdma_shm::{Inbox, Outlet, PushError};
+use softrdma_transport::{Datagram, GSI_QPN, MULTICAST_QPN};
+use softrdma_udp::Transmit;
+use softrdma_udp::steer::{dest_qpn, member_slot};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How often a link checks that its member still holds the slot (a file
+/// read): a dead member's inbox is let go, a new holder's attached.
+const LINK_CHECK_NS: u64 = 100_000_000;
+/// After a failed attach, how long the member's traffic keeps to UDP before
+/// the next try.
+const RETRY_NS: u64 = 1_000_000_000;
+/// How long a sender waits for room in a full lane before it drops the
+/// datagram (RC retransmits it). The receiver empties a lane in tens of µs
+/// when it runs; longer means it is stopped or gone.
+const FULL_WAIT_NS: u64 = 5_000_000;
+/// `via` of a datagram that went into a lane (not to a socket).
+pub(super) const VIA_SHM: usize = usize::MAX;
+
+/// A doorbell: a BTH with a manufacturer-specific opcode (0xC0..=0xFF are
+/// never a transport's) whose destination QPN names the receiver's slot, so
+/// steering delivers it like the receiver's packets; then a magic.
+const DOORBELL_OPCODE: u8 = 0xC0;
+const DOORBELL_MAGIC: &[u8; 8] = b"SRDMADBL";
+
+/// This process's end of the same-host path.
+#[derive(Debug)]
+pub(crate) struct ShmPath {
+    inbox: Inbox,
+    registry: Arc<Registry>,
+    slot: u8,
+    generation: u64,
+    port: u16,
+    /// When links and lanes were last checked for dead members (ns since
+    /// the engine's epoch).
+    swept_at: AtomicU64,
+    /// Datagrams pushed into lanes / taken from the inbox / that fell back
+    /// to UDP with a link up (too large) / dropped because a lane stayed full.
+    pub(crate) sent: AtomicU64,
+    pub(crate) received: AtomicU64,
+    pub(crate) too_large: AtomicU64,
+    pub(crate) dropped_full: AtomicU64,
+    /// Doorbells sent to sleeping receivers (wake-ups caused).
+    pub(crate) doorbells: AtomicU64,
+    /// Inbox datagrams the progress thread (rather than an application
+    /// thread polling its CQ) processed.
+    pub(crate) rx_by_progress: AtomicU64,
+}
+
+/// The transmit path's links, one per member slot (used under the transmit lock).
+#[derive(Debug)]
+pub(super) struct Links {
+    by_slot: Vec<Link>,
+}
+
+#[derive(Debug, Default)]
+enum Link {
+    #[default]
+    Unknown,
+    Up {
+        out: Outlet,
+        generation: u64,
+        checked_at: u64,
+    },
+    Down {
+        retry_at: u64,
+    },
+}
+
+impl Links {
+    pub(super) fn new() -> Links {
+        Links {
+            by_slot: (0..=255).map(|_| Link::Unknown).collect(),
+        }
+    }
+
+    /// The outlet to member `slot`, attached or re-checked as needed.
+    fn get(&mut self, shm: &ShmPath, slot: u8, now: u64) -> Option<&Outlet> {
+        let link = &mut self.by_slot[usize::from(slot)];
+        let stale = match link {
+            Link::Up {
+                generation,
+                checked_at,
+                ..
+            } if now.saturating_sub(*checked_at) >= LINK_CHECK_NS => {
+                let current = shm.registry.inbox(slot).map(|i| i.generation);
+                if current == Some(*generation) {
+                    *checked_at = now;
+                    false
+                } else {
+                    true
+                }
+            }
+            Link::Up { .. } => false,
+            Link::Down { retry_at } => now >= *retry_at,
+            Link::Unknown => true,
+        };
+        if stale {
+            *link = shm.attach(slot, now);
+        }
+        match link {
+            Link::Up { out, .. } => Some(out),
+            _ => None,
+        }
+    }
+}
+
+impl ShmPath {
+    /// Creates this process's inbox and publishes it for the member `host`.
+    pub(crate) fn new(host: &crate::host::HostMember, port: u16) -> std::io::Result<ShmPath> {
+        let inbox = Inbox::create()?;
+        host.publish_inbox(inbox.fd())?;
+        Ok(ShmPath {
+            inbox,
+            registry: Arc::clone(host.registry()),
+            slot: host.slot(),
+            generation: host.generation(),
+            port,
+            swept_at: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            too_large: AtomicU64::new(0),
+            dropped_full: AtomicU64::new(0),
+            doorbells: AtomicU64::new(0),
+            rx_by_progress: AtomicU64::new(0),
+        })
+    }
+
+    /// The member slot a datagram to `dst` goes to through a lane, if it is
+    /// for a QP of this host device (not QP1: CM MADs are steered by their
+    /// contents; not multicast).
+    fn lane_slot(
+        &self,
+        dst: &SocketAddr,
+        pkt: &[u8],
+        sockets: &super::addrs::Sockets<'_>,
+    ) -> Option<u8> {
+        let qpn = dest_qpn(pkt)?;
+        let slot = member_slot(qpn);
+        let member = qpn != GSI_QPN && qpn != MULTICAST_QPN && slot != 0;
+        // This host: any loopback address (every member of this registry,
+        // whatever address it was given, shares the namespace's loopback),
+        // or one of the device's addresses.
+        let local = |ip: IpAddr| ip.to_canonical().is_loopback() || sockets.has(ip);
+        (member && dst.port() == self.port && local(dst.ip())).then_some(slot)
+    }
+
+    fn attach(&self, slot: u8, now: u64) -> Link {
+        let r = match self.registry.inbox(slot) {
+            Some(i) => Outlet::attach(i.pid, i.fd, self.slot, self.generation)
+                .map(|out| (out, i.generation)),
+            None => Err(std::io::Error::other("no inbox published")),
+        };
+        match r {
+            Ok((out, generation)) => Link::Up {
+                out,
+                generation,
+                checked_at: now,
+            },
+            Err(e) => {
+                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                    eprintln!(
+                        "softrdma: no shared-memory link to member slot {slot} ({e}); its traffic goes over UDP"
+                    );
+                }
+                Link::Down {
+                    retry_at: now + RETRY_NS,
+                }
+            }
+        }
+    }
+
+    /// Lets go of the inboxes of members that died (`links`) and gives
+    /// back the memory of the lanes they pushed into (this inbox's, if
+    /// `inbox`: the caller holds the receive lock, so no one reads a lane
+    /// while it is cleared).
+    fn sweep(&self, now: u64, links: Option<&mut Links>, inbox: bool) {
+        self.swept_at.store(now, Ordering::Relaxed);
+        let Ok(members) = self.registry.members() else {
+            return;
+        };
+        let live = |slot: u8| {
+            members
+                .iter()
+                .find(|m| m.slot == slot)
+                .map(|m| m.generation)
+        };
+        if inbox {
+            self.inbox.reclaim(live);
+        }
+        if let Some(links) = links {
+            for (slot, link) in links.by_slot.iter_mut().enumerate() {
+                if let Link::Up { generation, .. } = link
+                    && live(slot as u8) != Some(*generation)
+                {
+                    *link = Link::Unknown;
+                }
+            }
+        }
+    }
+
+    /// Whether a datagram received on a socket is a doorbell (nothing for
+    /// the transport: its arrival woke the receiver, which reads its inbox).
+    pub(super) fn is_doorbell(pkt: &[u8]) -> bool {
+        pkt.len() == 20 && pkt[0] == DOORBELL_OPCODE && &pkt[12..20] == DOORBELL_MAGIC
+    }
+
+    /// Counters for `SOFTRDMA_STATS` and `softrdma perf`.
+    pub(crate) fn counters(&self) -> [(&'static str, u64); 6] {
+        [
+            (
+                "shm_rx_by_progress",
+                self.rx_by_progress.load(Ordering::Relaxed),
+            ),
+            ("shm_doorbells", self.doorbells.load(Ordering::Relaxed)),
+            ("shm_tx", self.sent.load(Ordering::Relaxed)),
+            ("shm_rx", self.received.load(Ordering::Relaxed)),
+            ("shm_too_large", self.too_large.load(Ordering::Relaxed)),
+            (
+                "shm_dropped_full",
+                self.dropped_full.load(Ordering::Relaxed),
+            ),
+        ]
+    }
+}
+
+fn doorbell(slot: u8) -> [u8; 20] {
+    let mut d = [0u8; 20];
+    d[0] = DOORBELL_OPCODE;
+    d[2..4].copy_from_slice(&0xFFFFu16.to_be_bytes());
+    d[4..8].copy_from_slice(&(u32::from(slot) << 16).to_be_bytes());
+    d[12..20].copy_from_slice(DOORBELL_MAGIC);
+    d
+}
+
+impl Shared {
+    /// Pushes the datagrams of the first `n` in `tx` that are for this host's
+    /// members into their lanes, marking them `VIA_SHM`; then rings the
+    /// receivers that asked for it.
+    pub(super) fn shm_send(
+        &self,
+        tx: &mut super::tx::Tx,
+        n: usize,
+        sockets: &super::addrs::Sockets<'_>,
+    ) {
+        let Some(shm) = &self.shm else { return };
+        let now = self.now().as_nanos();
+        // (slot, destination, socket) of the lanes pushed to.
+        let mut pushed: Vec<(u8, SocketAddr, usize)> = Vec::new();
+        // Requests and responses first, plain ACKs after them, as on the
+        // socket (`Shared::send_via`): a ping-pong peer whose poller finds an
+        // ACK first returns its completion and may leave before the request
+        // that follows arrives.
+        let is_ack = |b: &[u8]| b.first() == Some(&super::tx::RC_ACKNOWLEDGE);
+        let order: Vec<usize> = (0..n)
+            .filter(|&i| !is_ack(&tx.bufs[i]))
+            .chain((0..n).filter(|&i| is_ack(&tx.bufs[i])))
+            .collect();
+        for i in order {
+            let Some(slot) = shm.lane_slot(&tx.dst[i], &tx.bufs[i], sockets) else {
+                continue;
+            };
+            if !Outlet::fits(tx.bufs[i].len()) {
+                shm.too_large.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let src = SocketAddr::new(sockets.at(tx.via[i]).local_addr().ip(), shm.port);
+            let Some(out) = tx.links.get(shm, slot, now) else {
+                continue;
+            };
+            let (dst, pkt) = (tx.dst[i], &tx.bufs[i]);
+            let mut waited_since = None;
+            loop {
+                match out.stage(src, dst.ip(), pkt) {
+                    Ok(()) => {
+                        shm.sent.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    Err(PushError::Full) => {
+                        // What is staged must become visible to be taken.
+                        out.publish();
+                        let t = self.now().as_nanos();
+                        let since = *waited_since.get_or_insert(t);
+                        if t - since > FULL_WAIT_NS {
+                            shm.dropped_full.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        // The receiver may be asleep with its lane full.
+                        if out.doorbell_wanted() {
+                            self.ring(shm, slot, dst, sockets.at(tx.via[i]));
+                        }
+                        std::thread::yield_now();
+                    }
+                    Err(PushError::TooBig) => break,
+                }
+            }
+            if !pushed.iter().any(|&(s, _, _)| s == slot) {
+                pushed.push((slot, dst, tx.via[i]));
+            }
+            tx.via[i] = VIA_SHM;
+        }
+        // Each lane's datagrams of this batch become visible at once: a
+        // receiver polling meanwhile finds a request together with the ACK
+        // it polls for, or neither. Seeing the request alone, it would find
+        // no completion and send its own deferred ACK before its next
+        // request, and a ping-pong pair (`ib_write_lat`) would fall out of
+        // the lock step in which each side's poller takes the other's
+        // requests (then each needs a wake-up of the peer's progress thread).
+        for (slot, dst, via) in pushed {
+            let wanted = tx.links.get(shm, slot, now).is_some_and(|out| {
+                out.publish();
+                out.doorbell_wanted()
+            });
+            if wanted {
+                self.ring(shm, slot, dst, sockets.at(via));
+            }
+        }
+    }
+
+    /// Wakes the receiver of lane `slot`: this process's progress thread
+    /// directly, another's through its socket.
+    fn ring(&self, shm: &ShmPath, slot: u8, dst: SocketAddr, via: &softrdma_udp::RoceSocket) {
+        shm.doorbells.fetch_add(1, Ordering::Relaxed);
+        if slot == shm.slot {
+            let _ = self.waker.wake();
+            return;
+        }
+        let d = doorbell(slot);
+        let _ = via.send_batch(&[Transmit { dst, payload: &d }]);
+    }
+
+    /// Reads the inbox: processes what arrived like [`Shared::rx_burst`]
+    /// does a socket's datagrams (the same checks, ACKs sent every chunk).
+    /// The caller holds the receive lock (one consumer).
+    pub(super) fn rx_shm(&self, mode: super::rx::Rx) -> usize {
+        if self.shm.is_none() {
+            return 0;
+        }
+        let mut total = 0;
+        let mut requests = 0;
+        loop {
+            let got = {
+                let mut core = self.lock();
+                let now = self.now();
+                let got = self.shm_poll_locked(&mut core, now, ACK_CHUNK_SHM, &mut requests);
+                self.after(&mut core);
+                got
+            };
+            total += got;
+            if got < ACK_CHUNK_SHM {
+                break;
+            }
+            self.send_soon();
+        }
+        if total == 0 {
+            return 0;
+        }
+        self.rx_requests.fetch_add(requests, Ordering::Relaxed);
+        if mode == super::rx::Rx::Progress
+            && let Some(shm) = &self.shm
+        {
+            shm.rx_by_progress
+                .fetch_add(total as u64, Ordering::Relaxed);
+        }
+        if mode == super::rx::Rx::Progress {
+            self.send_soon();
+        } else {
+            self.set_pending();
+        }
+        total
+    }
+
+    /// Processes up to `max` inbox datagrams under the engine lock (the
+    /// caller holds the receive lock: one consumer); counts requests.
+    ///
+    /// The receive path also calls this before a CM MAD off the socket: a
+    /// member's MADs take UDP and its other packets its lane, and what it
+    /// pushed before sending a MAD (the ACK before a DREQ) must be processed
+    /// before the MAD is, as on one wire.
+    pub(super) fn shm_poll_locked(
+        &self,
+        core: &mut Core,
+        now: softrdma_transport::Instant,
+        max: usize,
+        requests: &mut u64,
+    ) -> usize {
+        let Some(shm) = &self.shm else { return 0 };
+        let got = shm.inbox.poll(max, |_, e| {
+            let dg = Datagram {
+                src: e.src,
+                dst_ip: e.dst_ip,
+                payload: e.data,
+            };
+            *requests += u64::from(self.deliver(core, now, &dg, false));
+        });
+        shm.received.fetch_add(got as u64, Ordering::Relaxed);
+        got
+    }
+
+    /// Hands one received datagram to the CM or the transport (after the
+    /// capture); returns whether it is a request (see `rx_requests`).
+    /// `wire`: it came off a socket (its ICRC is checked; a lane's was
+    /// computed over the same bytes in this host's memory).
+    pub(super) fn deliver(
+        &self,
+        core: &mut Core,
+        now: softrdma_transport::Instant,
+        dg: &Datagram<'_>,
+        wire: bool,
+    ) -> bool {
+        if let Some(c) = &self.capture {
+            let dst = SocketAddr::new(dg.dst_ip, self.socket.local_addr().port());
+            c.record(dg.src, dst, dg.payload);
+        }
+        if crate::cm::is_gsi(dg.payload) {
+            self.handle_gsi(core, now, dg);
+        } else if wire {
+            core.ep.handle_datagram(now, dg, &mut HostMemory);
+        } else {
+            core.ep
+                .handle_datagram_unchecked_icrc(now, dg, &mut HostMemory);
+        }
+        !super::rx::is_rc_response(dg.payload)
+    }
+
+    /// The progress thread's housekeeping, every `LINK_CHECK_NS`: see
+    /// `ShmPath::sweep` (skipping what a busy thread holds the lock of).
+    pub(super) fn shm_sweep(&self) {
+        let Some(shm) = &self.shm else { return };
+        let now = self.now().as_nanos();
+        if now.saturating_sub(shm.swept_at.load(Ordering::Relaxed)) < LINK_CHECK_NS {
+            return;
+        }
+        let rx = self.rx.try_lock().ok();
+        match self.tx.try_lock() {
+            Ok(mut tx) => {
+                shm.sweep(now, Some(&mut tx.links), rx.is_some());
+                drop(tx);
+                self.after_tx_lock();
+            }
+            Err(_) => shm.sweep(now, None, rx.is_some()),
+        }
+    }
+
+    /// Members died (the CM's liveness check found them): their lanes and
+    /// links go now, before their peers learn of it (DISCONNECTED), so a
+    /// survivor that then counts its memory finds it back. The caller holds
+    /// no engine lock (the order is receive, then transmit).
+    pub(super) fn shm_sweep_now(&self) {
+        let _rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        self.shm_sweep_rx_held();
+    }
+
+    /// [`Shared::shm_sweep_now`] for a caller that holds the receive lock
+    /// (the receive path, told by ICMP that peers are gone).
+    pub(super) fn shm_sweep_rx_held(&self) {
+        let Some(shm) = &self.shm else { return };
+        let now = self.now().as_nanos();
+        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        shm.sweep(now, Some(&mut tx.links), true);
+        drop(tx);
+        self.after_tx_lock();
+    }
+
+    /// After holding the transmit lock outside `drain_tx`: a thread that
+    /// found it taken left its packets to the holder (`send_soon`), us.
+    fn after_tx_lock(&self) {
+        if self.tx_again.load(Ordering::SeqCst) {
+            self.send_soon();
+        }
+    }
+
+    /// The progress thread is about to sleep in `epoll_wait`: raise the
+    /// doorbell flag. Returns false if datagrams arrived meanwhile (do not
+    /// sleep).
+    pub(super) fn shm_may_sleep(&self) -> bool {
+        self.shm.as_ref().is_none_or(|s| !s.inbox.want_doorbell())
+    }
+
+    /// Awake again: senders stop ringing.
+    pub(super) fn shm_awake(&self) {
+        if let Some(s) = &self.shm {
+            s.inbox.awake();
+        }
+    }
+}

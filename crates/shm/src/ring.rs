@@ -1,0 +1,381 @@
+//! One lane: a single-producer, single-consumer ring of datagram slots in
+//! memory shared by two processes.
+//!
+//! Layout (offsets from the lane's start, all multiples of 64 so the
+//! producer's and the consumer's counters never share a cache line):
+//!
+//! ```text
+//! 0     head: u64   datagrams ever pushed (written by the producer only)
+//! 8     owner: u64  the producer's incarnation (its slot's generation), 0: none
+//! 64    tail: u64   datagrams ever popped (written by the consumer only)
+//! 128   slot 0, slot 1, ... slot SLOTS-1, each SLOT_BYTES:
+//!         0  len: u32      datagram length (<= DATA_CAP)
+//!         4  src_port: u16
+//!         6  flags: u16    bit 0: source is IPv6, bit 1: destination is IPv6
+//!         8  src_ip: [u8; 16]   (IPv4: the first 4 bytes)
+//!         24 dst_ip: [u8; 16]
+//!         64 data: [u8; DATA_CAP]
+//! ```
+//!
+//! The producer fills the slot at `head % SLOTS` and then publishes it with a
+//! release store of `head + 1`; the consumer reads `head` with acquire, reads
+//! the slot and then frees it with a release store of `tail + 1`. Nothing the
+//! peer writes can make either side touch memory outside the lane: indexes are
+//! taken modulo `SLOTS`, lengths are checked against `DATA_CAP`, and a `head`
+//! more than `SLOTS` ahead of `tail` is read as "full" by the producer and
+//! as `SLOTS` datagrams by the consumer.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Datagram slots per lane. 512 slots of 4 KiB hold half of the largest RC
+/// send window the engine uses towards loopback peers (1024 PSNs): with the
+/// consumer draining as it goes, `ib_write_bw` never found a lane full.
+pub const SLOTS: u64 = 512;
+/// Bytes per slot: a 64-byte header and the datagram.
+pub const SLOT_BYTES: usize = 4352;
+/// Largest datagram a slot holds: a 4096-byte MTU's payload and every RoCE
+/// header before it, with room to spare. Larger ones take the UDP path.
+pub const DATA_CAP: usize = SLOT_BYTES - SLOT_HEADER;
+const SLOT_HEADER: usize = 64;
+const HEAD: usize = 0;
+const OWNER: usize = 8;
+const TAIL: usize = 64;
+const SLOTS_AT: usize = 128;
+/// Bytes of one lane.
+pub const LANE_BYTES: usize = SLOTS_AT + SLOTS as usize * SLOT_BYTES;
+
+const SRC_V6: u16 = 1;
+const DST_V6: u16 = 2;
+
+/// One datagram in a lane.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    /// Where it comes from (the sender's device address and port).
+    pub src: SocketAddr,
+    /// The address it was sent to (one of the receiver's GIDs).
+    pub dst_ip: IpAddr,
+    /// The UDP payload: a RoCEv2 packet from its BTH on.
+    pub data: &'a [u8],
+}
+
+/// Why a push did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushError {
+    /// Every slot holds a datagram the consumer has not taken yet.
+    Full,
+    /// The datagram is longer than [`DATA_CAP`].
+    TooBig,
+}
+
+/// A view of one lane. It does not own the memory: whoever makes it
+/// guarantees the lane stays mapped while the view lives, and that only one
+/// thread at a time pushes and only one pops.
+#[derive(Debug)]
+pub struct Ring {
+    base: *mut u8,
+    /// Datagrams the producer wrote past `head` and has not published yet
+    /// ([`Ring::stage`], [`Ring::publish`]); this process's, not shared.
+    staged: AtomicU64,
+}
+
+// SAFETY: the view is a pointer into shared memory whose every concurrent
+// access goes through atomics (head, tail) or through slots the protocol
+// gives to one side at a time; `Ring::new`'s contract makes the mapping
+// outlive the view.
+unsafe impl Send for Ring {}
+// SAFETY: as above; `&Ring` methods are safe to call from several threads as
+// long as pushes (and pops) are serialized, which `Ring::new`'s caller
+// promises.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// A view of the lane at `base`.
+    ///
+    /// # Safety
+    /// `base` is 64-byte aligned and points to [`LANE_BYTES`] bytes that stay
+    /// mapped, readable and writable while the `Ring` lives. At most one
+    /// thread (in any process) pushes at a time, and at most one pops.
+    pub unsafe fn new(base: *mut u8) -> Ring {
+        Ring {
+            base,
+            staged: AtomicU64::new(0),
+        }
+    }
+
+    fn counter(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `at` is HEAD, OWNER or TAIL, 8-byte aligned inside the lane
+        // (`Ring::new`); the lane outlives `self`; every access to these
+        // words, in both processes, is atomic.
+        unsafe { &*self.base.add(at).cast::<AtomicU64>() }
+    }
+
+    fn slot(&self, seq: u64) -> *mut u8 {
+        let i = (seq % SLOTS) as usize;
+        // SAFETY: `i < SLOTS`, so the slot lies inside the lane.
+        unsafe { self.base.add(SLOTS_AT + i * SLOT_BYTES) }
+    }
+
+    /// The producer's incarnation (0: none since the lane was last cleared).
+    pub fn owner(&self) -> &AtomicU64 {
+        self.counter(OWNER)
+    }
+
+    /// Datagrams pushed and not popped yet (at most [`SLOTS`]).
+    pub fn len(&self) -> u64 {
+        let head = self.counter(HEAD).load(Ordering::Acquire);
+        let tail = self.counter(TAIL).load(Ordering::Acquire);
+        head.wrapping_sub(tail).min(SLOTS)
+    }
+
+    /// Whether nothing waits in the lane.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Producer: copies a datagram into the next free slot and publishes it.
+    pub fn push(&self, src: SocketAddr, dst_ip: IpAddr, data: &[u8]) -> Result<(), PushError> {
+        self.stage(src, dst_ip, data)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// Producer: publishes every staged datagram at once (one release store
+    /// of `head`): the consumer sees them together or not at all.
+    pub fn publish(&self) {
+        let n = self.staged.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            let head = self.counter(HEAD).load(Ordering::Relaxed);
+            self.counter(HEAD)
+                .store(head.wrapping_add(n), Ordering::Release);
+        }
+    }
+
+    /// Producer: copies a datagram into the next free slot without
+    /// publishing it yet (see [`Ring::publish`]). A lane full of staged
+    /// datagrams stays full until they are published.
+    pub fn stage(&self, src: SocketAddr, dst_ip: IpAddr, data: &[u8]) -> Result<(), PushError> {
+        if data.len() > DATA_CAP {
+            return Err(PushError::TooBig);
+        }
+        let staged = self.staged.load(Ordering::Relaxed);
+        let head = self
+            .counter(HEAD)
+            .load(Ordering::Relaxed)
+            .wrapping_add(staged);
+        let tail = self.counter(TAIL).load(Ordering::Acquire);
+        if head.wrapping_sub(tail) >= SLOTS {
+            return Err(PushError::Full);
+        }
+        let slot = self.slot(head);
+        let mut meta = [0u8; 40];
+        meta[..4].copy_from_slice(&(data.len() as u32).to_ne_bytes());
+        meta[4..6].copy_from_slice(&src.port().to_ne_bytes());
+        let flags = u16::from(src.is_ipv6()) * SRC_V6 + u16::from(dst_ip.is_ipv6()) * DST_V6;
+        meta[6..8].copy_from_slice(&flags.to_ne_bytes());
+        meta[8..24].copy_from_slice(&ip_bytes(src.ip()));
+        meta[24..40].copy_from_slice(&ip_bytes(dst_ip));
+        // SAFETY: the slot at `head` is free (head - tail < SLOTS): the
+        // consumer does not read it until `publish`'s release store, and we
+        // are the only producer. Both copies stay inside the slot.
+        unsafe {
+            std::ptr::copy_nonoverlapping(meta.as_ptr(), slot, meta.len());
+            std::ptr::copy_nonoverlapping(data.as_ptr(), slot.add(SLOT_HEADER), data.len());
+        }
+        self.staged.store(staged + 1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Consumer: hands up to `max` waiting datagrams to `f`, oldest first,
+    /// then frees their slots. Returns how many it handed over. A slot whose
+    /// header is corrupt (a length over [`DATA_CAP`]) is skipped.
+    pub fn pop(&self, max: usize, mut f: impl FnMut(Entry<'_>)) -> usize {
+        let tail = self.counter(TAIL).load(Ordering::Relaxed);
+        let head = self.counter(HEAD).load(Ordering::Acquire);
+        let n = head.wrapping_sub(tail).min(SLOTS).min(max as u64);
+        for k in 0..n {
+            let slot = self.slot(tail.wrapping_add(k));
+            let mut meta = [0u8; 40];
+            // SAFETY: the slot was published (seq < head, read with acquire)
+            // and is not freed until the tail store below; the read stays
+            // inside the slot.
+            unsafe { std::ptr::copy_nonoverlapping(slot, meta.as_mut_ptr(), meta.len()) };
+            let len = u32::from_ne_bytes(meta[..4].try_into().unwrap_or_default()) as usize;
+            if len > DATA_CAP {
+                continue;
+            }
+            let port = u16::from_ne_bytes([meta[4], meta[5]]);
+            let flags = u16::from_ne_bytes([meta[6], meta[7]]);
+            let src = ip_from(&meta[8..24], flags & SRC_V6 != 0);
+            let dst_ip = ip_from(&meta[24..40], flags & DST_V6 != 0);
+            // SAFETY: as above: `len <= DATA_CAP` keeps the slice inside the
+            // slot, which nobody writes until we free it.
+            let data = unsafe { std::slice::from_raw_parts(slot.add(SLOT_HEADER), len) };
+            f(Entry {
+                src: SocketAddr::new(src, port),
+                dst_ip,
+                data,
+            });
+        }
+        if n > 0 {
+            self.counter(TAIL)
+                .store(tail.wrapping_add(n), Ordering::Release);
+        }
+        n as usize
+    }
+}
+
+fn ip_bytes(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&a.octets());
+            b
+        }
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+fn ip_from(b: &[u8], v6: bool) -> IpAddr {
+    if v6 {
+        let mut o = [0u8; 16];
+        o.copy_from_slice(&b[..16]);
+        Ipv6Addr::from(o).into()
+    } else {
+        Ipv4Addr::new(b[0], b[1], b[2], b[3]).into()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A lane on the heap, 64-byte aligned, zeroed (as a fresh memfd is).
+    pub(crate) struct HeapLane {
+        mem: Vec<u128>,
+    }
+
+    impl HeapLane {
+        pub(crate) fn new() -> HeapLane {
+            // u128 gives 16-byte alignment; the offset below rounds up to 64.
+            HeapLane {
+                mem: vec![0u128; LANE_BYTES / 16 + 4],
+            }
+        }
+
+        pub(crate) fn ring(&mut self) -> Ring {
+            let p = self.mem.as_mut_ptr().cast::<u8>();
+            let pad = p.align_offset(64);
+            // SAFETY: the allocation has LANE_BYTES + 64 bytes, so the
+            // aligned lane fits; the test keeps `self` alive while it uses
+            // the ring, from one producer and one consumer.
+            unsafe { Ring::new(p.add(pad)) }
+        }
+    }
+
+    fn src() -> SocketAddr {
+        "127.0.0.1:4791".parse().unwrap()
+    }
+
+    #[test]
+    fn keeps_order_and_addresses_across_wrap_around() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        let v6: IpAddr = "fd00::7".parse().unwrap();
+        let mut next_out = 0u32;
+        for round in 0..5 * SLOTS as u32 {
+            let dst = if round.is_multiple_of(3) {
+                v6
+            } else {
+                src().ip()
+            };
+            r.push(src(), dst, &round.to_be_bytes()).unwrap();
+            if round % 7 == 6 {
+                r.pop(usize::MAX, |e| {
+                    assert_eq!(e.data, next_out.to_be_bytes());
+                    assert_eq!(e.src, src());
+                    let want = if next_out.is_multiple_of(3) {
+                        v6
+                    } else {
+                        src().ip()
+                    };
+                    assert_eq!(e.dst_ip, want);
+                    next_out += 1;
+                });
+            }
+        }
+        r.pop(usize::MAX, |_| next_out += 1);
+        assert_eq!(next_out, 5 * SLOTS as u32);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_full_lane_refuses_until_the_consumer_frees_a_slot() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        for i in 0..SLOTS {
+            r.push(src(), src().ip(), &i.to_le_bytes()).unwrap();
+        }
+        assert_eq!(r.len(), SLOTS);
+        assert_eq!(r.push(src(), src().ip(), b"x"), Err(PushError::Full));
+        assert_eq!(r.pop(1, |e| assert_eq!(e.data, 0u64.to_le_bytes())), 1);
+        r.push(src(), src().ip(), b"last").unwrap();
+        let mut seen = Vec::new();
+        r.pop(usize::MAX, |e| seen.push(e.data.to_vec()));
+        assert_eq!(seen.len() as u64, SLOTS);
+        assert_eq!(seen.last().unwrap(), b"last");
+    }
+
+    #[test]
+    fn staged_datagrams_appear_together_when_published() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        r.stage(src(), src().ip(), b"request").unwrap();
+        r.stage(src(), src().ip(), b"ack").unwrap();
+        assert!(r.is_empty(), "nothing visible before publish");
+        assert_eq!(r.pop(usize::MAX, |_| panic!("unpublished")), 0);
+        r.publish();
+        let mut seen = Vec::new();
+        r.pop(usize::MAX, |e| seen.push(e.data.to_vec()));
+        assert_eq!(seen, vec![b"request".to_vec(), b"ack".to_vec()]);
+        // Staged datagrams count against the room.
+        for _ in 0..SLOTS {
+            r.stage(src(), src().ip(), b"x").unwrap();
+        }
+        assert_eq!(r.stage(src(), src().ip(), b"x"), Err(PushError::Full));
+        r.publish();
+        assert_eq!(r.len(), SLOTS);
+    }
+
+    #[test]
+    fn refuses_a_datagram_over_the_slot_size() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        let big = vec![7u8; DATA_CAP + 1];
+        assert_eq!(r.push(src(), src().ip(), &big), Err(PushError::TooBig));
+        r.push(src(), src().ip(), &big[..DATA_CAP]).unwrap();
+        r.pop(1, |e| assert_eq!(e.data.len(), DATA_CAP));
+    }
+
+    #[test]
+    fn a_corrupt_header_never_reads_outside_the_lane() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        r.push(src(), src().ip(), b"ok").unwrap();
+        r.push(src(), src().ip(), b"bad").unwrap();
+        // A misbehaving peer scribbles a huge length into slot 1, and claims
+        // far more datagrams than the lane holds.
+        // SAFETY: slot 1's header lies inside the lane.
+        unsafe {
+            r.slot(1).cast::<u32>().write_unaligned(u32::MAX);
+        }
+        r.counter(HEAD).store(1 << 40, Ordering::Release);
+        let mut seen = 0;
+        let n = r.pop(usize::MAX, |e| {
+            assert!(e.data.len() <= DATA_CAP);
+            seen += 1;
+        });
+        assert_eq!(n as u64, SLOTS, "at most a lane's worth");
+        assert!(seen < n, "the corrupt slot was skipped");
+    }
+}
