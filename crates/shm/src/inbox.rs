@@ -182,9 +182,13 @@ impl Inbox {
     }
 
     /// Gives back the memory of lanes whose producer is gone: a lane whose
-    /// owner is not among `live` (the incarnations of the member slots held
-    /// now, by slot) is emptied, its pages returned to the kernel, and free
-    /// for the slot's next holder. Returns the lanes cleared.
+    /// owner is not `live(slot)` (the incarnation holding the slot now) is
+    /// emptied, its pages returned to the kernel, and free for the slot's
+    /// next holder. Returns the lanes cleared.
+    ///
+    /// `live` is called after the lane's owner was read and must answer as
+    /// of then, not from a list taken before: a holder that attached in
+    /// between would see its lane wiped.
     pub fn reclaim(&self, live: impl Fn(u8) -> Option<u64>) -> usize {
         let mut cleared = 0;
         // Only lanes a producer attached to: reading any other would make

@@ -209,7 +209,16 @@ impl ShmPath {
                 .map(|m| m.generation)
         };
         if inbox {
-            self.inbox.reclaim(live);
+            // Asked afresh for each lane, after its owner is read: a member
+            // that joined after the snapshot above (forked children start
+            // together) may own a lane already, and wiping its lane would
+            // lose what it pushed.
+            self.inbox.reclaim(|slot| {
+                self.registry
+                    .is_alive(slot)
+                    .then(|| self.registry.generation(slot))
+                    .flatten()
+            });
         }
         if let Some(links) = links {
             for (slot, link) in links.by_slot.iter_mut().enumerate() {
