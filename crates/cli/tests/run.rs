@@ -318,7 +318,8 @@ fn separate_runs_share_memory_without_root() {
         let mut c = softrdma_run(addr, &[pingpong.as_os_str()]);
         c.args(["-g", "0", "-c", "-n", "100", "-p", &port.to_string()])
             .args(peer)
-            .env("SOFTRDMA_STATS", &stats);
+            .env("SOFTRDMA_STATS", &stats)
+            .env("SOFTRDMA_SHM", "1");
         if root {
             let setpriv = require_tool("setpriv", "util-linux");
             c = wrapped(

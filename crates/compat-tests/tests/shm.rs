@@ -1,6 +1,6 @@
 //! Issue 17, the same-host path: unmodified programs on this host exchange
-//! their packets through shared memory by default, and over UDP with
-//! `SOFTRDMA_SHM=0`, with the same results; a peer killed in the middle of
+//! their packets through shared memory with `SOFTRDMA_SHM=1` (off by default
+//! for now), and over UDP without it, with the same results; a peer killed in the middle of
 //! RDMA WRITEs, READs or atomics on the shared-memory path leaves its
 //! survivor with an error completion, never a hang.
 //!
@@ -84,10 +84,12 @@ fn rc_pingpong(
     (ss, cs, out)
 }
 
+const ON: [(&str, &str); 1] = [("SOFTRDMA_SHM", "1")];
+
 #[test]
-fn rc_pingpong_goes_through_shared_memory_by_default() {
+fn rc_pingpong_goes_through_shared_memory_when_on() {
     require_compat_dir();
-    let (ss, cs, _) = rc_pingpong("default", &[], &[]);
+    let (ss, cs, _) = rc_pingpong("on", &ON, &ON);
     for f in [&ss, &cs] {
         // 2000 messages of 8 KiB: 4000 packets each way, plus ACKs.
         let tx = counter(f, "shm_tx").expect("shm counters present");
@@ -118,7 +120,7 @@ fn a_peer_without_the_path_is_reached_over_udp() {
     let (ss, cs, out) = rc_pingpong(
         "mixed",
         &[("SOFTRDMA_SHM", "0")],
-        &[("SOFTRDMA_DEBUG", "1")],
+        &[("SOFTRDMA_SHM", "1"), ("SOFTRDMA_DEBUG", "1")],
     );
     assert_eq!(counter(&ss, "shm_tx"), None);
     assert_eq!(counter(&cs, "shm_tx"), Some(0));
@@ -145,7 +147,9 @@ fn peer_killed_during(program: &str, extra: &[&str]) {
     let mut args = vec!["-p", &ps, "--run_infinitely"];
     args.extend_from_slice(extra);
     let deadline = Instant::now() + TIMEOUT;
-    let mut s = spawn(&mut server.command(&args));
+    let mut scmd = server.command(&args);
+    scmd.env("SOFTRDMA_SHM", "1");
+    let mut s = spawn(&mut scmd);
     while !is_listening(s.pid(), port) {
         assert!(
             s.poll().is_none() && Instant::now() < deadline,
@@ -158,7 +162,7 @@ fn peer_killed_during(program: &str, extra: &[&str]) {
     let mut cargs = args.clone();
     cargs.push(&saddr);
     let mut cmd = client.command(&cargs);
-    cmd.env("SOFTRDMA_STATS", &cs);
+    cmd.env("SOFTRDMA_STATS", &cs).env("SOFTRDMA_SHM", "1");
     let mut c = spawn(&mut cmd);
     // perftest prints a result line every few seconds when running
     // infinitely; the first one means traffic flows.

@@ -23,7 +23,9 @@ use std::io;
 ///   receive posted waits for one before it RNR-NAKs (default 10000; 0: at
 ///   once, as rxe does; see `softrdma_transport::Config::rnr_hold_ns`);
 /// - `SOFTRDMA_SHM=0|1`: carry traffic between the host device's processes
-///   through shared memory (default 1; see `engine/shm.rs`).
+///   through shared memory (default 0 for now: a program that forks its
+///   sides, such as qperf's server, hangs now and then with it; see
+///   `engine/shm.rs`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {
@@ -51,7 +53,8 @@ pub struct EngineConfig {
     /// (`SOFTRDMA_RNR_HOLD`, µs).
     pub rnr_hold: std::time::Duration,
     /// Carry traffic to this host device's member processes through shared
-    /// memory instead of UDP (`SOFTRDMA_SHM`, default on; needs `host`).
+    /// memory instead of UDP (`SOFTRDMA_SHM`, default off for now; needs
+    /// `host`).
     pub shm: bool,
 }
 
@@ -140,7 +143,7 @@ impl EngineConfig {
             rnr_hold,
             busy_poll: flag("SOFTRDMA_BUSY_POLL", true)?,
             host: flag("SOFTRDMA_HOST", true)?,
-            shm: flag("SOFTRDMA_SHM", true)?,
+            shm: flag("SOFTRDMA_SHM", false)?,
             linger,
             verify_icrc,
             pcap: lookup("SOFTRDMA_PCAP")
@@ -165,7 +168,7 @@ impl EngineConfig {
             stats: None,
             host: true,
             rnr_hold: DEFAULT_RNR_HOLD,
-            shm: true,
+            shm: false,
         }
     }
 }

@@ -237,7 +237,7 @@ impl Ctx {
                 Setup::SameHost { shm, stats } => {
                     c.env_remove("SOFTRDMA_ADDR").env("SOFTRDMA_STATS", stats);
                     if *shm {
-                        c.env_remove("SOFTRDMA_SHM");
+                        c.env("SOFTRDMA_SHM", "1");
                     } else {
                         c.env("SOFTRDMA_SHM", "0");
                     }
