@@ -86,7 +86,8 @@ impl Shared {
         let Some(h) = &self.host else { return };
         let primary = self.socket.local_addr();
         let gro = self.socket.capabilities().gro;
-        for ip in softrdma_udp::host_addrs() {
+        let now = softrdma_udp::host_addrs();
+        for &ip in &now {
             if self.sockets().has(ip) || ip.to_canonical() == primary.ip().to_canonical() {
                 continue;
             }
@@ -116,7 +117,7 @@ impl Shared {
                 self.reconcile_soon(index);
             }
         }
-        self.drop_gone_addrs(&softrdma_udp::host_addrs());
+        self.drop_gone_addrs(&now);
     }
 
     /// Leaves the groups at addresses the host no longer has (`now`: its

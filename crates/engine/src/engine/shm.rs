@@ -279,28 +279,26 @@ impl Shared {
         let now = self.now().as_nanos();
         // (slot, destination, socket) of the lanes pushed to.
         let mut pushed: Vec<(u8, SocketAddr, usize)> = Vec::new();
-        // Requests and responses first, plain ACKs after them, as on the
-        // socket (`Shared::send_via`): a ping-pong peer whose poller finds an
-        // ACK first returns its completion and may leave before the request
-        // that follows arrives.
-        let is_ack = |b: &[u8]| b.first() == Some(&super::tx::RC_ACKNOWLEDGE);
-        let order: Vec<usize> = (0..n)
-            .filter(|&i| !is_ack(&tx.bufs[i]))
-            .chain((0..n).filter(|&i| is_ack(&tx.bufs[i])))
-            .collect();
-        for i in order {
-            let Some(slot) = shm.lane_slot(&tx.dst[i], &tx.bufs[i], sockets) else {
+        let super::tx::Tx {
+            bufs,
+            dst: dsts,
+            via: vias,
+            links,
+        } = tx;
+        // In the socket's order (requests before ACKs), for the same reason.
+        for i in super::tx::requests_then_acks(&bufs[..n]) {
+            let (dst, pkt) = (dsts[i], &bufs[i]);
+            let Some(slot) = shm.lane_slot(&dst, pkt, sockets) else {
                 continue;
             };
-            if !Outlet::fits(tx.bufs[i].len()) {
+            if !Outlet::fits(pkt.len()) {
                 shm.too_large.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let src = SocketAddr::new(sockets.at(tx.via[i]).local_addr().ip(), shm.port);
-            let Some(out) = tx.links.get(shm, slot, now) else {
+            let src = SocketAddr::new(sockets.at(vias[i]).local_addr().ip(), shm.port);
+            let Some(out) = links.get(shm, slot, now) else {
                 continue;
             };
-            let (dst, pkt) = (tx.dst[i], &tx.bufs[i]);
             let mut waited_since = None;
             loop {
                 match out.stage(src, dst.ip(), pkt) {
@@ -319,7 +317,7 @@ impl Shared {
                         }
                         // The receiver may be asleep with its lane full.
                         if out.doorbell_wanted() {
-                            self.ring(shm, slot, dst, sockets.at(tx.via[i]));
+                            self.ring(shm, slot, dst, sockets.at(vias[i]));
                         }
                         std::thread::yield_now();
                     }
@@ -327,9 +325,9 @@ impl Shared {
                 }
             }
             if !pushed.iter().any(|&(s, _, _)| s == slot) {
-                pushed.push((slot, dst, tx.via[i]));
+                pushed.push((slot, dst, vias[i]));
             }
-            tx.via[i] = VIA_SHM;
+            vias[i] = VIA_SHM;
         }
         // Each lane's datagrams of this batch become visible at once: a
         // receiver polling meanwhile finds a request together with the ACK
@@ -339,7 +337,7 @@ impl Shared {
         // the lock step in which each side's poller takes the other's
         // requests (then each needs a wake-up of the peer's progress thread).
         for (slot, dst, via) in pushed {
-            let wanted = tx.links.get(shm, slot, now).is_some_and(|out| {
+            let wanted = links.get(shm, slot, now).is_some_and(|out| {
                 out.publish();
                 out.doorbell_wanted()
             });
@@ -388,13 +386,11 @@ impl Shared {
             return 0;
         }
         self.rx_requests.fetch_add(requests, Ordering::Relaxed);
-        if mode == super::rx::Rx::Progress
-            && let Some(shm) = &self.shm
-        {
-            shm.rx_by_progress
-                .fetch_add(total as u64, Ordering::Relaxed);
-        }
         if mode == super::rx::Rx::Progress {
+            if let Some(shm) = &self.shm {
+                shm.rx_by_progress
+                    .fetch_add(total as u64, Ordering::Relaxed);
+            }
             self.send_soon();
         } else {
             self.set_pending();

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 /// Posted bytes a busy poller's next call may gather before they are sent anyway.
 const DEFER_MAX_BYTES: usize = 256 << 10;
 /// BTH opcode of an RC ACK/NAK.
-pub(super) const RC_ACKNOWLEDGE: u8 = 0x11;
+const RC_ACKNOWLEDGE: u8 = 0x11;
 
 #[derive(Debug)]
 pub(super) struct Tx {
@@ -164,17 +164,9 @@ impl Shared {
     /// Sends the datagrams of the first `n` in `tx` that leave through the
     /// socket at `via` (index of `Shared::sockets`).
     fn send_via(&self, tx: &Tx, n: usize, socket: &RoceSocket, via: usize) {
-        // Requests and responses first, plain ACKs after them: on loopback
-        // every datagram is delivered inside the send call, so an ACK put
-        // first would delay the request a ping-pong peer waits for. (An
-        // ACK only ever moves later, so it never overtakes the READ
-        // response it follows.)
-        let is_ack = |b: &[u8]| b.first() == Some(&RC_ACKNOWLEDGE);
         let mine = |i: &usize| tx.via[*i] == via;
-        let batch: Vec<Transmit<'_>> = (0..n)
+        let batch: Vec<Transmit<'_>> = requests_then_acks(&tx.bufs[..n])
             .filter(mine)
-            .filter(|&i| !is_ack(&tx.bufs[i]))
-            .chain((0..n).filter(mine).filter(|&i| is_ack(&tx.bufs[i])))
             .map(|i| Transmit {
                 dst: tx.dst[i],
                 payload: &tx.bufs[i],
@@ -204,6 +196,24 @@ impl Shared {
             }
         }
     }
+}
+
+/// The indices of `bufs` (datagrams built for one batch), requests and
+/// responses first, plain ACKs after them, each group in its order. On
+/// loopback every datagram is delivered inside the send call (and a lane's
+/// batch is read in order), so an ACK put first would delay the request a
+/// ping-pong peer waits for: its poller would return the ACK's completion
+/// and leave before the request came. (An ACK only ever moves later, so it
+/// never overtakes the READ response it follows.)
+pub(super) fn requests_then_acks(bufs: &[Vec<u8>]) -> impl Iterator<Item = usize> + '_ {
+    let is_ack = |b: &Vec<u8>| b.first() == Some(&RC_ACKNOWLEDGE);
+    let pick = move |acks: bool| {
+        bufs.iter()
+            .enumerate()
+            .filter(move |(_, b)| is_ack(b) == acks)
+            .map(|(i, _)| i)
+    };
+    pick(false).chain(pick(true))
 }
 
 /// Payload bytes of a send WR.
