@@ -57,6 +57,12 @@ pub trait PortAuthority: std::fmt::Debug + Send {
     fn listen(&mut self, id: IdHandle) -> Result<(), CmError>;
     /// `id` gave its port back.
     fn release(&mut self, id: IdHandle);
+    /// Whether some process of the host holds `port` of port space `ps` at
+    /// `addr` (bound, listening or not yet). See `Cm::bound_without_listener`.
+    fn bound_on_host(&self, ps: u16, port: u16, addr: IpAddr) -> bool {
+        let _ = (ps, port, addr);
+        false
+    }
 }
 
 /// A MAD to send to QP1 of `dst`, from `src`.
@@ -1051,6 +1057,29 @@ impl Cm {
     }
     pub(crate) fn ports(&self) -> &HashMap<(PortSpace, u16), Vec<IdHandle>> {
         &self.ports
+    }
+    /// Whether `(ps, port)` at `addr` is bound on this host (here, or by
+    /// another process of the host device) though no listener took the REQ.
+    /// Such a REQ is dropped instead of rejected, and the client's
+    /// retransmission (after [`MAD_RTO_NS`]) finds the listener once there
+    /// is one: a server may tell its client the port before it listens
+    /// (Debian's qperf 0.4.11 does, fixed upstream in 2018), and a listener
+    /// of another process is reached once steering has caught up. Linux's
+    /// CM rejects at once; with its slower path the race is rarely lost.
+    pub(crate) fn bound_without_listener(&self, ps: PortSpace, port: u16, addr: IpAddr) -> bool {
+        let here = self.ports.get(&(ps, port)).is_some_and(|users| {
+            users.iter().any(|h| {
+                self.ids.get(h).is_some_and(|i| {
+                    i.local.is_some_and(|a| {
+                        a.ip().is_unspecified() || addr.is_unspecified() || a.ip() == addr
+                    })
+                })
+            })
+        });
+        here || self
+            .authority
+            .as_ref()
+            .is_some_and(|a| a.bound_on_host(ps.value(), port, addr))
     }
     pub(crate) fn cfg(&self) -> &CmConfig {
         &self.cfg

@@ -62,6 +62,13 @@ impl Cm {
         })
     }
 
+    /// Whether a request no listener took is for a port bound on this host
+    /// (see [`Cm::bound_without_listener`]): then it is dropped, not refused.
+    fn awaits_listener(&self, dst: IpAddr, service_id: u64, private_data: &[u8]) -> bool {
+        request_target(dst, service_id, private_data)
+            .is_some_and(|(ps, port, target)| self.bound_without_listener(ps, port, target))
+    }
+
     /// An existing child for a retransmitted request from `peer`.
     fn find_child(&self, peer: IpAddr, remote_comm: u32) -> Option<IdHandle> {
         self.ids_iter().find_map(|(h, i)| {
@@ -84,9 +91,7 @@ impl Cm {
         state: State,
     ) -> Option<Id> {
         let hdr = CmaHdr::parse(private_data).ok();
-        let target = hdr.as_ref().map_or(dst, |h| h.dst);
-        let (ps, port) = service_id_parts(service_id)
-            .and_then(|(ps, port)| PortSpace::from_value(ps).map(|p| (p, port)))?;
+        let (ps, port, target) = request_target(dst, service_id, private_data)?;
         let l = self.listener(ps, port, target)?;
         let qp_type = self.ids_ref(l).map_or(default_qp_type, |i| i.qp_type);
         let mut child = Id::new(ps, qp_type);
@@ -117,6 +122,9 @@ impl Cm {
         let Some(mut child) =
             self.child_for(src, dst, r.service_id, data, QpType::Rc, State::ReqRcvd)
         else {
+            if self.awaits_listener(dst, r.service_id, data) {
+                return;
+            }
             let rej = Rej {
                 local_comm_id: 0,
                 remote_comm_id: r.local_comm_id,
@@ -355,6 +363,9 @@ impl Cm {
         let Some(mut child) =
             self.child_for(src, dst, r.service_id, data, QpType::Ud, State::SidrReqRcvd)
         else {
+            if self.awaits_listener(dst, r.service_id, data) {
+                return;
+            }
             let rep = SidrRep {
                 request_id: r.request_id,
                 status: sidr_status::UNSUPPORTED,
@@ -438,4 +449,17 @@ impl Cm {
         let dst = c.peer_ip;
         self.push_raw(src, dst, m);
     }
+}
+
+/// The port space, port and address a REQ or SIDR_REQ sent to `dst` is for:
+/// its Service ID's, and the destination its rdma_cm header names.
+fn request_target(
+    dst: IpAddr,
+    service_id: u64,
+    private_data: &[u8],
+) -> Option<(PortSpace, u16, IpAddr)> {
+    let target = CmaHdr::parse(private_data).map_or(dst, |h| h.dst);
+    let (ps, port) = service_id_parts(service_id)
+        .and_then(|(ps, port)| PortSpace::from_value(ps).map(|p| (p, port)))?;
+    Some((ps, port, target))
 }

@@ -223,6 +223,33 @@ fn no_listener_is_rejected_with_invalid_service_id() {
 }
 
 #[test]
+fn a_req_for_a_bound_port_waits_for_its_listener() {
+    // Debian's qperf tells its client the port before it calls
+    // rdma_listen: the REQ is dropped, not rejected, and its
+    // retransmission reaches the listener.
+    let (mut a, mut b) = (side(1), side(2));
+    let now = Instant::from_millis(1);
+    let l = b.cm.create_id(PortSpace::Tcp, QpType::Rc);
+    b.cm.bind(l, SocketAddr::new(b.ip, 9)).unwrap();
+    rc_connect(&mut a, 7, SocketAddr::new(b.ip, 9), now);
+    let mut answered = false;
+    pump(&mut a, &mut b, now, |o| {
+        answered |= o.src == IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+        false
+    });
+    assert!(!answered, "no REJ for a bound port");
+    assert!(events(&mut a).is_empty());
+    assert!(events(&mut b).is_empty());
+    b.cm.listen(l).unwrap();
+    let t = a.cm.poll_timeout().expect("the REQ is retransmitted");
+    a.cm.handle_timeout(t, &mut a.qps);
+    pump(&mut a, &mut b, t, |_| false);
+    let e = events(&mut b);
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0].kind, EventKind::ConnectRequest);
+}
+
+#[test]
 fn lost_req_is_retransmitted_and_silence_is_unreachable() {
     let (mut a, mut b, _c, child) = rc_pair();
     // Lose the REP once: the REQ retransmission makes B resend it.

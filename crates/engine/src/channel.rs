@@ -30,9 +30,11 @@ impl CompChannel {
     }
 
     /// Blocks (unless the fd was made non-blocking) until a CQ fired; returns it.
+    /// A signal handler interrupting the wait ends it with `Interrupted`, as
+    /// `ibv_get_cq_event` does.
     pub fn get_event(&self) -> io::Result<CqHandle> {
         loop {
-            self.efd.read()?;
+            self.efd.read_interruptible()?;
             if let Some(cq) = self.pending.lock().expect("channel lock").pop_front() {
                 return Ok(cq);
             }
@@ -99,10 +101,11 @@ impl AsyncQueue {
         let _ = self.efd.notify();
     }
 
-    /// Blocks until an async event arrives (unless non-blocking).
+    /// Blocks until an async event arrives (unless non-blocking); a signal
+    /// handler interrupting the wait ends it with `Interrupted`.
     pub fn get_event(&self) -> io::Result<AsyncEvent> {
         loop {
-            self.efd.read()?;
+            self.efd.read_interruptible()?;
             if let Some(e) = self.pending.lock().expect("async lock").pop_front() {
                 return Ok(e);
             }
@@ -163,7 +166,8 @@ impl AsyncChannel {
         Ok(q)
     }
 
-    /// Blocks until an async event arrives (unless non-blocking).
+    /// Blocks until an async event arrives (unless non-blocking); a signal
+    /// handler interrupting the wait ends it with `Interrupted`.
     pub fn get_event(&self) -> io::Result<AsyncEvent> {
         self.own.get_event()
     }
@@ -177,5 +181,58 @@ impl AsyncChannel {
 impl AsRawFd for AsyncChannel {
     fn as_raw_fd(&self) -> RawFd {
         self.own.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    extern "C" fn on_signal(_: libc::c_int) {}
+
+    /// qperf ends each test with `SIGALRM` (handler without `SA_RESTART`)
+    /// and expects `ibv_get_cq_event` to return with `EINTR`: retrying the
+    /// read left its server waiting forever for a completion that never came.
+    #[test]
+    fn a_signal_ends_a_blocked_get_event_with_eintr() {
+        // SAFETY: a zeroed sigaction with a handler that does nothing, and no
+        // SA_RESTART, installed for a signal only this test sends.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
+        }
+        let ch = Arc::new(CompChannel::new().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let ch = Arc::clone(&ch);
+            std::thread::spawn(move || {
+                // SAFETY: pthread_self has no preconditions.
+                tx.send(unsafe { libc::pthread_self() }).unwrap();
+                ch.get_event().map_err(|e| e.kind())
+            })
+        };
+        let t = rx.recv().unwrap();
+        // Again and again, as qperf's interval timer does (a signal before
+        // the read starts interrupts nothing); the waiter cannot have been
+        // woken otherwise: nothing notifies the channel.
+        for _ in 0..250 {
+            std::thread::sleep(Duration::from_millis(20));
+            if waiter.is_finished() {
+                break;
+            }
+            // SAFETY: `t` is the waiter's thread, alive until joined below.
+            assert_eq!(unsafe { libc::pthread_kill(t, libc::SIGUSR2) }, 0);
+        }
+        assert_eq!(
+            waiter.join().unwrap(),
+            Err(io::ErrorKind::Interrupted),
+            "the wait ends on the signal"
+        );
+        // A notification still arrives afterwards.
+        ch.notify(CqHandle(3));
+        assert_eq!(ch.get_event().unwrap(), CqHandle(3));
     }
 }

@@ -38,10 +38,11 @@ impl CmChannel {
         let _ = self.efd.notify();
     }
 
-    /// Blocks in `read(2)` until an event arrives (unless non-blocking).
+    /// Blocks in `read(2)` until an event arrives (unless non-blocking); a
+    /// signal handler interrupting the wait ends it with `Interrupted`.
     pub fn get_event(&self) -> io::Result<CmEvent> {
         loop {
-            self.efd.read()?;
+            self.efd.read_interruptible()?;
             if let Some(e) = self
                 .pending
                 .lock()

@@ -212,8 +212,9 @@ impl HostMember {
         self.attach(socket, &state)
     }
 
-    /// Leaves the group on the way out: the table already says where the
-    /// last socket will move when ours closes.
+    /// Leaves the group on the way out: attaches the table that says where
+    /// the last socket moves when ours closes, and closes ours at once, both
+    /// under the registry lock (the socket is unusable after this).
     pub(crate) fn leave(&self, socket: &RoceSocket) {
         let Ok(g) = self.registry.lock() else { return };
         let Ok(mut state) = self.registry.read_group(&g, self.addr.ip()) else {
@@ -226,7 +227,9 @@ impl HostMember {
             if !state.members.is_empty() {
                 let _ = self.attach(socket, &state);
             }
+            let _ = socket.close_now();
         }
+        drop(g);
     }
 
     /// A probe arrived: tell the reconciler which index it reached us at.
@@ -367,6 +370,10 @@ impl PortAuthority for HostPorts {
 
     fn release(&mut self, id: IdHandle) {
         self.leases.remove(&id);
+    }
+
+    fn bound_on_host(&self, ps: u16, port: u16, addr: std::net::IpAddr) -> bool {
+        self.registry.is_leased(ps, port, addr).unwrap_or(false)
     }
 }
 

@@ -62,8 +62,13 @@ impl Engine {
 }
 
 impl Engine {
-    /// Sends what is still queued and writes the counters if configured.
+    /// Sends what is still queued and writes the counters if configured;
+    /// nothing if `exit(3)` interrupted this thread holding an engine lock
+    /// (lost like a crash's: peers retransmit or time out).
     pub(crate) fn at_exit(&self) {
+        if !self.exit_locks_free() {
+            return;
+        }
         self.flush_for_exit();
         self.leave_host();
         if let Some(p) = &self.stats_path {

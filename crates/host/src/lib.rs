@@ -115,6 +115,55 @@ pub struct Registry {
 pub struct RegistryGuard<'a> {
     registry: &'a Registry,
     _file: File,
+    /// Counted per thread (see [`GUARDS_HERE`]): never moved to another.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+thread_local! {
+    /// The registries (by directory) whose lock this thread holds. flock(2)
+    /// locks belong to open file descriptions, so a thread asking again for
+    /// a lock it holds would wait for itself forever; it gets `EDEADLK`
+    /// instead. That happens when a signal handler calls `exit(3)` while the
+    /// thread is inside the registry, and the exit hooks leave the host
+    /// device.
+    static GUARDS_HERE: std::cell::RefCell<Vec<PathBuf>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl<'a> RegistryGuard<'a> {
+    fn new(registry: &'a Registry, file: File) -> RegistryGuard<'a> {
+        let _ = GUARDS_HERE.try_with(|h| h.borrow_mut().push(registry.dir.clone()));
+        RegistryGuard {
+            registry,
+            _file: file,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for RegistryGuard<'_> {
+    fn drop(&mut self) {
+        let _ = GUARDS_HERE.try_with(|h| {
+            let mut h = h.borrow_mut();
+            if let Some(i) = h.iter().rposition(|d| *d == self.registry.dir) {
+                h.swap_remove(i);
+            }
+        });
+    }
+}
+
+/// Refuses a lock this thread already holds (see [`GUARDS_HERE`]).
+fn not_held_here(dir: &Path) -> io::Result<()> {
+    // `try_with`: a thread-local being torn down holds nothing.
+    if GUARDS_HERE
+        .try_with(|h| h.borrow().iter().any(|d| d == dir))
+        .unwrap_or(false)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::Deadlock,
+            "this thread holds the softrdma registry lock already",
+        ));
+    }
+    Ok(())
 }
 
 /// A member slot held by this process, from [`Registry::join`]. The slot is released when
@@ -377,26 +426,22 @@ impl Registry {
     /// [`Registry::read_group`] + [`Registry::write_group`]. Released on drop.
     ///
     /// [`Registry::join`] and [`Registry::reserve_port`] take this lock themselves: calling
-    /// them while this thread holds a guard deadlocks.
+    /// them (or this) while this thread holds a guard fails with `EDEADLK`
+    /// (`ErrorKind::Deadlock`) instead of waiting forever.
     pub fn lock(&self) -> io::Result<RegistryGuard<'_>> {
+        not_held_here(&self.dir)?;
         let file = fsutil::open_or_create(&self.dir.join(format::LOCK_NAME))?;
         fsutil::flock(&file, libc::LOCK_EX)
             .map_err(|e| context(e, "cannot take the softrdma registry lock"))?;
-        Ok(RegistryGuard {
-            registry: self,
-            _file: file,
-        })
+        Ok(RegistryGuard::new(self, file))
     }
 
     /// The registry lock if it is free right now.
     fn try_lock(&self) -> io::Result<Option<RegistryGuard<'_>>> {
+        not_held_here(&self.dir)?;
         let file = fsutil::open_or_create(&self.dir.join(format::LOCK_NAME))?;
-        Ok(
-            fsutil::flock(&file, libc::LOCK_EX | libc::LOCK_NB)?.then_some(RegistryGuard {
-                registry: self,
-                _file: file,
-            }),
-        )
+        Ok(fsutil::flock(&file, libc::LOCK_EX | libc::LOCK_NB)?
+            .then(|| RegistryGuard::new(self, file)))
     }
 
     fn check_guard(&self, g: &RegistryGuard<'_>) -> io::Result<()> {
@@ -634,6 +679,16 @@ impl Registry {
         out.sort_unstable();
         out.dedup();
         Ok(out)
+    }
+
+    /// Whether a live lease holds `port` of port space `space` at an address
+    /// overlapping `addr` (bound by some process of the host, listening or not).
+    pub fn is_leased(&self, space: u16, port: u16, addr: IpAddr) -> io::Result<bool> {
+        Ok(self
+            .snapshot()?
+            .leases
+            .iter()
+            .any(|l| l.space == space && l.port == port && addrs_overlap(l.addr, addr)))
     }
 
     /// The recorded state of the reuseport group bound to `addr` (exactly this address:

@@ -173,6 +173,27 @@ fn flock_conflicts_between_open_file_descriptions_of_one_process() {
 }
 
 #[test]
+fn a_thread_asking_again_for_the_lock_it_holds_gets_edeadlk() {
+    // flock(2) would wait forever here (locks belong to open file
+    // descriptions): what an exit hook run from a signal handler that
+    // interrupted the registry did.
+    let t = TestDir::new("edeadlk");
+    let reg = t.registry();
+    let g = reg.lock().unwrap();
+    let e = reg.lock().unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::Deadlock, "{e}");
+    assert!(reg.join().is_err(), "join takes the lock too");
+    // Another thread waits as before, and gets it once released.
+    let dir = reg.dir().to_path_buf();
+    let waiter = std::thread::spawn(move || registry_at(&dir).lock().map(drop));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!waiter.is_finished());
+    drop(g);
+    waiter.join().unwrap().unwrap();
+    drop(reg.lock().unwrap());
+}
+
+#[test]
 fn slots_prefer_never_used_and_keep_generations() {
     let t = TestDir::new("slots");
     let reg = t.registry();

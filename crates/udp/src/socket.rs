@@ -387,6 +387,18 @@ impl RoceSocket {
         sys::attach_reuseport_cbpf(self.fd.as_fd(), prog.instructions())
     }
 
+    /// Closes the socket now, while this value lives on (its descriptor then
+    /// refers to `/dev/null`; sends and receives fail). A member leaving a
+    /// reuseport group does this right after attaching the program for the
+    /// group without it: the kernel moves the last socket into its index at
+    /// close, which must happen when the program says, not at the end of the
+    /// process's exit (packets for the moved member reached the leaver until
+    /// then: a REQ answered with REJ, data dropped). A descriptor duplicated
+    /// elsewhere keeps the socket open.
+    pub fn close_now(&self) -> io::Result<()> {
+        sys::replace_with_dev_null(self.fd.as_fd())
+    }
+
     /// Sends multicast datagrams out of the interface holding `iface` (and
     /// back to local members), as the device's own socket must.
     pub fn set_multicast_source(&self, iface: IpAddr) -> io::Result<()> {

@@ -49,6 +49,18 @@ fn owned(fd: libc::c_int) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Points `fd` at `/dev/null` (close-on-exec), releasing what it referred to
+/// (a socket closes if this was its last descriptor) while the number stays
+/// valid: threads still using it get errors, never another file opened
+/// meanwhile under the same number.
+pub(crate) fn replace_with_dev_null(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let null = std::fs::File::open("/dev/null")?;
+    // SAFETY: both descriptors are open for the whole call; dup3 only changes
+    // what `fd` refers to, and its owner still closes it once.
+    cvt(unsafe { libc::dup3(null.as_raw_fd(), fd.as_raw_fd(), libc::O_CLOEXEC) })?;
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Socket addresses in the kernel ABI
 // ---------------------------------------------------------------------------------------------
@@ -411,16 +423,24 @@ pub(crate) fn write_u64(fd: BorrowedFd<'_>, value: u64) -> io::Result<()> {
 
 /// Reads one native-endian `u64` (eventfd counter / timerfd expirations). Retries `EINTR`.
 pub(crate) fn read_u64(fd: BorrowedFd<'_>) -> io::Result<u64> {
-    let mut buf = [0u8; 8];
     loop {
-        // SAFETY: `buf` is 8 writable bytes; the kernel writes at most `buf.len()` bytes.
-        let r = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        match cvt_isize(r) {
-            Ok(8) => return Ok(u64::from_ne_bytes(buf)),
-            Ok(_) => return Err(io::Error::new(io::ErrorKind::InvalidData, "short read")),
+        match read_u64_once(fd) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            r => return r,
         }
+    }
+}
+
+/// One `read(2)` of a native-endian `u64`; a signal handler interrupting it
+/// yields `Interrupted` (`EINTR`), as the `read(2)` behind rdma-core's
+/// blocking event calls does.
+pub(crate) fn read_u64_once(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut buf = [0u8; 8];
+    // SAFETY: `buf` is 8 writable bytes; the kernel writes at most `buf.len()` bytes.
+    let r = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    match cvt_isize(r)? {
+        8 => Ok(u64::from_ne_bytes(buf)),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidData, "short read")),
     }
 }
 

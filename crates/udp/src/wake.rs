@@ -90,6 +90,14 @@ impl EventFd {
         sys::read_u64(self.fd.as_fd())
     }
 
+    /// Like [`EventFd::read`], but a signal handler (installed without
+    /// `SA_RESTART`) interrupting the wait ends it with `Interrupted`: what
+    /// blocking event calls need (qperf ends its tests with `SIGALRM`
+    /// interrupting `ibv_get_cq_event`).
+    pub fn read_interruptible(&self) -> io::Result<u64> {
+        sys::read_u64_once(self.fd.as_fd())
+    }
+
     /// Like [`EventFd::read`] but never blocks: `Ok(None)` if the counter is 0. On a
     /// blocking-mode fd this checks with `poll(2)` first, so it can still block if another
     /// thread reads the fd between the check and the read.

@@ -265,6 +265,44 @@ fn probes_find_the_index_shift_after_a_member_closes() {
     );
 }
 
+/// `close_now` takes a member out of the group at once (the kernel moves the last socket
+/// into its index then, not when the value is dropped), and the value stays usable as a
+/// dead socket.
+#[test]
+fn close_now_leaves_the_group_at_once() {
+    let ip = IpAddr::V4(unique_ip());
+    let socks = group(ip, 0, 3, &SocketConfig::plain());
+    let dst = socks[0].local_addr();
+    let tx = sender(IpAddr::V4(Ipv4Addr::LOCALHOST), &SocketConfig::plain());
+    attach(&socks[1], &slots_in_order(3));
+    // As `leave` does: the program for the group without socket 1 (slot 3 now at index
+    // 1), then the close.
+    let after = SteerTable {
+        members: vec![(1, 0), (3, 1)],
+        listeners: vec![],
+        fallback: 0,
+    };
+    attach(&socks[1], &after);
+    socks[1].close_now().unwrap();
+    let payloads: Vec<Vec<u8>> = [1u32, 3].iter().map(|&s| bth(s << 16 | 9, s, 32)).collect();
+    send(&tx, dst, &payloads);
+    let live = [&socks[0], &socks[2]];
+    let got = drain(&live, payloads.len());
+    assert_eq!(
+        receiver_of(&got, &payloads[0]),
+        Some(0),
+        "slot 1 at index 0"
+    );
+    assert_eq!(
+        receiver_of(&got, &payloads[1]),
+        Some(1),
+        "slot 3 moved to index 1"
+    );
+    // The closed value fails cleanly.
+    let mut rx = RecvBatch::for_socket(&socks[1], 4);
+    assert!(socks[1].recv_batch(&mut rx).is_err());
+}
+
 /// A GSO send is one skb until it reaches the receiving socket: the program sees only its
 /// first segment, and every segment goes where the first one goes.
 #[test]

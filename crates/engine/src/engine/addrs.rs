@@ -138,8 +138,8 @@ impl Shared {
         };
         for (socket, member) in gone {
             let ip = socket.local_addr().ip();
-            member.leave(&socket);
             let _ = self.poller.remove_fd(socket.as_fd(), KEY_SOCKET);
+            member.leave(&socket);
             let gid = {
                 let mut core = self.lock();
                 let gid = core.ep.remove_gid(ip);

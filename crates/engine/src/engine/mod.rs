@@ -22,7 +22,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 
 mod addrs;
@@ -756,6 +756,12 @@ impl Engine {
         &self.shared.async_events
     }
 
+    /// Whether this thread holds none of the locks the exit work takes
+    /// (see `Shared::exit_locks_free`).
+    pub(crate) fn exit_locks_free(&self) -> bool {
+        self.shared.exit_locks_free()
+    }
+
     /// Sends every packet still queued (deferred ACKs included) now.
     pub(crate) fn flush_for_exit(&self) {
         self.shared.flush_pending_sync();
@@ -804,7 +810,37 @@ impl Shared {
         // panic; keep serving rather than poisoning every later call.
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Whether this thread holds none of the locks the exit work takes.
+    /// `exit(3)` may run in a signal handler (qperf's `SIGURG` handler
+    /// exits) that interrupted this very thread inside the engine; waiting
+    /// there for a lock it holds would never end. A lock seen free once is
+    /// not this thread's, and this thread cannot take it meanwhile; others'
+    /// holds are short, so a lock still taken after [`EXIT_LOCK_WAIT`] is
+    /// taken as this thread's.
+    fn exit_locks_free(&self) -> bool {
+        let start = std::time::Instant::now();
+        let mut free = [false; 3];
+        loop {
+            free[0] = free[0] || !matches!(self.core.try_lock(), Err(TryLockError::WouldBlock));
+            free[1] = free[1] || !matches!(self.tx.try_lock(), Err(TryLockError::WouldBlock));
+            free[2] = free[2] || !matches!(self.more.try_lock(), Err(TryLockError::WouldBlock));
+            if free.iter().all(|f| *f) {
+                return true;
+            }
+            if start.elapsed() >= EXIT_LOCK_WAIT {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
 }
+
+/// How long the exit hooks wait for another thread's hold of an engine lock
+/// before taking it as their own thread's (see `Shared::exit_locks_free`).
+/// Not a speed setting: holds last microseconds (one send batch); this
+/// covers a holder descheduled on a loaded 2-vCPU machine.
+const EXIT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Joins the host device's group at each of the host's other addresses
 /// (GID 1, 2, ...) with the member slot of `h`, the device socket being at
@@ -877,5 +913,31 @@ fn os_seed() -> u64 {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id())
+    }
+}
+
+#[cfg(test)]
+mod exit_tests {
+    use super::*;
+
+    /// The exit hooks never wait for a lock their own thread holds (a
+    /// signal handler calling `exit(3)` inside the engine), and find the
+    /// locks free otherwise.
+    #[test]
+    fn exit_work_is_skipped_under_this_threads_engine_lock() {
+        let e = Engine::start(EngineConfig::bound_to(SocketAddr::new(
+            IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            0,
+        )))
+        .unwrap();
+        assert!(e.exit_locks_free());
+        let held = e.shared.lock();
+        let t = std::time::Instant::now();
+        assert!(!e.exit_locks_free());
+        assert!(t.elapsed() >= EXIT_LOCK_WAIT);
+        // What `exit(3)` runs returns instead of waiting for itself.
+        e.at_exit();
+        drop(held);
+        assert!(e.exit_locks_free());
     }
 }

@@ -102,6 +102,8 @@ impl CompChannel {
         loop {
             match self.ch.get_event() {
                 Ok(id) => return Ok(id),
+                // A signal handler ran: wait on, as `std`'s blocking waits do.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 // A non-blocking fd (after `wait_async`): wait for it.
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if let Some(id) = self.poll_then_get(-1)? {
