@@ -8,8 +8,15 @@
  * One process, two RC QPs connected to each other through GID 0 ("client" c
  * and "server" s), both created with ibv_create_qp_ex and send-ops flags, on
  * extended CQs polled with ibv_start_poll/ibv_next_poll/ibv_end_poll:
+ *   0. completion clocks: query_device_ex's hca_core_clock (1 GHz) and
+ *      completion_timestamp_mask, ibv_query_rt_values_ex; CQs with VLAN,
+ *      flow tag or tag-matching fields are EOPNOTSUPP; IGNORE_OVERRUN and
+ *      SINGLE_THREADED CQs are created;
  *   1. SEND with immediate through ibv_wr_send_imm; the receive's opcode,
- *      length, immediate, QP number and flags through ibv_wc_read_*;
+ *      length, immediate, QP number and flags through ibv_wc_read_*, and
+ *      both sides' completion timestamps (ibv_wc_read_completion_ts between
+ *      two ibv_query_rt_values_ex, ibv_wc_read_completion_wallclock_ns
+ *      within the CLOCK_REALTIME readings around the exchange);
  *   2. a batch of two work requests (RDMA WRITE, then RDMA READ back) in one
  *      ibv_wr_start/ibv_wr_complete, completing in order; ibv_wr_abort;
  *   3. fetch-and-add, compare-and-swap and an 8-byte ATOMIC WRITE;
@@ -32,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BUF 4096
@@ -82,14 +90,33 @@ static int poll_for(struct ibv_cq_ex *cq, int ms, enum ibv_wc_opcode *op, uint64
 	return -2;
 }
 
+#define TS_FLAGS (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | \
+		  IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+
+static uint64_t raw_clock(void)
+{
+	struct ibv_values_ex v = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
+	check(!ibv_query_rt_values_ex(ctx, &v) && v.comp_mask == IBV_VALUES_MASK_RAW_CLOCK &&
+	      v.raw_clock.tv_nsec >= 0 && v.raw_clock.tv_nsec < 1000000000,
+	      "ibv_query_rt_values_ex: raw_clock");
+	return (uint64_t)v.raw_clock.tv_sec * 1000000000u + (uint64_t)v.raw_clock.tv_nsec;
+}
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 static void setup(struct side *s)
 {
 	struct ibv_cq_init_attr_ex ca = {
 		.cqe = 64,
-		.wc_flags = IBV_WC_STANDARD_FLAGS,
+		.wc_flags = IBV_WC_STANDARD_FLAGS | TS_FLAGS,
 	};
 	s->cq = ibv_create_cq_ex(ctx, &ca);
-	check(s->cq != NULL, "ibv_create_cq_ex with IBV_WC_STANDARD_FLAGS");
+	check(s->cq != NULL, "ibv_create_cq_ex with IBV_WC_STANDARD_FLAGS and both timestamps");
 	s->buf = aligned_alloc(4096, BUF);
 	memset(s->buf, 0, BUF);
 	s->mr = ibv_reg_mr(pd, s->buf, BUF,
@@ -192,11 +219,28 @@ int main(void)
 	pd = ibv_alloc_pd(ctx);
 	check(pd != NULL, "ibv_alloc_pd");
 
-	struct ibv_cq_init_attr_ex ts = { .cqe = 4,
-		.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	/* 0. Completion clocks. */
+	struct ibv_device_attr_ex dx;
+	check(!ibv_query_device_ex(ctx, NULL, &dx) && dx.hca_core_clock == 1000000 &&
+	      dx.completion_timestamp_mask == UINT64_MAX,
+	      "query_device_ex: hca_core_clock 1 GHz, 64-bit completion timestamps");
+	uint64_t r0 = raw_clock(), r1 = raw_clock();
+	check(r0 > 0 && r0 <= r1, "raw_clock moves forward");
+	uint64_t no[] = { IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG, IBV_WC_EX_WITH_TM_INFO };
+	for (int i = 0; i < 3; i++) {
+		struct ibv_cq_init_attr_ex bad = { .cqe = 4, .wc_flags = no[i] };
+		errno = 0;
+		check(!ibv_create_cq_ex(ctx, &bad) && errno == EOPNOTSUPP,
+		      "VLAN / flow tag / TM info CQs are EOPNOTSUPP");
+	}
+	struct ibv_cq_init_attr_ex ov = { .cqe = 4, .comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
+		.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN | IBV_CREATE_CQ_ATTR_SINGLE_THREADED };
+	struct ibv_cq_ex *ovq = ibv_create_cq_ex(ctx, &ov);
+	check(ovq != NULL && !ibv_destroy_cq(ibv_cq_ex_to_cq(ovq)),
+	      "IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN | SINGLE_THREADED");
+	ov.flags = 1 << 7;
 	errno = 0;
-	check(!ibv_create_cq_ex(ctx, &ts) && errno == EOPNOTSUPP,
-	      "completion timestamps are EOPNOTSUPP");
+	check(!ibv_create_cq_ex(ctx, &ov) && errno == EOPNOTSUPP, "unknown CQ flag: EOPNOTSUPP");
 
 	struct side c, s;
 	setup(&c);
@@ -207,17 +251,36 @@ int main(void)
 	/* 1. SEND with immediate. */
 	post_recv(&s, 0, 256);
 	memcpy(c.buf, "hello, extended verbs", 22);
+	uint64_t raw_before = raw_clock(), wall_before = realtime_ns();
 	start(&c, 1);
 	ibv_wr_send_imm(c.qpx, htonl(IMM));
 	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf, 22);
 	check(!ibv_wr_complete(c.qpx), "ibv_wr_complete (send with immediate)");
-	check(expect(&c, 1, IBV_WC_SEND, IBV_WC_SUCCESS), "sender's completion");
 	struct ibv_poll_cq_attr pa = {};
 	int rc;
+	while ((rc = ibv_start_poll(c.cq, &pa)) == ENOENT)
+		usleep(1);
+	check(rc == 0 && c.cq->status == IBV_WC_SUCCESS && c.cq->wr_id == 1 &&
+	      ibv_wc_read_opcode(c.cq) == IBV_WC_SEND, "sender's completion");
+	uint64_t send_ts = ibv_wc_read_completion_ts(c.cq);
+	uint64_t send_wall = ibv_wc_read_completion_wallclock_ns(c.cq);
+	ibv_end_poll(c.cq);
 	while ((rc = ibv_start_poll(s.cq, &pa)) == ENOENT)
 		usleep(1);
 	check(rc == 0 && s.cq->status == IBV_WC_SUCCESS && s.cq->wr_id == 77,
 	      "receive completion");
+	uint64_t recv_ts = ibv_wc_read_completion_ts(s.cq);
+	uint64_t recv_wall = ibv_wc_read_completion_wallclock_ns(s.cq);
+	uint64_t raw_after = raw_clock(), wall_after = realtime_ns();
+	printf("timestamps: raw %" PRIu64 " <= recv %" PRIu64 " <= send %" PRIu64
+	       " <= raw %" PRIu64 "\n", raw_before, recv_ts, send_ts, raw_after);
+	/* The receive completes before the ACK completes the send. */
+	check(raw_before <= recv_ts && recv_ts <= send_ts && send_ts <= raw_after,
+	      "completion timestamps on the device clock, in order");
+	/* Wall clock: 1 ms of slack for the two clocks' readings. */
+	check(wall_before <= recv_wall + 1000000 && recv_wall <= send_wall + 1000000 &&
+	      send_wall <= wall_after + 1000000,
+	      "wall-clock completion timestamps within the exchange");
 	check(ibv_wc_read_opcode(s.cq) == IBV_WC_RECV && ibv_wc_read_byte_len(s.cq) == 22 &&
 	      ntohl(ibv_wc_read_imm_data(s.cq)) == IMM &&
 	      ibv_wc_read_qp_num(s.cq) == s.qp->qp_num &&

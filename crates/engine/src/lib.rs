@@ -23,6 +23,7 @@
 
 mod capture;
 mod channel;
+pub mod clock;
 mod cm;
 mod config;
 pub mod device;

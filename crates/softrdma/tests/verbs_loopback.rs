@@ -51,6 +51,13 @@ fn rc_all_operations() {
         sgl: vec![mb.sge(0, 100_000).unwrap()],
     })
     .unwrap();
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    let (clock_before, wall_before) = (ca.device_clock().unwrap(), wall());
     let mut s = SendWr::new(10, WrOpcode::SendWithImm);
     s.imm_data = 0x01020304;
     s.flags = SendFlags::SIGNALED;
@@ -87,6 +94,18 @@ fn rc_all_operations() {
         ]
     );
     let rx = qb_cq.poll_blocking(1, T).unwrap();
+    // Completion times: on the device clock (one for both devices, as for
+    // every process of the host device), in completion order, within the
+    // readings around the exchange; the wall clock likewise (1 ms slack).
+    let (clock_after, wall_after) = (cb.device_clock().unwrap(), wall());
+    let times: Vec<(u64, u64)> = wcs.iter().map(|w| ca.completion_time(w).unwrap()).collect();
+    let (recv_clock, recv_wall) = cb.completion_time(&rx[0]).unwrap();
+    assert!(clock_before <= recv_clock && recv_clock <= times[0].0);
+    assert!(times.windows(2).all(|p| p[0].0 <= p[1].0), "{times:?}");
+    assert!(times[3].0 <= clock_after, "{times:?} after {clock_after}");
+    for (_, w) in times.iter().chain([&(recv_clock, recv_wall)]) {
+        assert!(*w + 1_000_000 >= wall_before && *w <= wall_after + 1_000_000);
+    }
     assert_eq!(rx[0].byte_len, 70_000);
     assert_eq!(rx[0].imm_data, 0x01020304);
     assert!(rx[0].wc_flags.contains(WcFlags::WITH_IMM));

@@ -128,6 +128,12 @@ impl Engine {
         self.with(|ep, _| ep.create_cq(cqe))
     }
 
+    /// Makes a CQ drop completions that find it full instead of failing
+    /// (`IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`).
+    pub fn set_cq_ignore_overrun(&self, cq: CqHandle, on: bool) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.set_cq_ignore_overrun(cq, on))
+    }
+
     /// Resizes a CQ (`ibv_resize_cq`); returns the new size.
     pub fn resize_cq(&self, cq: CqHandle, cqe: u32) -> Result<u32, VerbsError> {
         self.with(|ep, _| ep.resize_cq(cq, cqe))
