@@ -25,6 +25,11 @@
  *      ibv_bind_mw; allocating type 3 is EINVAL;
  *   5. ibv_import_device on a dup of cmd_fd, ibv_import_pd/ibv_import_mr by
  *      handle; a parent domain keeps its PD busy; ibv_advise_mr;
+ *   7. (run before 6) device memory: ibv_alloc_dm within max_dm_size,
+ *      ibv_memcpy_to/from_dm (4-byte words, inside: else EINVAL), a
+ *      zero-based ibv_reg_dm_mr (ZERO_BASED required), the peer's RDMA WRITE
+ *      and FETCH_AND_ADD into it, a SEND gathered from it, ibv_free_dm EBUSY
+ *      while the region lives, ibv_import_dm of the same bytes;
  *   6. error paths: ibv_wr_complete on a QP in RESET is EINVAL, RDMA WRITE
  *      on a UD QP is EOPNOTSUPP, and a write after ibv_rereg_mr removed
  *      REMOTE_WRITE (same keys) completes with IBV_WC_REM_ACCESS_ERR.
@@ -399,6 +404,74 @@ int main(void)
 	adv.lkey ^= 0x7f000000;
 	check(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &adv, 1) == EINVAL,
 	      "ibv_advise_mr with a bad lkey is EINVAL");
+
+	/* 7. Device memory (before 6, which leaves the QPs in error). */
+	struct ibv_device_attr_ex dmx;
+	check(!ibv_query_device_ex(ctx, NULL, &dmx) && dmx.max_dm_size >= 8192, "max_dm_size");
+	struct ibv_alloc_dm_attr da = { .length = 4096, .log_align_req = 6 };
+	struct ibv_dm *dm = ibv_alloc_dm(ctx, &da);
+	check(dm != NULL, "ibv_alloc_dm");
+	da.comp_mask = 1;
+	errno = 0;
+	check(!ibv_alloc_dm(ctx, &da) && errno == EINVAL, "ibv_alloc_dm: unknown comp_mask is EINVAL");
+	da.comp_mask = 0;
+	da.length = dmx.max_dm_size + 1;
+	check(!ibv_alloc_dm(ctx, &da), "ibv_alloc_dm beyond max_dm_size fails");
+	uint32_t words[4] = { 1, 2, 3, 4 }, back[4] = { 0 };
+	check(!ibv_memcpy_to_dm(dm, 16, words, 16) && !ibv_memcpy_from_dm(back, dm, 16, 16) &&
+	      !memcmp(words, back, 16), "ibv_memcpy_to_dm / ibv_memcpy_from_dm");
+	check(ibv_memcpy_to_dm(dm, 2, words, 4) == EINVAL &&
+	      ibv_memcpy_to_dm(dm, 4, words, 6) == EINVAL &&
+	      ibv_memcpy_from_dm(back, dm, 4096, 4) == EINVAL,
+	      "unaligned or outside copies are EINVAL");
+	errno = 0;
+	check(!ibv_reg_dm_mr(pd, dm, 0, 4096, IBV_ACCESS_LOCAL_WRITE) && errno == EINVAL,
+	      "ibv_reg_dm_mr without IBV_ACCESS_ZERO_BASED is EINVAL");
+	errno = 0;
+	check(!ibv_reg_dm_mr(pd, dm, 1024, 4096, IBV_ACCESS_ZERO_BASED) && errno == EINVAL,
+	      "ibv_reg_dm_mr past the end is EINVAL");
+	struct ibv_mr *dmr = ibv_reg_dm_mr(pd, dm, 1024, 2048,
+					   IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE |
+					   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+					   IBV_ACCESS_REMOTE_ATOMIC);
+	check(dmr && dmr->addr == NULL && dmr->length == 2048, "ibv_reg_dm_mr: a zero-based region");
+	check(ibv_free_dm(dm) == EBUSY, "ibv_free_dm with a region over it is EBUSY");
+	for (int i = 0; i < 256; i++)
+		c.buf[i] = (char)(i ^ 0x5a);
+	start(&c, 20);
+	ibv_wr_rdma_write(c.qpx, dmr->rkey, 64); /* offset 64 of the region */
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf, 256);
+	check(!ibv_wr_complete(c.qpx) && expect(&c, 20, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS),
+	      "RDMA WRITE into the peer's device memory");
+	char got[256];
+	check(!ibv_memcpy_from_dm(got, dm, 1024 + 64, 256) && !memcmp(got, c.buf, 256),
+	      "the bytes are in the device memory, at region offset 64");
+	uint64_t v = 40;
+	check(!ibv_memcpy_to_dm(dm, 1024 + 512, &v, 8), "ibv_memcpy_to_dm 40");
+	start(&c, 21);
+	ibv_wr_atomic_fetch_add(c.qpx, dmr->rkey, 512, 2);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf + 1024, 8);
+	check(!ibv_wr_complete(c.qpx) && expect(&c, 21, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS),
+	      "FETCH_AND_ADD on the peer's device memory");
+	memcpy(&v, c.buf + 1024, 8);
+	check(v == 40, "it returned 40");
+	check(!ibv_memcpy_from_dm(&v, dm, 1024 + 512, 8) && v == 42, "the device memory holds 42");
+	post_recv(&c, 2048, 256);
+	start(&s, 22);
+	ibv_wr_send(s.qpx);
+	ibv_wr_set_sge(s.qpx, dmr->lkey, 64, 256);
+	check(!ibv_wr_complete(s.qpx) && expect(&s, 22, IBV_WC_SEND, IBV_WC_SUCCESS) &&
+	      expect(&c, 77, IBV_WC_RECV, IBV_WC_SUCCESS) && !memcmp(c.buf + 2048, got, 256),
+	      "a SEND gathered from device memory (lkey, offset 64)");
+	uint32_t handle = dm->handle;
+	struct ibv_dm *idm = ibv_import_dm(ctx, handle);
+	memset(back, 0, sizeof(back));
+	check(idm && !ibv_memcpy_from_dm(back, idm, 16, 16) && !memcmp(back, words, 16),
+	      "ibv_import_dm: the same bytes");
+	ibv_unimport_dm(idm);
+	check(!ibv_dereg_mr(dmr) && !ibv_free_dm(dm), "ibv_dereg_mr, then ibv_free_dm");
+	errno = 0;
+	check(!ibv_import_dm(ctx, handle) && errno == EINVAL, "freed device memory cannot be imported");
 
 	/* 6. Error paths. */
 	struct ibv_qp_init_attr_ex qa = {

@@ -27,6 +27,7 @@ pub mod clock;
 mod cm;
 mod config;
 pub mod device;
+pub mod dm;
 mod engine;
 mod faults;
 mod host;

@@ -278,3 +278,93 @@ fn post_send_many_and_wait_timeout() {
     let (posted, e) = qa.post_send_many(wrs).unwrap_err();
     assert_eq!((posted, e.errno()), (cap, libc::ENOMEM), "{e}");
 }
+
+/// Device memory: the peer WRITEs into a zero-based region over it and
+/// READs it back; the owner copies the bytes out (4-byte words) and SENDs
+/// from the region; the memory outlives its handle while a region lives.
+#[test]
+fn device_memory_regions_local_and_remote() {
+    let (ca, cb) = two_contexts();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let ma = pa.alloc_mr(8192, ALL).unwrap();
+    let (qa_cq, qb_cq) = (
+        ca.create_cq(64, None).unwrap(),
+        cb.create_cq(64, None).unwrap(),
+    );
+    let qa = pa
+        .create_qp(&QpInit::new(QpType::Rc, &qa_cq, &qa_cq))
+        .unwrap();
+    let qb = pb
+        .create_qp(&QpInit::new(QpType::Rc, &qb_cq, &qb_cq))
+        .unwrap();
+    for q in [&qa, &qb] {
+        q.to_init(Access::REMOTE_WRITE | Access::REMOTE_READ, 0)
+            .unwrap();
+    }
+    connect_pair((&ca, &qa), (&cb, &qb), (0x000100, 0x000200));
+
+    let dm = cb.alloc_dm(4096, 6).unwrap();
+    assert_eq!(dm.len(), 4096);
+    assert!(dm.write(1, b"abcd").is_err(), "unaligned copy");
+    assert!(cb.alloc_dm(1 << 30, 0).is_err(), "beyond max_dm_size");
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let region = pb.reg_dm_mr(&dm, 1024, 2048, rw).unwrap();
+    assert_eq!(region.remote().addr, 0, "zero-based");
+
+    let data: Vec<u8> = (0..512u32).map(|i| (i * 7 + 3) as u8).collect();
+    ma.write(0, &data).unwrap();
+    let target = region.remote();
+    let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
+    w.flags = SendFlags::SIGNALED;
+    w.sgl = vec![ma.sge(0, 512).unwrap()];
+    w.remote_addr = target.addr + 256;
+    w.rkey = target.rkey;
+    qa.post_send(w).unwrap();
+    let mut r = SendWr::new(2, WrOpcode::RdmaRead);
+    r.flags = SendFlags::SIGNALED;
+    r.sgl = vec![ma.sge(4096, 512).unwrap()];
+    r.remote_addr = target.addr + 256;
+    r.rkey = target.rkey;
+    qa.post_send(r).unwrap();
+    let wcs = qa_cq.poll_blocking(2, T).unwrap();
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let mut got = vec![0u8; 512];
+    dm.read(1024 + 256, &mut got).unwrap();
+    assert_eq!(got, data, "the WRITE landed in device memory");
+    assert_eq!(ma.to_vec(4096, 512).unwrap(), data, "the READ came from it");
+
+    qa.post_recv(RecvWr {
+        wr_id: 3,
+        sgl: vec![ma.sge(2048, 512).unwrap()],
+    })
+    .unwrap();
+    let mut s = SendWr::new(4, WrOpcode::Send);
+    s.flags = SendFlags::SIGNALED;
+    s.sgl = vec![region.sge(256, 512).unwrap()];
+    qb.post_send(s).unwrap();
+    assert_eq!(
+        qb_cq.poll_blocking(1, T).unwrap()[0].status,
+        WcStatus::Success
+    );
+    let rx = qa_cq.poll_blocking(1, T).unwrap();
+    assert_eq!((rx[0].wr_id, rx[0].byte_len), (3, 512));
+    assert_eq!(
+        ma.to_vec(2048, 512).unwrap(),
+        data,
+        "a SEND gathered from device memory"
+    );
+
+    // The region keeps the bytes after the handle is gone.
+    drop(dm);
+    let mut r = SendWr::new(5, WrOpcode::RdmaRead);
+    r.flags = SendFlags::SIGNALED;
+    r.sgl = vec![ma.sge(6144, 512).unwrap()];
+    r.remote_addr = target.addr + 256;
+    r.rkey = target.rkey;
+    qa.post_send(r).unwrap();
+    assert_eq!(
+        qa_cq.poll_blocking(1, T).unwrap()[0].status,
+        WcStatus::Success
+    );
+    assert_eq!(ma.to_vec(6144, 512).unwrap(), data);
+}

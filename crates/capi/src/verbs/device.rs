@@ -170,6 +170,7 @@ pub(crate) fn open_context_with(
     super::srq::install_vctx_ops(&mut vctx);
     super::parent::install_vctx_ops(&mut vctx);
     super::pd_mr::install_vctx_ops(&mut vctx);
+    super::dm::install_vctx_ops(&mut vctx);
     let c = &mut vctx.context;
     c.device = device;
     c.cmd_fd = cmd_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
@@ -312,6 +313,7 @@ unsafe extern "C" fn vctx_query_device_ex(
         ex.phys_port_cnt_ex = 1;
         ex.completion_timestamp_mask = softrdma_engine::clock::TIMESTAMP_MASK;
         ex.hca_core_clock = softrdma_engine::clock::HCA_CORE_CLOCK_KHZ;
+        ex.max_dm_size = softrdma_engine::dm::MAX_DM_SIZE;
         // SAFETY: the caller's buffer holds `attr_size` bytes.
         unsafe { write_prefix(&ex, attr.cast(), attr_size) };
         0

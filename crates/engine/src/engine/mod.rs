@@ -75,6 +75,8 @@ struct Shared {
     epoch: std::time::Instant,
     /// Where `epoch` lies on the device clock (completion timestamps).
     clock: crate::clock::DeviceClock,
+    /// Device memory (`ibv_alloc_dm`), under its own lock.
+    dm: crate::dm::DmTable,
     /// The deadline (ns since `epoch`) the progress thread sleeps until; u64::MAX: none.
     sleeping_until: AtomicU64,
     shutdown: AtomicBool,
@@ -331,6 +333,7 @@ impl Engine {
             waker,
             epoch: std::time::Instant::now(),
             clock: crate::clock::DeviceClock::new(std::time::Duration::ZERO),
+            dm: crate::dm::DmTable::default(),
             sleeping_until: AtomicU64::new(u64::MAX),
             shutdown: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,

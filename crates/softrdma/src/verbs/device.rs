@@ -334,6 +334,13 @@ impl Context {
         }
     }
 
+    /// Allocates `len` bytes of device memory aligned to `2^log_align`
+    /// (`ibv_alloc_dm`; at most `max_dm_size` bytes in use at once, see
+    /// [`DeviceMemory`](super::DeviceMemory)). Native backend only (`NotSupported` otherwise).
+    pub fn alloc_dm(&self, len: u64, log_align: u32) -> Result<super::DeviceMemory> {
+        super::DeviceMemory::alloc(self, len, log_align)
+    }
+
     /// The device clock now, in nanoseconds (`ibv_query_rt_values_ex`'s
     /// `raw_clock`): `CLOCK_MONOTONIC`, one clock for every process of the
     /// host device. `None` on the rdma-core backend.
