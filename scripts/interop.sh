@@ -11,6 +11,10 @@
 #     target/compat (LD_LIBRARY_PATH) and the Rust example rc_pingpong;
 #   - ibv_ud_pingpong (Debian's binary and the Rust example ud_pingpong);
 #   - rping (rdma_cm) over target/compat;
+#   - perftest ib_atomic_lat (FETCH_AND_ADD, CMP_AND_SWAP), ib_atomic_bw and
+#     ib_read_lat over target/compat: each side sets its QP's READ/atomic
+#     depth to the peer's max_qp_rd_atom (rxe's 128), and softrdma's must
+#     print "Outstand reads  : 128";
 #   - two softrdma servers at once sharing the host side's address (the host
 #     device), ibv_rc_pingpong and rping, each with its own rxe client.
 # Every softrdma process writes its own traffic (SOFTRDMA_PCAP); each capture
@@ -96,7 +100,7 @@ CLI=$TARGET/release/softrdma
 for f in "$COMPAT/libibverbs.so.1" "$COMPAT/librdmacm.so.1" "$EXAMPLES/rc_pingpong" "$EXAMPLES/ud_pingpong" "$CLI"; do
   [ -e "$f" ] || { echo "interop.sh: $f is missing (build without --no-build)" >&2; exit 1; }
 done
-for b in ibv_rc_pingpong ibv_ud_pingpong rping tshark; do
+for b in ibv_rc_pingpong ibv_ud_pingpong rping ib_atomic_lat ib_atomic_bw ib_read_lat tshark; do
   command -v "$b" >/dev/null || { echo "interop.sh: $b is missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
 
@@ -155,8 +159,10 @@ host_ready() {
   return 1
 }
 
-# run_case NAME KIND IMPL ROLE SIZE: KIND rc|ud|rping, IMPL c|rust, ROLE = softrdma's
-# role (server|client). Sets RUN_OK and RUN_WHY; logs in $OUT/NAME.{host,guest}.log.
+# run_case NAME KIND IMPL ROLE SIZE: KIND rc|ud|rping|perf, IMPL c|rust (perf:
+# the perftest program), ROLE = softrdma's role (server|client), SIZE (perf: the
+# -A atomic type, or - for none). Sets RUN_OK and RUN_WHY; logs in
+# $OUT/NAME.{host,guest}.log.
 run_case() {
   local name=$1 kind=$2 impl=$3 role=$4 size=$5
   local hlog=$OUT/$name.host.log glog=$OUT/$name.guest.log pcap=$OUT/$name.pcap
@@ -180,9 +186,19 @@ run_case() {
       ready="rdma res show cm_id | grep -q 'state LISTEN'"
       proto=-u filter='sport = :4791'
       ;;
+    perf)
+      # perftest's own TCP exchange on 18515; MTU 1024 as rxe's port.
+      args="-n $ITERS -m 1024"
+      [ "$size" = - ] || args="$args -A $size"
+      gprog="$impl -d rxe0 -x $GID $args"
+      hprog=(/usr/bin/$impl -x 0 $args)
+      genv=(SOFTRDMA_ADDR=$HOST_IP)
+      ready="netstat -ltn | grep -q ':18515 '"
+      proto=-t filter='sport = :18515'
+      ;;
   esac
   local -a henv=(env SOFTRDMA_PCAP="$pcap" "${genv[@]}")
-  [ "$impl" = c ] && henv+=(LD_LIBRARY_PATH="$COMPAT")
+  [ "$impl" = rust ] || henv+=(LD_LIBRARY_PATH="$COMPAT")
   local hrc grc jid hpid
   if [ "$role" = client ]; then
     # rxe serves in the guest, softrdma connects.
@@ -221,6 +237,15 @@ run_case() {
       [ "$(grep -c 'ping data: rdma-ping-' "$hlog")" -ge 10 ] &&
         [ "$(grep -c 'ping data: rdma-ping-' "$glog")" -ge 10 ] ||
         { RUN_OK=0; RUN_WHY="fewer than 10 pings reported"; }
+    elif [ "$kind" = perf ]; then
+      # The client measures (the passive side of a latency test prints no
+      # table); softrdma took rxe's depth.
+      local clog=$hlog
+      [ "$role" = server ] && clog=$glog
+      grep -q '#iterations' "$clog" && grep -Eq "^ *[0-9]+ +$ITERS " "$clog" ||
+        { RUN_OK=0; RUN_WHY="no result line with $ITERS iterations"; }
+      grep -q 'Outstand reads  : 128' "$hlog" ||
+        { RUN_OK=0; RUN_WHY="${RUN_WHY:+$RUN_WHY, }softrdma did not print \"Outstand reads  : 128\""; }
     else
       grep -q "$ITERS iters in" "$hlog" && grep -q "$ITERS iters in" "$glog" ||
         { RUN_OK=0; RUN_WHY="no \"$ITERS iters in\" line"; }
@@ -328,6 +353,14 @@ ud-rust-client        ud    rust client 512
 ud-rust-server        ud    rust server 512
 rping-c-client        rping c    client 64
 rping-c-server        rping c    server 64
+atomic-lat-fadd-client perf ib_atomic_lat client FETCH_AND_ADD
+atomic-lat-fadd-server perf ib_atomic_lat server FETCH_AND_ADD
+atomic-lat-cas-client perf  ib_atomic_lat client CMP_AND_SWAP
+atomic-lat-cas-server perf  ib_atomic_lat server CMP_AND_SWAP
+atomic-bw-client      perf  ib_atomic_bw  client -
+atomic-bw-server      perf  ib_atomic_bw  server -
+read-lat-client       perf  ib_read_lat   client -
+read-lat-server       perf  ib_read_lat   server -
 rc-c-two-servers      rc2   c    server 4096
 rping-c-two-servers   rping2 c   server 64
 "
@@ -351,8 +384,9 @@ while read -r name kind impl role size; do
   echo "$run, capture $cap (${secs} s)"
   case $impl in c) what="ibv_${kind%2}_pingpong"; [ "${kind%2}" = rping ] && what=rping
                    [ "$kind" = "${kind%2}" ] || what="2 x $what"; what="$what (compat)" ;;
-                rust) what="${kind}_pingpong (Rust)" ;; esac
-  [ "${kind%2}" = rping ] || [ "$kind" = ud ] || what="$what ${size} B"
+                rust) what="${kind}_pingpong (Rust)" ;;
+                *) what="$impl (compat)"; [ "$size" = - ] || what="$impl -A $size" ;; esac
+  [ "${kind%2}" = rping ] || [ "$kind" = ud ] || [ "$kind" = perf ] || what="$what ${size} B"
   RESULTS+=("$(printf '%-22s | %-34s | softrdma %-6s | %5s s | %-22s | %s' \
     "$name" "$what" "$role" "$secs" "$cap" "$run")")
 done <<< "$CASES"

@@ -8,7 +8,8 @@
 #
 # pyverbs is a Cython extension linked against libibverbs.so.1 and
 # librdmacm.so.1; LD_LIBRARY_PATH=target/compat makes it load ours (built by
-# `cargo xtask compat` if missing). The suite is copied to target/pyverbs/
+# `cargo xtask compat` if missing; CARGO_TARGET_DIR moves target/ as it does
+# for cargo). The suite is copied to target/pyverbs/
 # (Debian gzips most of it) and run with Debian's /usr/bin/python3. Tests pick
 # the first device (softrdma0) and its first non-zero GID (index 0, the
 # RoCEv2 IPv4-mapped address). Vendor-specific tests (mlx5, efa, ...) skip
@@ -21,9 +22,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+case ${CARGO_TARGET_DIR:-} in
+  "") TARGET=$ROOT/target ;;
+  /*) TARGET=$CARGO_TARGET_DIR ;;
+  *) TARGET=$ROOT/$CARGO_TARGET_DIR ;;
+esac
 SUITE=/usr/share/doc/rdma-core/tests
 PY=/usr/bin/python3
-OUT=$ROOT/target/pyverbs
+OUT=$TARGET/pyverbs
 
 have_pyverbs() {
   [ -x "$PY" ] && [ -f "$SUITE/run_tests.py" ] && "$PY" -c 'import pyverbs.device' 2>/dev/null
@@ -43,7 +49,7 @@ if ! have_pyverbs; then
   fi
 fi
 
-if [ ! -f target/compat/libibverbs.so.1 ] || [ ! -f target/compat/librdmacm.so.1 ]; then
+if [ ! -f "$TARGET/compat/libibverbs.so.1" ] || [ ! -f "$TARGET/compat/librdmacm.so.1" ]; then
   cargo xtask compat
 fi
 
@@ -170,6 +176,6 @@ sys.exit(1 if tot[1] else 0)
 EOF
 
 cd "$OUT"
-echo "pyverbs suite from $SUITE against $ROOT/target/compat"
-LD_LIBRARY_PATH="$ROOT/target/compat${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+echo "pyverbs suite from $SUITE against $TARGET/compat"
+LD_LIBRARY_PATH="$TARGET/compat${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   "$PY" "$OUT/runner.py" "$OUT/tests" "$@"

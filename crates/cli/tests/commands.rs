@@ -187,7 +187,7 @@ fn devices_and_devinfo_show_the_configured_address() {
         .filter(|l| l.trim_start().starts_with("GID["))
         .count();
     assert_eq!(field("gid_tbl_len"), gids.to_string());
-    assert_eq!(field("max_qp_rd_atom"), "16"); // a -v field
+    assert_eq!(field("max_qp_rd_atom"), "128"); // a -v field (rxe's value)
     let gid = field("GID[  0]");
     assert_eq!(gid, "::ffff:127.0.0.61, RoCE v2");
     let udp = field("softrdma");

@@ -8,8 +8,15 @@
  * One process, two RC QPs connected to each other through GID 0 ("client" c
  * and "server" s), both created with ibv_create_qp_ex and send-ops flags, on
  * extended CQs polled with ibv_start_poll/ibv_next_poll/ibv_end_poll:
+ *   0. completion clocks: query_device_ex's hca_core_clock (1 GHz) and
+ *      completion_timestamp_mask, ibv_query_rt_values_ex; CQs with VLAN,
+ *      flow tag or tag-matching fields are EOPNOTSUPP; IGNORE_OVERRUN and
+ *      SINGLE_THREADED CQs are created;
  *   1. SEND with immediate through ibv_wr_send_imm; the receive's opcode,
- *      length, immediate, QP number and flags through ibv_wc_read_*;
+ *      length, immediate, QP number and flags through ibv_wc_read_*, and
+ *      both sides' completion timestamps (ibv_wc_read_completion_ts between
+ *      two ibv_query_rt_values_ex, ibv_wc_read_completion_wallclock_ns
+ *      within the CLOCK_REALTIME readings around the exchange);
  *   2. a batch of two work requests (RDMA WRITE, then RDMA READ back) in one
  *      ibv_wr_start/ibv_wr_complete, completing in order; ibv_wr_abort;
  *   3. fetch-and-add, compare-and-swap and an 8-byte ATOMIC WRITE;
@@ -18,6 +25,11 @@
  *      ibv_bind_mw; allocating type 3 is EINVAL;
  *   5. ibv_import_device on a dup of cmd_fd, ibv_import_pd/ibv_import_mr by
  *      handle; a parent domain keeps its PD busy; ibv_advise_mr;
+ *   7. (run before 6) device memory: ibv_alloc_dm within max_dm_size,
+ *      ibv_memcpy_to/from_dm (4-byte words, inside: else EINVAL), a
+ *      zero-based ibv_reg_dm_mr (ZERO_BASED required), the peer's RDMA WRITE
+ *      and FETCH_AND_ADD into it, a SEND gathered from it, ibv_free_dm EBUSY
+ *      while the region lives, ibv_import_dm of the same bytes;
  *   6. error paths: ibv_wr_complete on a QP in RESET is EINVAL, RDMA WRITE
  *      on a UD QP is EOPNOTSUPP, and a write after ibv_rereg_mr removed
  *      REMOTE_WRITE (same keys) completes with IBV_WC_REM_ACCESS_ERR.
@@ -32,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BUF 4096
@@ -82,14 +95,33 @@ static int poll_for(struct ibv_cq_ex *cq, int ms, enum ibv_wc_opcode *op, uint64
 	return -2;
 }
 
+#define TS_FLAGS (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | \
+		  IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+
+static uint64_t raw_clock(void)
+{
+	struct ibv_values_ex v = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
+	check(!ibv_query_rt_values_ex(ctx, &v) && v.comp_mask == IBV_VALUES_MASK_RAW_CLOCK &&
+	      v.raw_clock.tv_nsec >= 0 && v.raw_clock.tv_nsec < 1000000000,
+	      "ibv_query_rt_values_ex: raw_clock");
+	return (uint64_t)v.raw_clock.tv_sec * 1000000000u + (uint64_t)v.raw_clock.tv_nsec;
+}
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 static void setup(struct side *s)
 {
 	struct ibv_cq_init_attr_ex ca = {
 		.cqe = 64,
-		.wc_flags = IBV_WC_STANDARD_FLAGS,
+		.wc_flags = IBV_WC_STANDARD_FLAGS | TS_FLAGS,
 	};
 	s->cq = ibv_create_cq_ex(ctx, &ca);
-	check(s->cq != NULL, "ibv_create_cq_ex with IBV_WC_STANDARD_FLAGS");
+	check(s->cq != NULL, "ibv_create_cq_ex with IBV_WC_STANDARD_FLAGS and both timestamps");
 	s->buf = aligned_alloc(4096, BUF);
 	memset(s->buf, 0, BUF);
 	s->mr = ibv_reg_mr(pd, s->buf, BUF,
@@ -192,11 +224,28 @@ int main(void)
 	pd = ibv_alloc_pd(ctx);
 	check(pd != NULL, "ibv_alloc_pd");
 
-	struct ibv_cq_init_attr_ex ts = { .cqe = 4,
-		.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	/* 0. Completion clocks. */
+	struct ibv_device_attr_ex dx;
+	check(!ibv_query_device_ex(ctx, NULL, &dx) && dx.hca_core_clock == 1000000 &&
+	      dx.completion_timestamp_mask == UINT64_MAX,
+	      "query_device_ex: hca_core_clock 1 GHz, 64-bit completion timestamps");
+	uint64_t r0 = raw_clock(), r1 = raw_clock();
+	check(r0 > 0 && r0 <= r1, "raw_clock moves forward");
+	uint64_t no[] = { IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG, IBV_WC_EX_WITH_TM_INFO };
+	for (int i = 0; i < 3; i++) {
+		struct ibv_cq_init_attr_ex bad = { .cqe = 4, .wc_flags = no[i] };
+		errno = 0;
+		check(!ibv_create_cq_ex(ctx, &bad) && errno == EOPNOTSUPP,
+		      "VLAN / flow tag / TM info CQs are EOPNOTSUPP");
+	}
+	struct ibv_cq_init_attr_ex ov = { .cqe = 4, .comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
+		.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN | IBV_CREATE_CQ_ATTR_SINGLE_THREADED };
+	struct ibv_cq_ex *ovq = ibv_create_cq_ex(ctx, &ov);
+	check(ovq != NULL && !ibv_destroy_cq(ibv_cq_ex_to_cq(ovq)),
+	      "IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN | SINGLE_THREADED");
+	ov.flags = 1 << 7;
 	errno = 0;
-	check(!ibv_create_cq_ex(ctx, &ts) && errno == EOPNOTSUPP,
-	      "completion timestamps are EOPNOTSUPP");
+	check(!ibv_create_cq_ex(ctx, &ov) && errno == EOPNOTSUPP, "unknown CQ flag: EOPNOTSUPP");
 
 	struct side c, s;
 	setup(&c);
@@ -207,17 +256,36 @@ int main(void)
 	/* 1. SEND with immediate. */
 	post_recv(&s, 0, 256);
 	memcpy(c.buf, "hello, extended verbs", 22);
+	uint64_t raw_before = raw_clock(), wall_before = realtime_ns();
 	start(&c, 1);
 	ibv_wr_send_imm(c.qpx, htonl(IMM));
 	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf, 22);
 	check(!ibv_wr_complete(c.qpx), "ibv_wr_complete (send with immediate)");
-	check(expect(&c, 1, IBV_WC_SEND, IBV_WC_SUCCESS), "sender's completion");
 	struct ibv_poll_cq_attr pa = {};
 	int rc;
+	while ((rc = ibv_start_poll(c.cq, &pa)) == ENOENT)
+		usleep(1);
+	check(rc == 0 && c.cq->status == IBV_WC_SUCCESS && c.cq->wr_id == 1 &&
+	      ibv_wc_read_opcode(c.cq) == IBV_WC_SEND, "sender's completion");
+	uint64_t send_ts = ibv_wc_read_completion_ts(c.cq);
+	uint64_t send_wall = ibv_wc_read_completion_wallclock_ns(c.cq);
+	ibv_end_poll(c.cq);
 	while ((rc = ibv_start_poll(s.cq, &pa)) == ENOENT)
 		usleep(1);
 	check(rc == 0 && s.cq->status == IBV_WC_SUCCESS && s.cq->wr_id == 77,
 	      "receive completion");
+	uint64_t recv_ts = ibv_wc_read_completion_ts(s.cq);
+	uint64_t recv_wall = ibv_wc_read_completion_wallclock_ns(s.cq);
+	uint64_t raw_after = raw_clock(), wall_after = realtime_ns();
+	printf("timestamps: raw %" PRIu64 " <= recv %" PRIu64 " <= send %" PRIu64
+	       " <= raw %" PRIu64 "\n", raw_before, recv_ts, send_ts, raw_after);
+	/* The receive completes before the ACK completes the send. */
+	check(raw_before <= recv_ts && recv_ts <= send_ts && send_ts <= raw_after,
+	      "completion timestamps on the device clock, in order");
+	/* Wall clock: 1 ms of slack for the two clocks' readings. */
+	check(wall_before <= recv_wall + 1000000 && recv_wall <= send_wall + 1000000 &&
+	      send_wall <= wall_after + 1000000,
+	      "wall-clock completion timestamps within the exchange");
 	check(ibv_wc_read_opcode(s.cq) == IBV_WC_RECV && ibv_wc_read_byte_len(s.cq) == 22 &&
 	      ntohl(ibv_wc_read_imm_data(s.cq)) == IMM &&
 	      ibv_wc_read_qp_num(s.cq) == s.qp->qp_num &&
@@ -336,6 +404,74 @@ int main(void)
 	adv.lkey ^= 0x7f000000;
 	check(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &adv, 1) == EINVAL,
 	      "ibv_advise_mr with a bad lkey is EINVAL");
+
+	/* 7. Device memory (before 6, which leaves the QPs in error). */
+	struct ibv_device_attr_ex dmx;
+	check(!ibv_query_device_ex(ctx, NULL, &dmx) && dmx.max_dm_size >= 8192, "max_dm_size");
+	struct ibv_alloc_dm_attr da = { .length = 4096, .log_align_req = 6 };
+	struct ibv_dm *dm = ibv_alloc_dm(ctx, &da);
+	check(dm != NULL, "ibv_alloc_dm");
+	da.comp_mask = 1;
+	errno = 0;
+	check(!ibv_alloc_dm(ctx, &da) && errno == EINVAL, "ibv_alloc_dm: unknown comp_mask is EINVAL");
+	da.comp_mask = 0;
+	da.length = dmx.max_dm_size + 1;
+	check(!ibv_alloc_dm(ctx, &da), "ibv_alloc_dm beyond max_dm_size fails");
+	uint32_t words[4] = { 1, 2, 3, 4 }, back[4] = { 0 };
+	check(!ibv_memcpy_to_dm(dm, 16, words, 16) && !ibv_memcpy_from_dm(back, dm, 16, 16) &&
+	      !memcmp(words, back, 16), "ibv_memcpy_to_dm / ibv_memcpy_from_dm");
+	check(ibv_memcpy_to_dm(dm, 2, words, 4) == EINVAL &&
+	      ibv_memcpy_to_dm(dm, 4, words, 6) == EINVAL &&
+	      ibv_memcpy_from_dm(back, dm, 4096, 4) == EINVAL,
+	      "unaligned or outside copies are EINVAL");
+	errno = 0;
+	check(!ibv_reg_dm_mr(pd, dm, 0, 4096, IBV_ACCESS_LOCAL_WRITE) && errno == EINVAL,
+	      "ibv_reg_dm_mr without IBV_ACCESS_ZERO_BASED is EINVAL");
+	errno = 0;
+	check(!ibv_reg_dm_mr(pd, dm, 1024, 4096, IBV_ACCESS_ZERO_BASED) && errno == EINVAL,
+	      "ibv_reg_dm_mr past the end is EINVAL");
+	struct ibv_mr *dmr = ibv_reg_dm_mr(pd, dm, 1024, 2048,
+					   IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE |
+					   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+					   IBV_ACCESS_REMOTE_ATOMIC);
+	check(dmr && dmr->addr == NULL && dmr->length == 2048, "ibv_reg_dm_mr: a zero-based region");
+	check(ibv_free_dm(dm) == EBUSY, "ibv_free_dm with a region over it is EBUSY");
+	for (int i = 0; i < 256; i++)
+		c.buf[i] = (char)(i ^ 0x5a);
+	start(&c, 20);
+	ibv_wr_rdma_write(c.qpx, dmr->rkey, 64); /* offset 64 of the region */
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf, 256);
+	check(!ibv_wr_complete(c.qpx) && expect(&c, 20, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS),
+	      "RDMA WRITE into the peer's device memory");
+	char got[256];
+	check(!ibv_memcpy_from_dm(got, dm, 1024 + 64, 256) && !memcmp(got, c.buf, 256),
+	      "the bytes are in the device memory, at region offset 64");
+	uint64_t v = 40;
+	check(!ibv_memcpy_to_dm(dm, 1024 + 512, &v, 8), "ibv_memcpy_to_dm 40");
+	start(&c, 21);
+	ibv_wr_atomic_fetch_add(c.qpx, dmr->rkey, 512, 2);
+	ibv_wr_set_sge(c.qpx, c.mr->lkey, (uintptr_t)c.buf + 1024, 8);
+	check(!ibv_wr_complete(c.qpx) && expect(&c, 21, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS),
+	      "FETCH_AND_ADD on the peer's device memory");
+	memcpy(&v, c.buf + 1024, 8);
+	check(v == 40, "it returned 40");
+	check(!ibv_memcpy_from_dm(&v, dm, 1024 + 512, 8) && v == 42, "the device memory holds 42");
+	post_recv(&c, 2048, 256);
+	start(&s, 22);
+	ibv_wr_send(s.qpx);
+	ibv_wr_set_sge(s.qpx, dmr->lkey, 64, 256);
+	check(!ibv_wr_complete(s.qpx) && expect(&s, 22, IBV_WC_SEND, IBV_WC_SUCCESS) &&
+	      expect(&c, 77, IBV_WC_RECV, IBV_WC_SUCCESS) && !memcmp(c.buf + 2048, got, 256),
+	      "a SEND gathered from device memory (lkey, offset 64)");
+	uint32_t handle = dm->handle;
+	struct ibv_dm *idm = ibv_import_dm(ctx, handle);
+	memset(back, 0, sizeof(back));
+	check(idm && !ibv_memcpy_from_dm(back, idm, 16, 16) && !memcmp(back, words, 16),
+	      "ibv_import_dm: the same bytes");
+	ibv_unimport_dm(idm);
+	check(!ibv_dereg_mr(dmr) && !ibv_free_dm(dm), "ibv_dereg_mr, then ibv_free_dm");
+	errno = 0;
+	check(!ibv_import_dm(ctx, handle) && errno == EINVAL, "freed device memory cannot be imported");
 
 	/* 6. Error paths. */
 	struct ibv_qp_init_attr_ex qa = {

@@ -23,6 +23,10 @@ pub const PAIR_TIMEOUT: Duration = Duration::from_secs(90);
 pub const ALLOWED_STDERR: [&str; 1] =
     ["Device not recognized to implement inline feature. Disabling it"];
 
+/// What READ and atomic tests print for the device's READ/atomic depth
+/// (`max_qp_rd_atom`, rxe's 128).
+pub const OUTSTANDING_READS: &str = "Outstand reads  : 128";
+
 /// Which result table a program prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -332,6 +336,15 @@ pub fn check_perftest(case: &PerftestCase, rdma_cm: bool, out: &PairOutput) -> R
             .any(|l| l.contains(&format!("Connection type : {conn}")))
         {
             bad(format!("no `Connection type : {conn}`"));
+        }
+        // READ and atomic tests: perftest takes its depth from the device
+        // (max_qp_rd_atom, 128 as rxe) and sets the peer's on its QP, so
+        // both sides must print 128 and the QPs must accept it.
+        let reads = ["ib_read_", "ib_atomic_"]
+            .iter()
+            .any(|p| case.program.starts_with(p));
+        if reads && !text.lines().any(|l| l.trim() == OUTSTANDING_READS) {
+            bad(format!("no `{OUTSTANDING_READS}` line"));
         }
         let reports = who == "client" || case.server_reports;
         match parse_result(text) {

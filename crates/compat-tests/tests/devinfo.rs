@@ -135,8 +135,11 @@ fn ibv_devinfo_verbose_shows_the_roce_v2_gid() {
     expect_field(&out, "gid_tbl_len", &gids.len().to_string());
     // The limits the C programs rely on (shared/reference/abi.md §4.1).
     expect_field(&out, "atomic_cap", "ATOMIC_HCA (1)");
-    expect_field(&out, "max_qp_rd_atom", "16");
-    expect_field(&out, "max_qp_init_rd_atom", "16");
+    // rxe's READ/atomic depths: perftest sets its QP's max_rd_atomic to
+    // the peer's max_qp_rd_atom, so against rxe it needs 128.
+    expect_field(&out, "max_qp_rd_atom", "128");
+    expect_field(&out, "max_qp_init_rd_atom", "128");
+    expect_field(&out, "max_res_rd_atom", "258048");
     expect_field(&out, "max_pkeys", "1");
     expect_field(&out, "phys_state", "LINK_UP (5)");
     expect_field(&out, "max_msg_sz", "0x80000000");

@@ -82,3 +82,55 @@ fn harness_kills_a_hanging_pair_at_the_timeout() {
     assert!(out.to_string().contains("TIMED OUT"), "{out}");
     assert!(!out.both_succeeded());
 }
+
+/// `ibv_rc_pingpong -t` (extended CQs with completion timestamps; each side
+/// prints the spread of its receive completions' clock) and `-j` (buffers in
+/// device memory: `ibv_alloc_dm`, `ibv_reg_dm_mr`, `ibv_memcpy_to/from_dm`).
+/// Both sides exit 0 after all iterations; `-t`'s clock figures are sane.
+#[test]
+fn rc_pingpong_timestamps_and_device_memory() {
+    let bin = c_program(&case("rc_default"));
+    for opt in ["-t", "-j"] {
+        let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
+        let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
+        let port = unique_tcp_port().to_string();
+        let out = run_pair(
+            &mut server.command(&["-g", "0", "-n", "200", opt, "-p", &port]),
+            port.parse().unwrap(),
+            &mut client.command(&[
+                "-g",
+                "0",
+                "-n",
+                "200",
+                opt,
+                "-p",
+                &port,
+                &server.addr.to_string(),
+            ]),
+            std::time::Duration::from_secs(60),
+        );
+        let client_run = out.client.as_ref().expect("client started");
+        for run in [&out.server, client_run] {
+            assert_eq!(run.code(), Some(0), "{opt}: {out}");
+            assert!(run.stderr.is_empty(), "{opt}: {out}");
+            assert!(run.stdout.contains("200 iters in"), "{opt}: {out}");
+            if opt == "-t" {
+                // "Min/Max/Average receive completion clock cycles = N":
+                // the device clock ticks in ns, so these are gaps between
+                // completions, well under the 60 s the pair may take.
+                let value = |what: &str| -> f64 {
+                    let line = run
+                        .stdout
+                        .lines()
+                        .find(|l| l.starts_with(what))
+                        .unwrap_or_else(|| panic!("no {what:?} line: {out}"));
+                    line.rsplit('=').next().unwrap().trim().parse().unwrap()
+                };
+                let min = value("Min receive completion clock cycles");
+                let max = value("Max receive completion clock cycles");
+                let avg = value("Average receive completion clock cycles");
+                assert!(0.0 < min && min <= avg && avg <= max && max < 60e9, "{out}");
+            }
+        }
+    }
+}

@@ -215,7 +215,7 @@ impl DeviceInfo {
             max_mr: l.max_mr,
             max_pd: l.max_pd,
             max_qp_rd_atom: l.max_qp_rd_atom,
-            max_res_rd_atom: l.max_qp_rd_atom * l.max_qp,
+            max_res_rd_atom: l.max_res_rd_atom,
             max_qp_init_rd_atom: l.max_qp_rd_atom,
             atomic_cap: 1,
             max_mw: 0,

@@ -23,9 +23,11 @@
 
 mod capture;
 mod channel;
+pub mod clock;
 mod cm;
 mod config;
 pub mod device;
+pub mod dm;
 mod engine;
 mod faults;
 mod host;

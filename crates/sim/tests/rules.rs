@@ -9,6 +9,8 @@
 
 #[path = "rules/access.rs"]
 mod access;
+#[path = "rules/clock.rs"]
+mod clock;
 #[path = "rules/dup.rs"]
 mod dup;
 #[path = "rules/errors.rs"]

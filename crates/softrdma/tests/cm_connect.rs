@@ -68,7 +68,7 @@ fn rc_connect_accept_private_data_and_rdma_traffic() {
     assert_eq!(&req.private_data()[..16], &desc_a[..]);
     let peer = req.conn_param().unwrap();
     assert_eq!(peer.qp_num, cqpn);
-    assert_eq!(peer.responder_resources, 16, "u8::MAX: the device maximum");
+    assert_eq!(peer.responder_resources, 128, "u8::MAX: the device maximum");
     assert_eq!(peer.retry_count, 7);
     assert_eq!(child.local_addr(), Some(dst));
     assert_eq!(

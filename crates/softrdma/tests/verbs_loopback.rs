@@ -51,6 +51,13 @@ fn rc_all_operations() {
         sgl: vec![mb.sge(0, 100_000).unwrap()],
     })
     .unwrap();
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    let (clock_before, wall_before) = (ca.device_clock().unwrap(), wall());
     let mut s = SendWr::new(10, WrOpcode::SendWithImm);
     s.imm_data = 0x01020304;
     s.flags = SendFlags::SIGNALED;
@@ -87,6 +94,18 @@ fn rc_all_operations() {
         ]
     );
     let rx = qb_cq.poll_blocking(1, T).unwrap();
+    // Completion times: on the device clock (one for both devices, as for
+    // every process of the host device), in completion order, within the
+    // readings around the exchange; the wall clock likewise (1 ms slack).
+    let (clock_after, wall_after) = (cb.device_clock().unwrap(), wall());
+    let times: Vec<(u64, u64)> = wcs.iter().map(|w| ca.completion_time(w).unwrap()).collect();
+    let (recv_clock, recv_wall) = cb.completion_time(&rx[0]).unwrap();
+    assert!(clock_before <= recv_clock && recv_clock <= times[0].0);
+    assert!(times.windows(2).all(|p| p[0].0 <= p[1].0), "{times:?}");
+    assert!(times[3].0 <= clock_after, "{times:?} after {clock_after}");
+    for (_, w) in times.iter().chain([&(recv_clock, recv_wall)]) {
+        assert!(*w + 1_000_000 >= wall_before && *w <= wall_after + 1_000_000);
+    }
     assert_eq!(rx[0].byte_len, 70_000);
     assert_eq!(rx[0].imm_data, 0x01020304);
     assert!(rx[0].wc_flags.contains(WcFlags::WITH_IMM));
@@ -258,4 +277,94 @@ fn post_send_many_and_wait_timeout() {
     });
     let (posted, e) = qa.post_send_many(wrs).unwrap_err();
     assert_eq!((posted, e.errno()), (cap, libc::ENOMEM), "{e}");
+}
+
+/// Device memory: the peer WRITEs into a zero-based region over it and
+/// READs it back; the owner copies the bytes out (4-byte words) and SENDs
+/// from the region; the memory outlives its handle while a region lives.
+#[test]
+fn device_memory_regions_local_and_remote() {
+    let (ca, cb) = two_contexts();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let ma = pa.alloc_mr(8192, ALL).unwrap();
+    let (qa_cq, qb_cq) = (
+        ca.create_cq(64, None).unwrap(),
+        cb.create_cq(64, None).unwrap(),
+    );
+    let qa = pa
+        .create_qp(&QpInit::new(QpType::Rc, &qa_cq, &qa_cq))
+        .unwrap();
+    let qb = pb
+        .create_qp(&QpInit::new(QpType::Rc, &qb_cq, &qb_cq))
+        .unwrap();
+    for q in [&qa, &qb] {
+        q.to_init(Access::REMOTE_WRITE | Access::REMOTE_READ, 0)
+            .unwrap();
+    }
+    connect_pair((&ca, &qa), (&cb, &qb), (0x000100, 0x000200));
+
+    let dm = cb.alloc_dm(4096, 6).unwrap();
+    assert_eq!(dm.len(), 4096);
+    assert!(dm.write(1, b"abcd").is_err(), "unaligned copy");
+    assert!(cb.alloc_dm(1 << 30, 0).is_err(), "beyond max_dm_size");
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let region = pb.reg_dm_mr(&dm, 1024, 2048, rw).unwrap();
+    assert_eq!(region.remote().addr, 0, "zero-based");
+
+    let data: Vec<u8> = (0..512u32).map(|i| (i * 7 + 3) as u8).collect();
+    ma.write(0, &data).unwrap();
+    let target = region.remote();
+    let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
+    w.flags = SendFlags::SIGNALED;
+    w.sgl = vec![ma.sge(0, 512).unwrap()];
+    w.remote_addr = target.addr + 256;
+    w.rkey = target.rkey;
+    qa.post_send(w).unwrap();
+    let mut r = SendWr::new(2, WrOpcode::RdmaRead);
+    r.flags = SendFlags::SIGNALED;
+    r.sgl = vec![ma.sge(4096, 512).unwrap()];
+    r.remote_addr = target.addr + 256;
+    r.rkey = target.rkey;
+    qa.post_send(r).unwrap();
+    let wcs = qa_cq.poll_blocking(2, T).unwrap();
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let mut got = vec![0u8; 512];
+    dm.read(1024 + 256, &mut got).unwrap();
+    assert_eq!(got, data, "the WRITE landed in device memory");
+    assert_eq!(ma.to_vec(4096, 512).unwrap(), data, "the READ came from it");
+
+    qa.post_recv(RecvWr {
+        wr_id: 3,
+        sgl: vec![ma.sge(2048, 512).unwrap()],
+    })
+    .unwrap();
+    let mut s = SendWr::new(4, WrOpcode::Send);
+    s.flags = SendFlags::SIGNALED;
+    s.sgl = vec![region.sge(256, 512).unwrap()];
+    qb.post_send(s).unwrap();
+    assert_eq!(
+        qb_cq.poll_blocking(1, T).unwrap()[0].status,
+        WcStatus::Success
+    );
+    let rx = qa_cq.poll_blocking(1, T).unwrap();
+    assert_eq!((rx[0].wr_id, rx[0].byte_len), (3, 512));
+    assert_eq!(
+        ma.to_vec(2048, 512).unwrap(),
+        data,
+        "a SEND gathered from device memory"
+    );
+
+    // The region keeps the bytes after the handle is gone.
+    drop(dm);
+    let mut r = SendWr::new(5, WrOpcode::RdmaRead);
+    r.flags = SendFlags::SIGNALED;
+    r.sgl = vec![ma.sge(6144, 512).unwrap()];
+    r.remote_addr = target.addr + 256;
+    r.rkey = target.rkey;
+    qa.post_send(r).unwrap();
+    assert_eq!(
+        qa_cq.poll_blocking(1, T).unwrap()[0].status,
+        WcStatus::Success
+    );
+    assert_eq!(ma.to_vec(6144, 512).unwrap(), data);
 }

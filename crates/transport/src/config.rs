@@ -29,8 +29,18 @@ pub struct DeviceLimits {
     pub max_srq_wr: u32,
     /// SGEs per SRQ WR.
     pub max_srq_sge: u32,
-    /// READ/atomic depth (both directions).
+    /// READ/atomic depth of a QP, both directions: the most RDMA READ and
+    /// atomic requests a requester may have outstanding (`max_rd_atomic`,
+    /// reported as `max_qp_init_rd_atom`) and a responder keeps results for
+    /// (`max_dest_rd_atomic`, `max_qp_rd_atom`). 128 as Linux rxe
+    /// (`RXE_MAX_QP_RD_ATOM`): perftest and rdma_cm programs ask the peer
+    /// for its value and set it on their own QP, so a lower limit here fails
+    /// their `modify_qp` against rxe.
     pub max_qp_rd_atom: u32,
+    /// READ/atomic responder resources of the whole device, as reported by
+    /// `query_device` (`max_res_rd_atom`; rxe's `RXE_MAX_RES_RD_ATOM`).
+    /// Each QP keeps its own; this is no further limit on them.
+    pub max_res_rd_atom: u32,
     /// Largest message.
     pub max_msg_sz: u32,
     /// Port MTU (UD packets, upper bound of path MTUs).
@@ -51,7 +61,8 @@ impl Default for DeviceLimits {
             max_srq: 65536,
             max_srq_wr: 16384,
             max_srq_sge: 32,
-            max_qp_rd_atom: 16,
+            max_qp_rd_atom: 128,
+            max_res_rd_atom: 0x3f000,
             max_msg_sz: 1 << 31,
             port_mtu: Mtu::M4096,
         }

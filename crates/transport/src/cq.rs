@@ -29,6 +29,9 @@ pub(crate) struct Cq {
     pub(crate) arm: Option<Arm>,
     /// QPs (and SRQs) using this CQ: destroy is EBUSY while non-zero.
     pub(crate) users: u32,
+    /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: a completion that finds the CQ
+    /// full is dropped without an error (no CQ_ERR, the QP carries on).
+    pub(crate) ignore_overrun: bool,
 }
 
 /// The CQ was full; the completion was lost.
@@ -42,6 +45,7 @@ impl Cq {
             cqe,
             arm: None,
             users: 0,
+            ignore_overrun: false,
         }
     }
 

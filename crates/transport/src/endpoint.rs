@@ -276,6 +276,14 @@ impl Endpoint {
         Ok((CqHandle(self.cqs.insert_with(|_| Cq::new(cqe))), cqe))
     }
 
+    /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: with `on`, a completion that finds
+    /// the CQ full is dropped (counted in `cq_overflows`) instead of raising
+    /// CQ_ERR and moving its QP to ERR.
+    pub fn set_cq_ignore_overrun(&mut self, cq: CqHandle, on: bool) -> Result<(), VerbsError> {
+        self.cq_mut(cq)?.ignore_overrun = on;
+        Ok(())
+    }
+
     /// Changes a CQ's size; it must still hold what is queued.
     pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<u32, VerbsError> {
         let max = self.config.limits.max_cqe;

@@ -2,6 +2,7 @@
 
 use crate::attr::AddressVector;
 use crate::mw::MwBind;
+use crate::time::Instant;
 use crate::types::{Qpn, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode};
 
 /// A scatter/gather element: `length` bytes at `addr` of the MR named by `lkey`.
@@ -121,6 +122,11 @@ pub struct Wc {
     pub sl: u8,
     /// Destination LID path bits.
     pub dlid_path_bits: u8,
+    /// When the completion was queued on its CQ, on the transport's clock
+    /// (the `now` of the call that produced it). The engine turns it into
+    /// the device clock and wall-clock time of `ibv_wc_read_completion_ts`
+    /// and `ibv_wc_read_completion_wallclock_ns`.
+    pub timestamp: Instant,
 }
 
 impl Wc {
@@ -140,6 +146,7 @@ impl Wc {
             slid: 0,
             sl: 0,
             dlid_path_bits: 0,
+            timestamp: Instant::ZERO,
         }
     }
 }

@@ -15,8 +15,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 /// READ/atomic depth the device offers (what RDMA_MAX_RESP_RES and
-/// RDMA_MAX_INIT_DEPTH resolve to).
-const MAX_RD_ATOMIC: u8 = 16;
+/// RDMA_MAX_INIT_DEPTH resolve to, as librdmacm takes them from
+/// `max_qp_rd_atom` / `max_qp_init_rd_atom`): 128, as rxe.
+const MAX_RD_ATOMIC: u8 = 128;
 
 /// 0, or -1 with the errno of a CM error.
 pub(crate) fn cm_ret(r: Result<(), CmError>) -> c_int {

@@ -1,6 +1,6 @@
-//! Memory-region variants softrdma does not offer (dma-buf, device memory
-//! import). `ibv_rereg_mr` and PD/MR import are real (`verbs::rereg`,
-//! `verbs::import`).
+//! Memory-region variants softrdma does not offer (dma-buf). `ibv_rereg_mr`,
+//! PD/MR import and device memory are real (`verbs::rereg`, `verbs::import`,
+//! `verbs::dm`).
 
 use core::ffi::c_int;
 
@@ -13,9 +13,4 @@ stubs! {
     /// int fd, int access)` (IBVERBS_1.12).
     fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int)
         -> *mut ibv_mr => ret::null(libc::EOPNOTSUPP);
-    /// `struct ibv_dm *ibv_import_dm(struct ibv_context *, uint32_t dm_handle)` (IBVERBS_1.13).
-    fn ibv_import_dm(context: *mut ibv_context, dm_handle: u32) -> *mut ibv_dm
-        => ret::null(libc::EOPNOTSUPP);
-    /// `void ibv_unimport_dm(struct ibv_dm *dm)` (IBVERBS_1.13).
-    fn ibv_unimport_dm(dm: *mut ibv_dm) => ();
 }

@@ -5,9 +5,12 @@
 //! `start_poll` and `next_poll` take one completion off the CQ (as `poll_cq`
 //! does, busy polling included), make it current and publish its `status`
 //! and `wr_id` in the struct; the `read_*` functions read the current one.
-//! ENOENT means the CQ is empty. As in rxe, the fields offered are
-//! `IBV_WC_STANDARD_FLAGS` (no timestamps, VLANs, flow tags or tag matching:
-//! such a CQ is EOPNOTSUPP).
+//! ENOENT means the CQ is empty. The fields offered are
+//! `IBV_WC_STANDARD_FLAGS` and both completion timestamps: the device clock
+//! (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, 1 GHz, see
+//! `softrdma_engine::clock`) and wall-clock nanoseconds
+//! (`..._WALLCLOCK`). VLANs, flow tags and tag matching need a NIC's
+//! Ethernet and tag-matching offloads: such a CQ is EOPNOTSUPP.
 
 use super::conv::wc_to_c;
 use super::cq::new_cq;
@@ -18,9 +21,14 @@ use core::ffi::{c_int, c_uint};
 use softrdma_engine::transport::Wc;
 
 /// Completion fields an extended CQ can report.
-const SUPPORTED_WC_FLAGS: u64 = IBV_WC_STANDARD_FLAGS;
-/// Creation flags accepted (a hint: every CQ is thread-safe).
-const SUPPORTED_CREATE_FLAGS: u32 = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+const SUPPORTED_WC_FLAGS: u64 = IBV_WC_STANDARD_FLAGS
+    | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+    | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+/// Creation flags accepted: single-threaded use (a hint: every CQ is
+/// thread-safe) and ignoring overruns (a completion that finds the CQ full
+/// is dropped instead of raising CQ_ERR and failing its QP).
+const SUPPORTED_CREATE_FLAGS: u32 =
+    IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
 const KNOWN_COMP_MASK: u32 = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
 
 /// `verbs_context::create_cq_ex`.
@@ -40,8 +48,12 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
         if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
             return ret::null(libc::EOPNOTSUPP);
         }
-        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 && a.flags & !SUPPORTED_CREATE_FLAGS != 0
-        {
+        let flags = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
+            a.flags
+        } else {
+            0
+        };
+        if flags & !SUPPORTED_CREATE_FLAGS != 0 {
             return ret::null(libc::EOPNOTSUPP);
         }
         if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
@@ -57,6 +69,15 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
         let p = new_cq(c, context, cqe, a.cq_context, a.channel, vector);
         if p.is_null() {
             return core::ptr::null_mut();
+        }
+        if flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN != 0 {
+            // SAFETY: `p` was just created; its handle is plain data.
+            let h = unsafe { (*p).h };
+            if let Err(e) = c.engine.set_cq_ignore_overrun(h, true) {
+                // SAFETY: `p` is ours alone still; destroy it as ibv_destroy_cq would.
+                unsafe { super::cq::ibv_destroy_cq(p.cast()) };
+                return ret::null(e.errno());
+            }
         }
         // SAFETY: `p` was just created and is not yet visible to the
         // application: nothing else reads these fields now.
@@ -101,6 +122,12 @@ unsafe fn install(cq: *mut ibv_cq_ex, wc_flags: u64) {
     }
     if has(IBV_WC_EX_WITH_DLID_PATH_BITS) {
         c.read_dlid_path_bits = Some(read_dlid_path_bits);
+    }
+    if has(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) {
+        c.read_completion_ts = Some(read_completion_ts);
+    }
+    if has(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) {
+        c.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
     }
 }
 
@@ -171,13 +198,18 @@ unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
 
 /// Reads a field of the current completion (0 if there is none).
 fn read<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Wc) -> R) -> R {
+    read_with(cq, |_, w| f(w))
+}
+
+/// As [`read`], with the CQ (its engine's clocks) at hand.
+fn read_with<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Cq, &Wc) -> R) -> R {
     o::with_obj(
         cq.cast(),
         Kind::Cq,
         |_| R::default(),
         |q: &Cq| {
             let cur = q.cur.lock().unwrap_or_else(|p| p.into_inner());
-            cur.as_ref().map(f).unwrap_or_default()
+            cur.as_ref().map(|w| f(q, w)).unwrap_or_default()
         },
     )
 }
@@ -213,4 +245,13 @@ unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
 }
 unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {
     read(cq, |w| w.dlid_path_bits)
+}
+/// The device clock when the completion was queued (ticks of
+/// `hca_core_clock`, here nanoseconds of `CLOCK_MONOTONIC`).
+unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
+    read_with(cq, |q, w| q.engine.device_clock(w.timestamp))
+}
+/// Wall-clock nanoseconds since the Unix epoch when the completion was queued.
+unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
+    read_with(cq, |q, w| q.engine.wallclock(w.timestamp))
 }

@@ -164,11 +164,13 @@ pub(crate) fn open_context_with(
     vctx.sz = verbs_context::SIZE;
     vctx.query_port = Some(vctx_query_port);
     vctx.query_device_ex = Some(vctx_query_device_ex);
+    vctx.query_rt_values = Some(vctx_query_rt_values);
     super::qp::install_vctx_ops(&mut vctx);
     super::cq::install_vctx_ops(&mut vctx);
     super::srq::install_vctx_ops(&mut vctx);
     super::parent::install_vctx_ops(&mut vctx);
     super::pd_mr::install_vctx_ops(&mut vctx);
+    super::dm::install_vctx_ops(&mut vctx);
     let c = &mut vctx.context;
     c.device = device;
     c.cmd_fd = cmd_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
@@ -294,7 +296,8 @@ unsafe extern "C" fn vctx_query_port(
     unsafe { query_port(context, port_num, port_attr.cast(), port_attr_len) }
 }
 
-/// `verbs_context::query_device_ex`: the legacy attributes plus zeroed extensions.
+/// `verbs_context::query_device_ex`: the legacy attributes plus the
+/// completion clock; the other extensions are zero (absent).
 unsafe extern "C" fn vctx_query_device_ex(
     context: *mut ibv_context,
     _input: *const ibv_query_device_ex_input,
@@ -308,8 +311,37 @@ unsafe extern "C" fn vctx_query_device_ex(
         let mut ex = ibv_device_attr_ex::zeroed();
         ex.orig_attr = to_c_device_attr(c.engine.info().attr());
         ex.phys_port_cnt_ex = 1;
+        ex.completion_timestamp_mask = softrdma_engine::clock::TIMESTAMP_MASK;
+        ex.hca_core_clock = softrdma_engine::clock::HCA_CORE_CLOCK_KHZ;
+        ex.max_dm_size = softrdma_engine::dm::MAX_DM_SIZE;
         // SAFETY: the caller's buffer holds `attr_size` bytes.
         unsafe { write_prefix(&ex, attr.cast(), attr_size) };
+        0
+    })
+}
+
+/// `verbs_context::query_rt_values` (`ibv_query_rt_values_ex`): the device
+/// clock as `raw_clock` (nanoseconds, so a normalised timespec) when
+/// `IBV_VALUES_MASK_RAW_CLOCK` is asked for; `comp_mask` comes back as the
+/// values filled in.
+unsafe extern "C" fn vctx_query_rt_values(
+    context: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    o::with_ctx(context, ret::pos, |c| {
+        if values.is_null() {
+            return ret::pos(libc::EINVAL);
+        }
+        // SAFETY: non-NULL; the caller passes a whole `ibv_values_ex`.
+        let v = unsafe { &mut *values };
+        let mut filled = 0;
+        if v.comp_mask & IBV_VALUES_MASK_RAW_CLOCK != 0 {
+            let ns = c.engine.device_clock_now();
+            v.raw_clock.tv_sec = (ns / 1_000_000_000) as libc::time_t;
+            v.raw_clock.tv_nsec = (ns % 1_000_000_000) as libc::c_long;
+            filled |= IBV_VALUES_MASK_RAW_CLOCK;
+        }
+        v.comp_mask = filled;
         0
     })
 }

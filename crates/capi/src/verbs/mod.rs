@@ -9,6 +9,7 @@ mod conv;
 pub mod cq;
 mod cq_ex;
 pub mod device;
+pub mod dm;
 pub mod import;
 mod mw;
 pub(crate) mod objects;

@@ -30,6 +30,7 @@ pub(crate) enum Kind {
     Srq,
     Ah,
     Mw,
+    Dm,
     Td,
     CmChannel,
     CmId,
@@ -185,7 +186,53 @@ impl Pd {
         m: &TransportMr,
         imported: bool,
     ) -> *mut ibv_mr {
-        let mr = ibv_mr {
+        let mr = self.c_mr(pd, addr, length, handle, m);
+        let engine = self.engine.clone();
+        publish(
+            Mr {
+                mr,
+                engine,
+                imported,
+                dm: None,
+            },
+            Kind::Mr,
+        )
+        .cast()
+    }
+
+    /// [`Pd::publish_mr`] for a new region over device memory (`hold`), its
+    /// lkey as handle.
+    pub(crate) fn publish_mr_on(
+        &self,
+        pd: *mut ibv_pd,
+        addr: *mut core::ffi::c_void,
+        length: usize,
+        m: &TransportMr,
+        hold: Option<softrdma_engine::dm::DmUse>,
+    ) -> *mut ibv_mr {
+        let mr = self.c_mr(pd, addr, length, m.lkey, m);
+        let engine = self.engine.clone();
+        publish(
+            Mr {
+                mr,
+                engine,
+                imported: false,
+                dm: hold,
+            },
+            Kind::Mr,
+        )
+        .cast()
+    }
+
+    fn c_mr(
+        &self,
+        pd: *mut ibv_pd,
+        addr: *mut core::ffi::c_void,
+        length: usize,
+        handle: u32,
+        m: &TransportMr,
+    ) -> ibv_mr {
+        ibv_mr {
             context: self.pd.context,
             pd,
             addr,
@@ -193,17 +240,7 @@ impl Pd {
             handle,
             lkey: m.lkey,
             rkey: m.rkey,
-        };
-        let engine = self.engine.clone();
-        publish(
-            Mr {
-                mr,
-                engine,
-                imported,
-            },
-            Kind::Mr,
-        )
-        .cast()
+        }
     }
 }
 
@@ -212,6 +249,18 @@ pub(crate) struct Mr {
     pub(crate) mr: ibv_mr,
     pub(crate) engine: Arc<Engine>,
     /// From `ibv_import_mr` (`ibv_unimport_mr` forgets it without deregistering).
+    pub(crate) imported: bool,
+    /// A region over device memory (`ibv_reg_dm_mr`): keeps the memory
+    /// alive and busy until the region is deregistered.
+    pub(crate) dm: Option<softrdma_engine::dm::DmUse>,
+}
+
+/// Device memory (`dm.rs`): a handle on a buffer of the engine.
+#[repr(C)]
+pub(crate) struct Dm {
+    pub(crate) dm: ibv_dm,
+    pub(crate) mem: Arc<softrdma_engine::dm::DeviceMemory>,
+    /// From `ibv_import_dm` (`ibv_unimport_dm` forgets it).
     pub(crate) imported: bool,
 }
 

@@ -42,6 +42,10 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         {
             return bad_input(libc::EINVAL);
         }
+        if super::dm::is_dm_mr(m) {
+            // A region over device memory has no host translation to change.
+            return fail(IBV_REREG_MR_ERR_CMD, libc::EOPNOTSUPP);
+        }
         let mut r = Rereg::default();
         if flags & IBV_REREG_MR_CHANGE_PD != 0 {
             // SAFETY: registry-checked.

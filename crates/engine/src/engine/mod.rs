@@ -73,6 +73,10 @@ struct Shared {
     socket: RoceSocket,
     waker: Waker,
     epoch: std::time::Instant,
+    /// Where `epoch` lies on the device clock (completion timestamps).
+    clock: crate::clock::DeviceClock,
+    /// Device memory (`ibv_alloc_dm`), under its own lock.
+    dm: crate::dm::DmTable,
     /// The deadline (ns since `epoch`) the progress thread sleeps until; u64::MAX: none.
     sleeping_until: AtomicU64,
     shutdown: AtomicBool,
@@ -328,6 +332,8 @@ impl Engine {
             socket,
             waker,
             epoch: std::time::Instant::now(),
+            clock: crate::clock::DeviceClock::new(std::time::Duration::ZERO),
+            dm: crate::dm::DmTable::default(),
             sleeping_until: AtomicU64::new(u64::MAX),
             shutdown: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
@@ -429,6 +435,25 @@ impl Engine {
     /// Now, on the transport's clock.
     pub fn now(&self) -> Instant {
         self.shared.now()
+    }
+
+    /// The device clock (ns of `CLOCK_MONOTONIC`, see [`crate::clock`]) at
+    /// transport time `t`, e.g. a completion's [`Wc::timestamp`].
+    ///
+    /// [`Wc::timestamp`]: softrdma_transport::Wc::timestamp
+    pub fn device_clock(&self, t: Instant) -> u64 {
+        self.shared.clock.at(t)
+    }
+
+    /// The device clock now (`ibv_query_rt_values_ex`'s `raw_clock`).
+    pub fn device_clock_now(&self) -> u64 {
+        self.device_clock(self.now())
+    }
+
+    /// Wall-clock time (ns since the Unix epoch) of transport time `t`.
+    pub fn wallclock(&self, t: Instant) -> u64 {
+        let now = self.now();
+        crate::clock::wallclock_at(t, now, crate::clock::realtime_ns())
     }
 
     fn lock(&self) -> MutexGuard<'_, Core> {

@@ -19,6 +19,7 @@ use softrdma_transport::{
     Access, CqHandle, Mr, MwType, PdHandle, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, Qpn,
     RecvWr, Rereg, SrqHandle, VerbsError,
 };
+use std::sync::Arc;
 
 impl Engine {
     // ---- protection domains ----
@@ -120,12 +121,52 @@ impl Engine {
         self.with(|ep, _| ep.dealloc_mw(rkey))
     }
 
+    // ---- device memory ----
+
+    /// Allocates `length` bytes of device memory aligned to `2^log_align`
+    /// (`ibv_alloc_dm`; see [`crate::dm`]). Takes no endpoint lock.
+    pub fn alloc_dm(
+        &self,
+        length: u64,
+        log_align: u32,
+    ) -> Result<Arc<crate::dm::DeviceMemory>, VerbsError> {
+        self.shared.dm.alloc(length, log_align)
+    }
+
+    /// The device memory with `handle` (`ibv_import_dm`), unless freed.
+    pub fn import_dm(&self, handle: u32) -> Option<Arc<crate::dm::DeviceMemory>> {
+        self.shared.dm.import(handle)
+    }
+
+    /// Registers `[offset, offset + length)` of `dm` as a zero-based region
+    /// of `pd` (`ibv_reg_dm_mr`): its addresses are offsets from 0, in local
+    /// work requests and for remote peers. The returned hold keeps the
+    /// memory alive and busy; drop it when the region is deregistered.
+    pub fn reg_dm_mr(
+        &self,
+        pd: PdHandle,
+        dm: &Arc<crate::dm::DeviceMemory>,
+        offset: u64,
+        length: u64,
+        access: Access,
+    ) -> Result<(Mr, crate::dm::DmUse), VerbsError> {
+        let (host, hold) = crate::dm::region(dm, offset, length, access)?;
+        let mr = self.reg_mr(pd, host, length, 0, access)?;
+        Ok((mr, hold))
+    }
+
     // ---- completion queues ----
 
     /// Creates a CQ of at least `cqe` entries (`ibv_create_cq`); returns its
     /// handle and actual size.
     pub fn create_cq(&self, cqe: u32) -> Result<(CqHandle, u32), VerbsError> {
         self.with(|ep, _| ep.create_cq(cqe))
+    }
+
+    /// Makes a CQ drop completions that find it full instead of failing
+    /// (`IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`).
+    pub fn set_cq_ignore_overrun(&self, cq: CqHandle, on: bool) -> Result<(), VerbsError> {
+        self.with(|ep, _| ep.set_cq_ignore_overrun(cq, on))
     }
 
     /// Resizes a CQ (`ibv_resize_cq`); returns the new size.

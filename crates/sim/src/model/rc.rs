@@ -252,7 +252,7 @@ impl World {
             retry_cnt: self.cfg.retry_cnt,
             rnr_retry: 7,
             min_rnr_timer: self.rng.range(1, 3) as u8,
-            rd_atomic: [1u8, 2, 4, 8, 16][self.rng.below(5) as usize],
+            rd_atomic: [1u8, 2, 4, 8, 16, 128][self.rng.below(6) as usize],
             ..PairOpts::default()
         };
         let mut sides = Vec::new();

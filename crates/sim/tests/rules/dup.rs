@@ -6,7 +6,7 @@ use softrdma_sim::DropRule;
 use softrdma_sim::setup::PairOpts;
 use softrdma_sim::trace::assert_lines;
 use softrdma_transport::{Instant, WrOpcode};
-use softrdma_wire::{Bth, Headers, Opcode, Psn, Reth};
+use softrdma_wire::{AtomicEth, Bth, Headers, Opcode, Psn, Reth};
 
 /// The ACK of a SEND is lost; the retransmitted SEND is a duplicate: ACKed
 /// with PSN = expected - 1 (C9-105), the receive completes once.
@@ -147,4 +147,69 @@ fn duplicate_read_without_resource_is_dropped() {
     // The requester finished long ago: the response is stale to it.
     assert_eq!(p.net.nodes[0].ep.stats().drop_out_of_seq, 1);
     assert!(p.swc(0).is_empty());
+}
+
+/// rxe's READ/atomic depth, 128 (`max_rd_atomic` = `max_dest_rd_atomic` =
+/// the device's `max_qp_rd_atom`): 128 atomics leave at once, the 129th and
+/// 130th wait for credits; the responder keeps all 128 newest results, so a
+/// duplicate of the oldest one it still holds (PSN 102) is replayed with its
+/// saved value, while PSN 101, pushed out by the 129th, is dropped.
+#[test]
+fn rxe_depth_128_outstanding_atomics() {
+    let mut p = Pair::new(PairOpts {
+        rd_atomic: 128,
+        ..PairOpts::default()
+    });
+    let b = p.b;
+    for i in 0..130u64 {
+        let mut w = atomic(
+            i,
+            WrOpcode::AtomicFetchAndAdd,
+            sge(&p.a, 0x1000 + 8 * i, 8),
+            &b,
+            0x100,
+        );
+        w.compare_add = 1;
+        p.post(0, w);
+    }
+    p.idle();
+    let lines = p.net.lines();
+    let at = |t: &str, op: &str| {
+        lines
+            .iter()
+            .filter(|l| l.starts_with(&format!("{t} ")) && l.contains(op))
+            .count()
+    };
+    assert_eq!(at("0.000", "0>1 RC_FETCH_ADD"), 128, "{lines:#?}");
+    assert_eq!(at("5.000", "1>0 RC_ATOMIC_ACKNOWLEDGE"), 128, "{lines:#?}");
+    assert_eq!(at("10.000", "0>1 RC_FETCH_ADD"), 2, "{lines:#?}");
+    assert_eq!(at("15.000", "1>0 RC_ATOMIC_ACKNOWLEDGE"), 2, "{lines:#?}");
+    assert_eq!(lines.len(), 260, "{lines:#?}");
+    assert_eq!(p.swc(0).len(), 130);
+    assert_eq!(u64_at(&p, 1, 0x100), 130);
+    for i in 0..130u64 {
+        assert_eq!(u64_at(&p, 0, 0x1000 + 8 * i), i, "result of atomic {i}");
+    }
+
+    for psn in [102, 101] {
+        let mut h = Headers::new(Bth::new(Opcode::RC_FETCH_ADD, b.qpn, Psn::new(psn)));
+        h.bth.ack_req = true;
+        h.atomic_eth = Some(AtomicEth {
+            va: b.mr.iova + 0x100,
+            rkey: b.mr.rkey,
+            swap_add: 1,
+            compare: 0,
+        });
+        p.net.inject(0, 1, &h, &[]);
+    }
+    p.idle();
+    let lines = p.net.lines();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(
+        lines[2].ends_with("1>0 RC_ATOMIC_ACKNOWLEDGE psn=102 ACK msn=130 orig=2"),
+        "{lines:#?}"
+    );
+    assert_eq!(u64_at(&p, 1, 0x100), 130, "a duplicate executed again");
+    assert_eq!(p.net.nodes[1].ep.stats().rx_duplicates, 2);
+    assert_eq!(p.net.nodes[1].ep.stats().drop_out_of_seq, 1);
 }

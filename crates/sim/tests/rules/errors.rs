@@ -360,6 +360,40 @@ fn responder_cq_overflow() {
     assert_eq!(p.swc(0)[0], "0 Send RetryExcErr len=8");
 }
 
+/// The same with the receive CQ created with IGNORE_OVERRUN: the third
+/// receive completion is dropped and counted, no CQ_ERR, the responder QP
+/// stays in RTS and ACKs all three SENDs (the data of the third is placed).
+#[test]
+fn responder_cq_overrun_ignored() {
+    let mut p = Pair::new(PairOpts {
+        cqe: 2,
+        retry_cnt: 0,
+        ..PairOpts::default()
+    });
+    let rcq = p.b.rcq;
+    p.net.nodes[1].ep.set_cq_ignore_overrun(rcq, true).unwrap();
+    for i in 0..3 {
+        p.recv(1, i, 64 * i, 64);
+    }
+    let data = p.pattern(0, 0, 8, 9);
+    for i in 0..3 {
+        // One at a time: the requester's CQ (2 entries too) is emptied
+        // after each.
+        p.post(0, wr(i, WrOpcode::Send, vec![sge(&p.a, 0, 8)]));
+        p.idle();
+        assert_eq!(p.swc(0), [format!("{i} Send Success len=8")]);
+    }
+    assert_eq!(p.rwc(1), ["0 Recv Success len=8", "1 Recv Success len=8"]);
+    assert_eq!(p.state(1), QpState::Rts);
+    assert!(
+        p.net.nodes[1].events.is_empty(),
+        "{:?}",
+        p.net.nodes[1].events
+    );
+    assert_eq!(p.net.nodes[1].ep.stats().cq_overflows, 1);
+    assert_eq!(p.bytes(1, 128, 8), data);
+}
+
 /// A QP on an SRQ raises LAST_WQE_REACHED once when it enters ERR, not again
 /// for every WR posted to it afterwards (each of which flushes at once).
 #[test]

@@ -5,7 +5,7 @@ use super::pd::Pd;
 use crate::backend::{Backend, BackendInfo, rdma_core};
 use crate::{Error, Result};
 use softrdma_engine::{DeviceAttr, Engine, EngineConfig, PortAttr};
-use softrdma_transport::VerbsError;
+use softrdma_transport::{VerbsError, Wc};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -332,6 +332,29 @@ impl Context {
             Dev::Native(e) => e.shm_counters(),
             Dev::RdmaCore(_) => Vec::new(),
         }
+    }
+
+    /// Allocates `len` bytes of device memory aligned to `2^log_align`
+    /// (`ibv_alloc_dm`; at most `max_dm_size` bytes in use at once, see
+    /// [`DeviceMemory`](super::DeviceMemory)). Native backend only (`NotSupported` otherwise).
+    pub fn alloc_dm(&self, len: u64, log_align: u32) -> Result<super::DeviceMemory> {
+        super::DeviceMemory::alloc(self, len, log_align)
+    }
+
+    /// The device clock now, in nanoseconds (`ibv_query_rt_values_ex`'s
+    /// `raw_clock`): `CLOCK_MONOTONIC`, one clock for every process of the
+    /// host device. `None` on the rdma-core backend.
+    pub fn device_clock(&self) -> Option<u64> {
+        self.native().map(|e| e.device_clock_now())
+    }
+
+    /// When a completion of this device was queued: (device clock, wall
+    /// clock), in nanoseconds — what an extended CQ reports with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` and `..._WALLCLOCK`. `None` on
+    /// the rdma-core backend (its completions carry no time).
+    pub fn completion_time(&self, wc: &Wc) -> Option<(u64, u64)> {
+        self.native()
+            .map(|e| (e.device_clock(wc.timestamp), e.wallclock(wc.timestamp)))
     }
 
     /// The engine behind this context (for the C ABI and tools).

@@ -50,6 +50,7 @@
 
 pub(crate) mod cq;
 pub(crate) mod device;
+mod dm;
 mod mr;
 pub(crate) mod pd;
 pub(crate) mod qp;
@@ -57,6 +58,7 @@ pub(crate) mod qp;
 pub use crate::backend::{BACKEND_ENV, Backend, BackendInfo};
 pub use cq::{CompChannel, Cq, CqId};
 pub use device::{Context, DeviceBuilder, Gid, devices};
+pub use dm::{DeviceMemory, DmMr};
 pub use mr::{Mr, RawMr, RemoteBuf};
 pub use pd::{Ah, Pd};
 pub use qp::{ConnectParams, Qp, QpInit, Srq};

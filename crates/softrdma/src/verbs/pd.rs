@@ -97,6 +97,19 @@ impl Pd {
         Srq::new(self, max_wr, max_sge, limit)
     }
 
+    /// Registers `[offset, offset + len)` of device memory as a zero-based
+    /// region (`ibv_reg_dm_mr`; `ZERO_BASED` is added to `access`). Native
+    /// backend only.
+    pub fn reg_dm_mr(
+        &self,
+        dm: &super::DeviceMemory,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<super::DmMr> {
+        super::DmMr::new(self, dm, offset, len, access)
+    }
+
     /// Creates an address handle for UD sends.
     ///
     /// A datagram from one UD QP to another (here both on this device); the

@@ -285,11 +285,14 @@ impl Qp {
         })
     }
 
-    /// Queues a completion; false if the CQ overflowed (the caller moves the QP to ERR).
-    pub(crate) fn push_wc(ctx: &mut Ctx<'_>, cq: CqHandle, wc: Wc, solicited: bool) -> bool {
+    /// Queues a completion; false if the CQ overflowed (the caller moves the
+    /// QP to ERR), unless the CQ ignores overruns: then the completion is
+    /// dropped (counted) and the QP carries on.
+    pub(crate) fn push_wc(ctx: &mut Ctx<'_>, cq: CqHandle, mut wc: Wc, solicited: bool) -> bool {
         let Some(c) = ctx.cqs.get_mut(cq.0) else {
             return false;
         };
+        wc.timestamp = ctx.now;
         match c.push(wc, solicited) {
             Ok(fire) => {
                 if fire {
@@ -299,6 +302,10 @@ impl Qp {
             }
             Err(_) => {
                 ctx.stats.cq_overflows += 1;
+                if c.ignore_overrun {
+                    // Lost without an error, as the application asked.
+                    return true;
+                }
                 ctx.events
                     .push_back(Event::CqAsync(cq, AsyncEventType::CqErr));
                 false
