@@ -91,6 +91,9 @@ pub struct Cm {
     out: VecDeque<Outgoing>,
     events: VecDeque<Event>,
     authority: Option<Box<dyn PortAuthority>>,
+    /// A REQ for a port another process of the host holds reached this one
+    /// (see [`Cm::take_misrouted`]).
+    misrouted: bool,
 }
 
 impl Cm {
@@ -109,6 +112,7 @@ impl Cm {
             out: VecDeque::new(),
             events: VecDeque::new(),
             authority: None,
+            misrouted: false,
         }
     }
 
@@ -1066,7 +1070,12 @@ impl Cm {
     /// (Debian's qperf 0.4.11 does, fixed upstream in 2018), and a listener
     /// of another process is reached once steering has caught up. Linux's
     /// CM rejects at once; with its slower path the race is rarely lost.
-    pub(crate) fn bound_without_listener(&self, ps: PortSpace, port: u16, addr: IpAddr) -> bool {
+    pub(crate) fn bound_without_listener(
+        &mut self,
+        ps: PortSpace,
+        port: u16,
+        addr: IpAddr,
+    ) -> bool {
         let here = self.ports.get(&(ps, port)).is_some_and(|users| {
             users.iter().any(|h| {
                 self.ids.get(h).is_some_and(|i| {
@@ -1076,10 +1085,22 @@ impl Cm {
                 })
             })
         });
-        here || self
+        if here {
+            return true;
+        }
+        let elsewhere = self
             .authority
             .as_ref()
-            .is_some_and(|a| a.bound_on_host(ps.value(), port, addr))
+            .is_some_and(|a| a.bound_on_host(ps.value(), port, addr));
+        self.misrouted |= elsewhere;
+        elsewhere
+    }
+
+    /// Whether a connection request meant for another process of the host
+    /// (it holds the port) reached this one since the last call: the host
+    /// device's steering table is stale, and the engine reconciles it.
+    pub fn take_misrouted(&mut self) -> bool {
+        std::mem::take(&mut self.misrouted)
     }
     pub(crate) fn cfg(&self) -> &CmConfig {
         &self.cfg

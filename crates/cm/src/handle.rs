@@ -64,7 +64,7 @@ impl Cm {
 
     /// Whether a request no listener took is for a port bound on this host
     /// (see [`Cm::bound_without_listener`]): then it is dropped, not refused.
-    fn awaits_listener(&self, dst: IpAddr, service_id: u64, private_data: &[u8]) -> bool {
+    fn awaits_listener(&mut self, dst: IpAddr, service_id: u64, private_data: &[u8]) -> bool {
         request_target(dst, service_id, private_data)
             .is_some_and(|(ps, port, target)| self.bound_without_listener(ps, port, target))
     }

@@ -264,9 +264,15 @@ impl HostMember {
     /// the program. Runs off the progress thread (it waits for this
     /// process's own report too), after [`HostMember::should_reconcile`].
     pub(crate) fn reconcile(&self, socket: &RoceSocket) -> io::Result<()> {
-        let r = self.reconcile_locked(socket);
+        let mut r = Ok(Round::Done);
+        for _ in 0..MAX_ROUNDS {
+            r = self.reconcile_locked(socket);
+            if !matches!(r, Ok(Round::Again)) {
+                break;
+            }
+        }
         self.reconcile_done();
-        r
+        r.map(drop)
     }
 
     /// A reconciliation ended (or could not start).
@@ -274,11 +280,14 @@ impl HostMember {
         self.reconciling.store(false, Ordering::Release);
     }
 
-    fn reconcile_locked(&self, socket: &RoceSocket) -> io::Result<()> {
-        // Probes go out under the registry lock; the answers are awaited
-        // without it (an application thread of a member may wait for the
-        // lock while its progress thread has yet to answer). A join or leave
-        // meanwhile changes the epoch, and this round gives way to it.
+    /// One round. Probes go out under the registry lock; the answers are
+    /// awaited without it (an application thread of a member may wait for
+    /// the lock while its progress thread has yet to answer). A join or
+    /// leave meanwhile changes the epoch: this round gives way to it and
+    /// asks for another. So does a round a live member did not answer in
+    /// time (its table is applied; that member's traffic falls back to
+    /// index 0 until the next round).
+    fn reconcile_locked(&self, socket: &RoceSocket) -> io::Result<Round> {
         let (epoch, n, expect) = {
             let g = self.registry.lock()?;
             let mut state = self.registry.read_group(&g, self.addr.ip())?;
@@ -300,7 +309,7 @@ impl HostMember {
                 // whatever the program says.
                 state.members = vec![self.slot()];
                 self.registry.write_group(&g, self.addr.ip(), &state)?;
-                return self.attach(socket, &state);
+                return self.attach(socket, &state).map(|()| Round::Done);
             }
             self.registry.write_group(&g, self.addr.ip(), &state)?;
             // The group holds at most the sockets the table listed (joins
@@ -327,13 +336,31 @@ impl HostMember {
         let g = self.registry.lock()?;
         let mut state = self.registry.read_group(&g, self.addr.ip())?;
         if state.epoch != epoch {
-            return Ok(());
+            return Ok(Round::Again);
         }
         state.members = table_from_reports(n as usize, &reports);
         self.registry.write_group(&g, self.addr.ip(), &state)?;
-        self.attach(socket, &state)
+        self.attach(socket, &state)?;
+        let missing = expect
+            .iter()
+            .any(|s| !reports.iter().any(|(rs, _)| rs == s) && self.registry.is_alive(*s));
+        Ok(if missing { Round::Again } else { Round::Done })
     }
 }
+
+/// How a reconciliation round ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    Done,
+    /// It gave way to a join or leave, or a live member did not answer.
+    Again,
+}
+
+/// Rounds one reconciliation runs at most. In pyverbs' rdmacm tests (two
+/// members joining at once next to dead ones) a round gave way to the other
+/// joiner's epoch, or missed a member busy starting up, and the one after
+/// it completed; a stopped member must not keep the thread going.
+const MAX_ROUNDS: usize = 3;
 
 /// Host-wide rdma_cm ports: each bound id holds a lease in the registry.
 #[derive(Debug)]

@@ -128,5 +128,6 @@ pub use socket::{
 };
 pub use steer::{
     SteerError, SteerProgram, SteerTable, dest_qpn, member_slot, parse_probe, probe_datagram,
+    qp1_answer_slot,
 };
 pub use wake::{EventFd, EventFdOptions, Events, Interest, Poller, TimerFd, TimerMode, Waker};

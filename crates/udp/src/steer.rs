@@ -228,32 +228,60 @@ impl SteerTable {
 
     /// The member slot a QP1 datagram is for, per the rules in the module doc.
     fn qp1_slot(&self, p: &[u8]) -> Option<u8> {
-        if p.len() < QP1_MIN_LEN as usize {
-            return None;
+        match qp1_kind(p)? {
+            Qp1Kind::Request(sid) => self
+                .listeners
+                .iter()
+                .find(|&&(s, _)| s == sid)
+                .map(|&(_, slot)| slot),
+            Qp1Kind::Answer(slot) => Some(slot),
+            Qp1Kind::Other => None,
         }
-        let byte = |off: u32| p.get(off as usize).copied();
-        if u32::from(byte(OFF_MGMT_CLASS)?) == MGMT_CLASS_CM {
-            let attr =
-                u32::from(byte(OFF_ATTRIBUTE_ID)?) << 8 | u32::from(byte(OFF_ATTRIBUTE_ID + 1)?);
-            match attr {
-                ATTR_REQ | ATTR_SIDR_REQ => {
-                    let sid = be64(p, OFF_SERVICE_ID as usize)?;
-                    return self
-                        .listeners
-                        .iter()
-                        .find(|&&(s, _)| s == sid)
-                        .map(|&(_, slot)| slot);
-                }
-                ATTR_SIDR_REP => return byte(OFF_REQUEST_ID),
-                ATTR_MRA..=ATTR_APR => return byte(OFF_REMOTE_COMM_ID),
-                _ => {}
+    }
+}
+
+/// What steers a QP1 datagram: a connection request's ServiceID, or the
+/// member slot an answer names.
+enum Qp1Kind {
+    Request(u64),
+    Answer(u8),
+    Other,
+}
+
+fn qp1_kind(p: &[u8]) -> Option<Qp1Kind> {
+    if p.len() < QP1_MIN_LEN as usize {
+        return None;
+    }
+    let byte = |off: u32| p.get(off as usize).copied();
+    if u32::from(byte(OFF_MGMT_CLASS)?) == MGMT_CLASS_CM {
+        let attr = u32::from(byte(OFF_ATTRIBUTE_ID)?) << 8 | u32::from(byte(OFF_ATTRIBUTE_ID + 1)?);
+        match attr {
+            ATTR_REQ | ATTR_SIDR_REQ => {
+                return Some(Qp1Kind::Request(be64(p, OFF_SERVICE_ID as usize)?));
             }
+            ATTR_SIDR_REP => return byte(OFF_REQUEST_ID).map(Qp1Kind::Answer),
+            ATTR_MRA..=ATTR_APR => return byte(OFF_REMOTE_COMM_ID).map(Qp1Kind::Answer),
+            _ => {}
         }
-        if u32::from(byte(OFF_METHOD)?) & METHOD_RESPONSE != 0 {
-            byte(OFF_TRANSACTION_ID)
-        } else {
-            None
-        }
+    }
+    if u32::from(byte(OFF_METHOD)?) & METHOD_RESPONSE != 0 {
+        byte(OFF_TRANSACTION_ID).map(Qp1Kind::Answer)
+    } else {
+        Some(Qp1Kind::Other)
+    }
+}
+
+/// The member slot a QP1 answer (REP, RTU, REJ, MRA, DREQ, DREP, SIDR_REP, a
+/// MAD response) is for: the top byte of the comm ID, request ID or TID its
+/// asker chose. `None` for requests and anything else. A member receiving an
+/// answer for another slot knows the group's table is stale.
+pub fn qp1_answer_slot(payload: &[u8]) -> Option<u8> {
+    if dest_qpn(payload)? != QP1 {
+        return None;
+    }
+    match qp1_kind(payload)? {
+        Qp1Kind::Answer(slot) => Some(slot),
+        _ => None,
     }
 }
 

@@ -8,14 +8,15 @@ use crate::cm::EpQps;
 use crate::host::HostMember;
 use softrdma_transport::{GSI_QPN, MULTICAST_QPN};
 use softrdma_udp::RecvBatch;
-use softrdma_udp::steer::{dest_qpn, member_slot, parse_probe};
+use softrdma_udp::steer::{dest_qpn, member_slot, parse_probe, qp1_answer_slot};
 use std::sync::Arc;
 
 /// What the receive path noticed about the host device in one burst.
 #[derive(Debug, Default)]
 pub(super) struct Noticed {
-    /// A packet for another member's QP arrived: the group's table is stale.
-    misrouted: bool,
+    /// A packet for another member's QP, a CM answer or a connection
+    /// request for another member arrived: the group's table is stale.
+    pub(super) misrouted: bool,
 }
 
 impl Shared {
@@ -35,6 +36,12 @@ impl Shared {
             && qpn != MULTICAST_QPN
             && member_slot(qpn) != h.slot()
         {
+            n.misrouted = true;
+        }
+        // A CM answer (REP, REJ, DREQ, ...) for another member: the CM here
+        // ignores it, and its asker would only retransmit into the same
+        // stale table.
+        if qp1_answer_slot(pkt).is_some_and(|s| s != 0 && s != h.slot()) {
             n.misrouted = true;
         }
         false

@@ -123,10 +123,14 @@ impl Shared {
                         if self.notice(d.data, &mut noticed) {
                             continue;
                         }
-                        if crate::cm::is_gsi(d.data) {
+                        let gsi = crate::cm::is_gsi(d.data);
+                        if gsi {
                             self.shm_poll_locked(&mut core, now, usize::MAX, requests);
                         }
                         *requests += u64::from(self.deliver(&mut core, now, &dg, true));
+                        if gsi && core.cm.take_misrouted() {
+                            noticed.misrouted = true;
+                        }
                     }
                     self.after(&mut core);
                 }
