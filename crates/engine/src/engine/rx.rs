@@ -126,7 +126,7 @@ impl Shared {
                         if crate::cm::is_gsi(d.data) {
                             self.shm_poll_locked(&mut core, now, usize::MAX, requests);
                         }
-                        *requests += u64::from(self.deliver(&mut core, now, &dg, true));
+                        *requests += u64::from(self.deliver(&mut core, now, &dg, None));
                     }
                     self.after(&mut core);
                 }
@@ -219,5 +219,7 @@ impl Shared {
 /// Whether a RoCE packet is an RC response (ACK, READ response, atomic ACK),
 /// which only its requester waits for, rather than a request a responder serves.
 pub(super) fn is_rc_response(pkt: &[u8]) -> bool {
-    pkt.first().is_some_and(|&op| (0x0D..=0x12).contains(&op))
+    // 0xE3: softrdma's peer-copy READ response (`softrdma_wire::peer`).
+    pkt.first()
+        .is_some_and(|&op| (0x0D..=0x12).contains(&op) || op == 0xE3)
 }
