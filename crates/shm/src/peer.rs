@@ -147,17 +147,13 @@ mod tests {
         }];
         let me = std::process::id();
         let unmapped = [Range { addr: 16, len: 16 }];
-        // SAFETY (all four): `dst` is ours and writable.
-        assert_eq!(
-            unsafe { read_from(me, &unmapped, &d) },
-            Err(CopyError::Fault)
-        );
+        // SAFETY: `dst` is ours, writable and not borrowed during the call.
+        let r = unsafe { read_from(me, &unmapped, &d) };
+        assert_eq!(r, Err(CopyError::Fault));
         let short = [Range { addr: 16, len: 8 }];
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { read_from(me, &short, &d) },
-            Err(CopyError::Invalid)
-        );
+        let r = unsafe { read_from(me, &short, &d) };
+        assert_eq!(r, Err(CopyError::Invalid));
         // A pid that cannot exist (above the kernel's PID_MAX_LIMIT).
         let src = [0u8; 16];
         // SAFETY: as above.
