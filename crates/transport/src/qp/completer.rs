@@ -205,6 +205,11 @@ impl Qp {
         }
         let mtu = u64::from(self.mtu(ctx.config));
         let w = &self.sq[0];
+        if w.peer {
+            // Asked for as a peer copy: only its one-packet answer completes it.
+            ctx.stats.drop_malformed += 1;
+            return;
+        }
         let idx = psn.diff(w.first_psn) as u64;
         let off = idx * mtu;
         let expect = (u64::from(w.len) - off).min(mtu) as usize;
