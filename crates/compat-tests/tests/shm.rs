@@ -4,7 +4,7 @@
 //! RDMA WRITEs, READs or atomics on the shared-memory path leaves its
 //! survivor with an error completion, never a hang.
 //!
-//! Large RDMA WRITEs and READs on the path are peer copies
+//! Large SENDs, RDMA WRITEs and READs on the path are peer copies
 //! (`process_vm_readv` by the destination's owner); with the path off,
 //! perftest keeps to UDP.
 //!
@@ -163,13 +163,17 @@ fn perftest_pair(program: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf
     (ss, cs)
 }
 
-/// Every 1 MiB WRITE is one copy by the responder (the server), every
-/// 64 KiB READ one by the requester (the client); nothing fails.
+/// Every 1 MiB WRITE and 64 KiB SEND is one copy by the responder (the
+/// server), every 64 KiB READ one by the requester (the client); nothing
+/// fails.
 #[test]
 fn large_writes_and_reads_are_peer_copies() {
     require_compat_dir();
     let (ss, cs) = perftest_pair("ib_write_bw", &["-s", "1048576", "-n", "200"], &ON);
     assert!(counter(&ss, "shm_peer_copies").is_some_and(|n| n >= 200));
+    assert_eq!(counter(&cs, "shm_peer_copies"), Some(0));
+    let (ss, cs) = perftest_pair("ib_send_bw", &["-s", "65536", "-n", "1000"], &ON);
+    assert!(counter(&ss, "shm_peer_copies").is_some_and(|n| n >= 1000));
     assert_eq!(counter(&cs, "shm_peer_copies"), Some(0));
     let (ss, cs) = perftest_pair("ib_read_bw", &["-s", "65536", "-n", "1000"], &ON);
     assert!(counter(&cs, "shm_peer_copies").is_some_and(|n| n >= 1000));

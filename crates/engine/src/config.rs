@@ -27,7 +27,7 @@ use std::io;
 ///   sides, such as qperf's server, hangs now and then with it; see
 ///   `engine/shm.rs`);
 /// - `SOFTRDMA_PEER_COPY=0`: with the same-host path on, keep every byte in
-///   packets (no peer copy of large WRITEs and READs with `process_vm_readv`;
+///   packets (no peer copy of large SENDs, WRITEs and READs with `process_vm_readv`;
 ///   see `engine/shm/peer_copy.rs`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]

@@ -697,7 +697,7 @@ impl Endpoint {
 
     /// Whether the peer of RC QP `qpn` is a process of this host reached
     /// through a shared-memory lane, each able to copy from the other's
-    /// memory (the driver checked): its WRITEs and READs of
+    /// memory (the driver checked): its SENDs, WRITEs and READs of
     /// [`crate::PEER_COPY_MIN`] bytes or more then go as one peer-copy
     /// packet each (`qp/peer.rs`). Messages already started keep their form.
     pub fn set_peer_copy(&mut self, qpn: Qpn, on: bool) -> Result<(), VerbsError> {

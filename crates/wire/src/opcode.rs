@@ -259,6 +259,9 @@ opcodes! {
     SOFTRDMA_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE_PEER = 0xE1;
     SOFTRDMA_RC_RDMA_READ_REQUEST_PEER = 0xE2;
     SOFTRDMA_RC_RDMA_READ_RESPONSE_ONLY_PEER = 0xE3;
+    SOFTRDMA_RC_SEND_ONLY_PEER = 0xE4;
+    SOFTRDMA_RC_SEND_ONLY_WITH_IMMEDIATE_PEER = 0xE5;
+    SOFTRDMA_RC_SEND_ONLY_WITH_INVALIDATE_PEER = 0xE6;
 }
 
 impl Opcode {
@@ -377,6 +380,19 @@ const fn peer_info(op: u8) -> Option<OpcodeInfo> {
             "SOFTRDMA_RC_RDMA_READ_RESPONSE_ONLY_PEER",
             O::ReadResponse,
             H::AETH,
+            true,
+        ),
+        0xE4 => ("SOFTRDMA_RC_SEND_ONLY_PEER", O::Send, H::NONE, true),
+        0xE5 => (
+            "SOFTRDMA_RC_SEND_ONLY_WITH_IMMEDIATE_PEER",
+            O::Send,
+            H::IMM,
+            true,
+        ),
+        0xE6 => (
+            "SOFTRDMA_RC_SEND_ONLY_WITH_INVALIDATE_PEER",
+            O::Send,
+            H::IETH,
             true,
         ),
         _ => return None,
@@ -556,8 +572,8 @@ mod tests {
                 assert!(!i.name.is_empty());
             }
         }
-        // 25 RC + 12 UC + 2 UD + CNP + 4 softrdma peer-copy
-        assert_eq!(known, 44);
+        // 25 RC + 12 UC + 2 UD + CNP + 7 softrdma peer-copy
+        assert_eq!(known, 47);
     }
 
     #[test]

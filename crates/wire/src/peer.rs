@@ -1,4 +1,6 @@
-//! The payload of softrdma's peer-copy opcodes ([`crate::OpcodeInfo::peer`]):
+//! The payload of softrdma's peer-copy opcodes (0xE0..=0xE6: RDMA WRITE
+//! ONLY [with immediate], RDMA READ request and response ONLY, SEND ONLY
+//! [with immediate | invalidate]) ([`crate::OpcodeInfo::peer`]):
 //! a list of memory ranges in the sending process, which the receiver copies
 //! from (one copy, `process_vm_readv`) instead of taking bytes out of the
 //! packet. A softrdma-private extension, used only between softrdma

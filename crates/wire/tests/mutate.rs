@@ -136,8 +136,8 @@ fn synthetic_packets(rng: &mut Rng) -> Vec<Vec<u8>> {
         pkt.extend_from_slice(&roce);
         out.push(pkt);
     }
-    // 40 IBTA opcodes and softrdma's 4 peer-copy ones.
-    assert_eq!(out.len(), 44);
+    // 40 IBTA opcodes and softrdma's 7 peer-copy ones.
+    assert_eq!(out.len(), 47);
     out
 }
 

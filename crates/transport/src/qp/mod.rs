@@ -197,7 +197,7 @@ pub(crate) struct Qp {
     pub(crate) scheduled: bool,
     /// The peer QP is in a process of this host reached through a
     /// shared-memory lane that can copy from ours and we from its: large
-    /// WRITEs and READs go as one peer-copy packet (`peer.rs`).
+    /// SENDs, WRITEs and READs go as one peer-copy packet (`peer.rs`).
     pub(crate) peer_copy: bool,
     pub(crate) comm_est_sent: bool,
 }

@@ -1,12 +1,14 @@
 //! Peer copy (issue 17, step 2): on an RC QP whose peer is a process of this
-//! host reached through a shared-memory lane, a large RDMA WRITE or READ is
-//! one packet listing memory ranges (`softrdma_wire::peer`), and whoever
+//! host reached through a shared-memory lane, a large SEND, RDMA WRITE or
+//! READ is one packet listing memory ranges (`softrdma_wire::peer`), and whoever
 //! owns the destination copies the data straight from the other process
 //! ([`crate::Memory::read_peer`]; the engine uses `process_vm_readv`):
 //!
 //! - WRITE: the requester lists its SGEs' host ranges (lkeys checked); the
 //!   responder checks rkey, PD, rights and bounds as for any WRITE, then
 //!   copies from them into its MR and ACKs.
+//! - SEND: likewise into the receive WQE's SGEs (lkeys checked for
+//!   LOCAL_WRITE, length against the WQE's capacity).
 //! - READ: the responder checks the rkey and answers with the range of its
 //!   MR; the requester, its WQE still outstanding, copies from it into its
 //!   SGEs (lkeys checked for LOCAL_WRITE).
@@ -37,7 +39,12 @@ impl Qp {
             && qp_type == QpType::Rc
             && matches!(
                 w.wr.opcode,
-                WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead
+                WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::RdmaRead
+                    | WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::SendWithInv
             )
             && w.wr.inline.is_none()
             && w.len >= PEER_COPY_MIN
@@ -62,18 +69,30 @@ impl Qp {
         let oc = match op {
             WrOpcode::RdmaRead => Opcode::SOFTRDMA_RC_RDMA_READ_REQUEST_PEER,
             WrOpcode::RdmaWriteWithImm => Opcode::SOFTRDMA_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE_PEER,
+            WrOpcode::Send => Opcode::SOFTRDMA_RC_SEND_ONLY_PEER,
+            WrOpcode::SendWithImm => Opcode::SOFTRDMA_RC_SEND_ONLY_WITH_IMMEDIATE_PEER,
+            WrOpcode::SendWithInv => Opcode::SOFTRDMA_RC_SEND_ONLY_WITH_INVALIDATE_PEER,
             _ => Opcode::SOFTRDMA_RC_RDMA_WRITE_ONLY_PEER,
         };
         let mut h = Headers::new(bth(oc, dest_qp, psn));
-        h.reth = Some(reth);
         h.bth.ack_req = true;
+        let send = matches!(
+            op,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv
+        );
+        if !send {
+            h.reth = Some(reth);
+        }
         if op == WrOpcode::RdmaRead {
             return Ok((h, Vec::new()));
         }
-        if op == WrOpcode::RdmaWriteWithImm {
-            h.imm = Some(w.wr.imm_data);
-            h.bth.se = w.wr.flags.contains(SendFlags::SOLICITED);
+        match op {
+            WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => h.imm = Some(w.wr.imm_data),
+            WrOpcode::SendWithInv => h.ieth = Some(w.wr.imm_data),
+            _ => {}
         }
+        // The solicited bit goes with SENDs and immediates (IBTA 9.2.3).
+        h.bth.se = (send || h.imm.is_some()) && w.wr.flags.contains(SendFlags::SOLICITED);
         let segs = sgl::host_ranges(ctx.mrs, pd, &w.wr.sgl, w.len, Access::EMPTY)
             .map_err(|_| WcStatus::LocProtErr)?;
         let mut p = vec![0; softrdma_wire::peer_payload_len(segs.len())];

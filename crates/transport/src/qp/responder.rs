@@ -251,6 +251,9 @@ impl Qp {
         mem: &mut dyn crate::Memory,
         pkt: &Packet<'_>,
     ) -> Result<(), Fail> {
+        if pkt.info.peer {
+            return self.send_peer(ctx, mem, pkt);
+        }
         let pos = pkt.info.position;
         let mtu = self.mtu(ctx.config) as usize;
         if !Self::check_len(pos, pkt.payload.len(), mtu) {

@@ -1,5 +1,5 @@
 //! Peer copy on the same-host path (issue 17, step 2; the transport's
-//! `qp/peer.rs`): large WRITEs and READs of an RC QP whose peer sits behind
+//! `qp/peer.rs`): large SENDs, WRITEs and READs of an RC QP whose peer sits behind
 //! a lane travel as one packet naming memory ranges, and the owner of the
 //! destination copies them from the other process with `process_vm_readv`.
 //!
@@ -173,7 +173,7 @@ impl Shared {
             eprintln!(
                 "softrdma: QP to {dest_ip} QPN {dest_qpn:#x}: {}",
                 if ok {
-                    "peer copy for large WRITEs and READs"
+                    "peer copy for large SENDs, WRITEs and READs"
                 } else {
                     "no peer copy"
                 }

@@ -1,12 +1,14 @@
 //! The responder's side of peer copy (`qp/peer.rs`): a WRITE copied from the
-//! requester's ranges into the MR after the usual checks, and the one-packet
-//! answer to a READ naming the checked range of the MR.
+//! requester's ranges into the MR after the usual checks, a SEND into the
+//! receive WQE's SGEs, and the one-packet answer to a READ naming the
+//! checked range of the MR.
 
-use super::{ACK, Fail};
+use super::{ACK, Fail, ScatterError};
 use crate::endpoint::Transmit;
 use crate::mr::PeerCopyError;
-use crate::qp::{Ctx, Path, Qp, RespOut, bth};
-use crate::types::{Access, WcStatus};
+use crate::qp::{Ctx, InProgress, Path, Qp, RespOut, bth, sgl};
+use crate::types::{Access, WcFlags, WcOpcode, WcStatus};
+use crate::wr::Wc;
 use softrdma_wire::{Aeth, Headers, NakCode, Opcode, Packet, PeerSeg, Psn, Syndrome};
 
 /// What a failed copy from the requester becomes.
@@ -54,6 +56,65 @@ impl Qp {
         self.resp.cur = None;
         self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
         Ok(Some(reth.dma_len))
+    }
+
+    /// A whole SEND by peer copy into the next receive WQE.
+    pub(super) fn send_peer(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fail> {
+        let invalid = Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr);
+        let (src, total) = softrdma_wire::read_peer_segs(pkt.payload).map_err(|_| invalid)?;
+        let len = u32::try_from(total)
+            .ok()
+            .filter(|&l| l <= ctx.config.limits.max_msg_sz)
+            .ok_or(invalid)?;
+        let wqe = self.take_recv_wqe(ctx).ok_or(Fail::Rnr)?;
+        let dst = sgl::host_ranges(ctx.mrs, self.pd, &wqe.sgl, len, Access::LOCAL_WRITE);
+        // From here a failure completes the WQE with its status (`fail_recv`).
+        self.resp.cur = Some(InProgress::Send { wqe, offset: 0 });
+        let dst = dst.map_err(|e| match e {
+            ScatterError::TooLong => Fail::Nak(NakCode::InvalidRequest, WcStatus::LocLenErr),
+            ScatterError::Prot(_) => Fail::Nak(NakCode::RemoteOperational, WcStatus::LocProtErr),
+        })?;
+        if len > 0 {
+            match mem.read_peer(&src, &dst) {
+                Ok(()) => {}
+                // The requester is gone: nothing answered, the WQE kept
+                // for the next SEND.
+                Err(PeerCopyError::Gone) => {
+                    if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
+                        self.resp.spare = Some(wqe);
+                    }
+                    return Err(Fail::Drop);
+                }
+                Err(e) => return Err(copy_fail(e)),
+            }
+        }
+        self.resp.psn = self.resp.psn.add(1);
+        if let Some(rkey) = pkt.hdr.ieth
+            && crate::mw::remote_invalidate(ctx.mws, self.pd, rkey).is_err()
+        {
+            return Err(invalid);
+        }
+        let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() else {
+            unreachable!("set above")
+        };
+        self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+        let mut wc = Wc::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+        wc.byte_len = len;
+        if let Some(imm) = pkt.hdr.imm {
+            wc.imm_data = imm;
+            wc.wc_flags = WcFlags::WITH_IMM;
+        }
+        if let Some(rkey) = pkt.hdr.ieth {
+            wc.imm_data = rkey;
+            wc.wc_flags = WcFlags::WITH_INV;
+        }
+        self.complete_recv(ctx, wc, pkt.hdr.bth.se);
+        Ok(())
     }
 
     /// The answer to a peer-copy READ: the host range of `[va, va + len)`
