@@ -215,13 +215,18 @@ impl Engine {
     }
 
     /// When a modify gives a QP its destination: whether it may use peer
-    /// copy (same-host path; decided before the engine lock is taken).
+    /// copy (same-host path; decided before the engine lock is taken). A
+    /// new address without a destination QPN turns it off (a path change).
     fn peer_copy_for(&self, attr: &QpAttr, mask: QpAttrMask) -> Option<bool> {
-        mask.contains(QpAttrMask::AV | QpAttrMask::DEST_QPN)
-            .then(|| {
-                self.shared
-                    .peer_copy_to(attr.ah_attr.dest_ip(), attr.dest_qp_num)
-            })
+        if !mask.contains(QpAttrMask::AV) {
+            return None;
+        }
+        Some(
+            mask.contains(QpAttrMask::DEST_QPN)
+                && self
+                    .shared
+                    .peer_copy_to(attr.ah_attr.dest_ip(), attr.dest_qp_num),
+        )
     }
 
     fn set_peer_copy(ep: &mut softrdma_transport::Endpoint, qpn: Qpn, copy: Option<bool>) {
