@@ -156,9 +156,28 @@ fn perftest_pair(program: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf
     let saddr = server.addr.to_string();
     let mut cargs = sargs.clone();
     cargs.push(&saddr);
-    let mut c = with_env(client.command(&cargs), env);
-    c.env("SOFTRDMA_STATS", &cs);
-    let out = run_pair(&mut s, port.parse().unwrap(), &mut c, TIMEOUT);
+    let client_cmd = || {
+        let mut c = with_env(client.command(&cargs), env);
+        c.env("SOFTRDMA_STATS", &cs);
+        c
+    };
+    let out = if args.contains(&"-R") {
+        // rdma_cm: the server listens on the CM port, not on TCP.
+        let (turned_away, end) = (
+            softrdma_compat_tests::perftest::perftest_turned_away,
+            softrdma_compat_tests::cm::ServerEnd::Exits,
+        );
+        softrdma_compat_tests::cm::run_cm_pair(
+            &mut s,
+            server.addr,
+            client_cmd,
+            turned_away,
+            end,
+            TIMEOUT,
+        )
+    } else {
+        run_pair(&mut s, port.parse().unwrap(), &mut client_cmd(), TIMEOUT)
+    };
     assert!(out.both_succeeded(), "{program}:\n{out}");
     (ss, cs)
 }
@@ -182,6 +201,15 @@ fn large_writes_and_reads_are_peer_copies() {
         assert_eq!(counter(f, "shm_peer_copy_failed"), Some(0));
         assert_eq!(counter(f, "shm_peer_dropped"), Some(0));
     }
+}
+
+/// QPs connected through rdma_cm (perftest `-R`) use peer copy too.
+#[test]
+fn rdma_cm_connected_qps_use_peer_copy() {
+    require_compat_dir();
+    let args = ["-R", "-s", "65536", "-n", "500"];
+    let (ss, _) = perftest_pair("ib_write_bw", &args, &ON);
+    assert!(counter(&ss, "shm_peer_copies").is_some_and(|n| n >= 500));
 }
 
 /// `SOFTRDMA_PEER_COPY=0` keeps the lanes but every byte in packets;

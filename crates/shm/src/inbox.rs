@@ -262,6 +262,49 @@ impl Inbox {
     }
 }
 
+/// Whether this process may copy from the memory of process `pid`, whose
+/// inbox header page is at `owner_addr` there: reads its magic.
+fn copy_probe(pid: u32, owner_addr: u64) -> bool {
+    let mut got = [0u8; 8];
+    let local = [crate::Range {
+        addr: got.as_mut_ptr() as u64,
+        len: 8,
+    }];
+    let remote = [crate::Range {
+        addr: owner_addr,
+        len: 8,
+    }];
+    // SAFETY: `got` is ours, writable, and not otherwise borrowed during the call.
+    let r = unsafe { crate::read_from(pid, &remote, &local) };
+    owner_addr != 0 && r.is_ok() && got == MAGIC
+}
+
+/// [`Outlet::can_copy_from_owner`] without attaching to a lane: opens the
+/// inbox of process `pid` at descriptor `fd` (as [`Outlet::attach`] does),
+/// reads where its owner maps it, and probes a copy from there.
+pub fn can_copy_from(pid: u32, fd: RawFd) -> bool {
+    let path = format!("/proc/{pid}/fd/{fd}");
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+    else {
+        return false;
+    };
+    if file.metadata().map(|m| m.len()).ok() != Some(INBOX_BYTES as u64) {
+        return false;
+    }
+    let Ok(header) = Map::new(&file, 0, PAGE) else {
+        return false;
+    };
+    // SAFETY: the header page is mapped; its first 48 bytes were written
+    // before the descriptor was published and never change.
+    let h = unsafe { std::slice::from_raw_parts(header.ptr, 48) };
+    let owner = u32::from_ne_bytes(h[32..36].try_into().unwrap_or_default());
+    let addr = u64::from_ne_bytes(h[40..48].try_into().unwrap_or_default());
+    h[..8] == MAGIC && owner == pid && copy_probe(pid, addr)
+}
+
 /// A peer's outlet: its lane in another process's (or its own) inbox.
 #[derive(Debug)]
 pub struct Outlet {
@@ -361,18 +404,7 @@ impl Outlet {
     /// an undumpable process) while the lane attached: the kernel checks
     /// ptrace *attach* rights for the copy and *read* rights for `/proc`.
     pub fn can_copy_from_owner(&self) -> bool {
-        let mut got = [0u8; 8];
-        let local = [crate::Range {
-            addr: got.as_mut_ptr() as u64,
-            len: 8,
-        }];
-        let remote = [crate::Range {
-            addr: self.owner_addr,
-            len: 8,
-        }];
-        // SAFETY: `got` is ours, writable, and not otherwise borrowed during the call.
-        let r = unsafe { crate::read_from(self.pid, &remote, &local) };
-        self.owner_addr != 0 && r.is_ok() && got == MAGIC
+        copy_probe(self.pid, self.owner_addr)
     }
 
     /// Pushes one datagram (see [`Ring::push`]).

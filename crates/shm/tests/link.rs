@@ -25,6 +25,8 @@ fn own_inbox_round_trip_through_proc_fd() {
     assert_eq!(inbox.lane_owner(9), 1);
     assert_eq!(inbox.lane_owner(10), 0);
     assert!(out.can_copy_from_owner());
+    assert!(softrdma_shm::can_copy_from(std::process::id(), inbox.fd()));
+    assert!(!softrdma_shm::can_copy_from(std::process::id(), 0));
 }
 
 #[test]

@@ -189,7 +189,17 @@ impl Shared {
         }
         if let Some(mad) = crate::cm::gsi_mad(d.payload) {
             let Core { ep, cm, .. } = core;
-            cm.handle_mad(now, d.src.ip(), d.dst_ip, mad, &mut EpQps { ep, now });
+            cm.handle_mad(
+                now,
+                d.src.ip(),
+                d.dst_ip,
+                mad,
+                &mut EpQps {
+                    ep,
+                    now,
+                    peer_copy: self.peer_copy_policy(),
+                },
+            );
         }
     }
 
@@ -208,7 +218,15 @@ impl Shared {
             let now = self.now();
             for a in gone {
                 let Core { ep, cm, .. } = &mut *core;
-                cm.peer_unreachable(now, a.ip(), &mut EpQps { ep, now });
+                cm.peer_unreachable(
+                    now,
+                    a.ip(),
+                    &mut EpQps {
+                        ep,
+                        now,
+                        peer_copy: self.peer_copy_policy(),
+                    },
+                );
             }
             self.after(&mut core);
         }

@@ -75,6 +75,8 @@ pub(crate) struct ShmPath {
     peer_copy: bool,
     /// Per lane: (producer incarnation, its pid), as last looked up.
     producers: Mutex<Vec<(u64, u32)>>,
+    /// Per member slot: (incarnation, whether we can copy from it), as last probed.
+    copyable: Mutex<Vec<(u64, bool)>>,
     pub(crate) peer_stats: PeerCopyStats,
 }
 
@@ -92,8 +94,6 @@ enum Link {
         out: Outlet,
         generation: u64,
         checked_at: u64,
-        /// Whether we can copy from the member's memory (probed when first asked).
-        copy: Option<bool>,
     },
     Down {
         retry_at: u64,
@@ -158,6 +158,7 @@ impl ShmPath {
             rx_by_progress: AtomicU64::new(0),
             peer_copy: peer_copy::allowed(),
             producers: Mutex::new(vec![(0, 0); 256]),
+            copyable: Mutex::new(vec![(0, false); 256]),
             peer_stats: PeerCopyStats::default(),
         })
     }
@@ -201,7 +202,6 @@ impl ShmPath {
                 out,
                 generation,
                 checked_at: now,
-                copy: None,
             },
             Err(e) => {
                 if std::env::var_os("SOFTRDMA_DEBUG").is_some() {

@@ -4,11 +4,12 @@
 //! destination copies them from the other process with `process_vm_readv`.
 //!
 //! - **Which QPs.** Decided when a QP gets its destination (`ibv_modify_qp`
-//!   with the address vector and destination QPN): its packets would take a
-//!   lane, the link is up, and this process can copy from the peer's memory
-//!   (`Outlet::can_copy_from_owner`; the peer's ability to copy from ours is
-//!   assumed the same, which holds unless Yama restricts ptrace, and then
-//!   peer copy is off). `SOFTRDMA_PEER_COPY=0` turns it off.
+//!   with the address vector and destination QPN, or the CM connecting it):
+//!   its packets would take a lane, and this process can copy from the
+//!   peer's memory (`softrdma_shm::can_copy_from`, which opens the peer's
+//!   inbox as a link does; the peer's ability to copy from ours is assumed
+//!   the same, which holds unless Yama restricts ptrace, and then peer copy
+//!   is off). `SOFTRDMA_PEER_COPY=0` turns it off.
 //! - **Which process.** A lane datagram's ranges are read from the process
 //!   holding the lane's slot in the registry, only while that holder's
 //!   incarnation is the one the lane records (`Inbox::lane_owner`), never a
@@ -17,12 +18,13 @@
 //!   link went down) is dropped, not sent over UDP: RC retransmits it, and
 //!   a peer that stays gone ends in `IBV_WC_RETRY_EXC_ERR`.
 
-use super::{Link, Links, ShmPath};
+use super::ShmPath;
 use crate::engine::Shared;
 use crate::memory::HostMemory;
 use softrdma_shm::{CopyError, Range};
-use softrdma_transport::{AtomicOp, Memory, PeerCopyError, PeerSeg};
-use std::net::{IpAddr, SocketAddr};
+use softrdma_transport::{AtomicOp, GSI_QPN, MULTICAST_QPN, Memory, PeerCopyError, PeerSeg};
+use softrdma_udp::steer::member_slot;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of the peer copies this process did (`SOFTRDMA_STATS`).
@@ -137,48 +139,67 @@ impl ShmPath {
     }
 }
 
-impl Links {
-    /// Whether this process can copy from member `slot`'s memory through
-    /// its link (attached, and probed once per link).
-    fn can_copy(&mut self, shm: &ShmPath, slot: u8, now: u64) -> bool {
-        if self.get(shm, slot, now).is_none() {
+impl ShmPath {
+    /// Whether QPs may use peer copy toward QP `dest_qpn` at an address
+    /// that is (`local`) or is not this host's: its datagrams take a lane
+    /// (a member's QPN at a local address), and this process can copy from
+    /// the member's memory (`can_copy_from`, probed once per incarnation of
+    /// the slot). Registry file reads; no engine lock.
+    pub(in crate::engine) fn peer_copy_to(&self, local: bool, dest_qpn: u32) -> bool {
+        let slot = member_slot(dest_qpn);
+        let member = dest_qpn != GSI_QPN && dest_qpn != MULTICAST_QPN && slot != 0;
+        if !(self.peer_copy && local && member) {
             return false;
         }
-        match &mut self.by_slot[usize::from(slot)] {
-            Link::Up { out, copy, .. } => *copy.get_or_insert_with(|| out.can_copy_from_owner()),
-            _ => false,
+        let Some(info) = self.registry.inbox(slot) else {
+            return false;
+        };
+        let mut cache = self.copyable.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = &mut cache[usize::from(slot)];
+        if entry.0 != info.generation {
+            *entry = (
+                info.generation,
+                softrdma_shm::can_copy_from(info.pid, info.fd),
+            );
         }
+        entry.1
+    }
+}
+
+impl crate::cm::PeerCopyPolicy for ShmPath {
+    fn peer_copy(&self, local: bool, dest_qpn: u32) -> bool {
+        let ok = self.peer_copy_to(local, dest_qpn);
+        debug_note(dest_qpn, ok);
+        ok
+    }
+}
+
+fn debug_note(dest_qpn: u32, ok: bool) {
+    if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+        let what = if ok {
+            "peer copy for large SENDs, WRITEs and READs"
+        } else {
+            "no peer copy"
+        };
+        eprintln!("softrdma: QP to QPN {dest_qpn:#x}: {what}");
     }
 }
 
 impl Shared {
     /// Whether an RC QP whose destination is QP `dest_qpn` at `dest_ip` may
-    /// use peer copy. Takes the transmit lock: call it holding no engine lock.
+    /// use peer copy (`ibv_modify_qp`; see [`ShmPath::peer_copy_to`]).
     pub(in crate::engine) fn peer_copy_to(&self, dest_ip: IpAddr, dest_qpn: u32) -> bool {
-        let Some(shm) = self.shm.as_ref().filter(|s| s.peer_copy) else {
+        let Some(shm) = &self.shm else {
             return false;
         };
-        let sockets = self.sockets();
-        let dst = SocketAddr::new(dest_ip, shm.port);
-        let Some(slot) = shm.slot_for(&dst, dest_qpn, &sockets) else {
-            return false;
-        };
-        let now = self.now().as_nanos();
-        let ok = {
-            let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-            tx.links.can_copy(shm, slot, now)
-        };
-        self.after_tx_lock();
-        if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
-            eprintln!(
-                "softrdma: QP to {dest_ip} QPN {dest_qpn:#x}: {}",
-                if ok {
-                    "peer copy for large SENDs, WRITEs and READs"
-                } else {
-                    "no peer copy"
-                }
-            );
-        }
-        ok
+        let local = dest_ip.to_canonical().is_loopback() || self.sockets().has(dest_ip);
+        crate::cm::PeerCopyPolicy::peer_copy(shm, local, dest_qpn)
+    }
+
+    /// What the CM asks when it connects a QP (none without the path).
+    pub(in crate::engine) fn peer_copy_policy(&self) -> Option<&dyn crate::cm::PeerCopyPolicy> {
+        self.shm
+            .as_ref()
+            .map(|s| s as &dyn crate::cm::PeerCopyPolicy)
     }
 }
