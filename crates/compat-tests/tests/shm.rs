@@ -163,18 +163,8 @@ fn perftest_pair(program: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf
     };
     let out = if args.contains(&"-R") {
         // rdma_cm: the server listens on the CM port, not on TCP.
-        let (turned_away, end) = (
-            softrdma_compat_tests::perftest::perftest_turned_away,
-            softrdma_compat_tests::cm::ServerEnd::Exits,
-        );
-        softrdma_compat_tests::cm::run_cm_pair(
-            &mut s,
-            server.addr,
-            client_cmd,
-            turned_away,
-            end,
-            TIMEOUT,
-        )
+        let (turned_away, end) = (perftest::perftest_turned_away, cm::ServerEnd::Exits);
+        cm::run_cm_pair(&mut s, server.addr, client_cmd, turned_away, end, TIMEOUT)
     } else {
         run_pair(&mut s, port.parse().unwrap(), &mut client_cmd(), TIMEOUT)
     };
