@@ -4,8 +4,13 @@
 //! RDMA WRITEs, READs or atomics on the shared-memory path leaves its
 //! survivor with an error completion, never a hang.
 //!
+//! Large SENDs, RDMA WRITEs and READs on the path are peer copies
+//! (`process_vm_readv` by the destination's owner); with the path off,
+//! perftest keeps to UDP.
+//!
 //! Which path ran is read from the counters each process writes at exit
-//! (`SOFTRDMA_STATS`): `shm_tx`/`shm_rx` count datagrams through lanes.
+//! (`SOFTRDMA_STATS`): `shm_tx`/`shm_rx` count datagrams through lanes,
+//! `shm_peer_copies` the copies a process made from its peer's memory.
 //!
 //! Needs `cargo xtask compat`, ibverbs-utils and perftest; fails (never
 //! skips) without.
@@ -133,10 +138,97 @@ fn a_peer_without_the_path_is_reached_over_udp() {
     );
 }
 
+/// `program args` (perftest) between two processes with `env`; returns the
+/// server's and the client's stats files after both succeeded.
+fn perftest_pair(program: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf, PathBuf) {
+    let bin = require_binary(program);
+    let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let (ss, cs) = (
+        stats_file(&format!("{program}-s")),
+        stats_file(&format!("{program}-c")),
+    );
+    let port = unique_tcp_port().to_string();
+    let mut sargs = vec!["-p", &port];
+    sargs.extend_from_slice(args);
+    let mut s = with_env(server.command(&sargs), env);
+    s.env("SOFTRDMA_STATS", &ss);
+    let saddr = server.addr.to_string();
+    let mut cargs = sargs.clone();
+    cargs.push(&saddr);
+    let client_cmd = || {
+        let mut c = with_env(client.command(&cargs), env);
+        c.env("SOFTRDMA_STATS", &cs);
+        c
+    };
+    let out = if args.contains(&"-R") {
+        // rdma_cm: the server listens on the CM port, not on TCP.
+        let (turned_away, end) = (perftest::perftest_turned_away, cm::ServerEnd::Exits);
+        cm::run_cm_pair(&mut s, server.addr, client_cmd, turned_away, end, TIMEOUT)
+    } else {
+        run_pair(&mut s, port.parse().unwrap(), &mut client_cmd(), TIMEOUT)
+    };
+    assert!(out.both_succeeded(), "{program}:\n{out}");
+    (ss, cs)
+}
+
+/// Every 1 MiB WRITE and 64 KiB SEND is one copy by the responder (the
+/// server), every 64 KiB READ one by the requester (the client); nothing
+/// fails.
+#[test]
+fn large_writes_and_reads_are_peer_copies() {
+    require_compat_dir();
+    let (ss, cs) = perftest_pair("ib_write_bw", &["-s", "1048576", "-n", "200"], &ON);
+    assert!(counter(&ss, "shm_peer_copies").is_some_and(|n| n >= 200));
+    assert_eq!(counter(&cs, "shm_peer_copies"), Some(0));
+    let (ss, cs) = perftest_pair("ib_send_bw", &["-s", "65536", "-n", "1000"], &ON);
+    assert!(counter(&ss, "shm_peer_copies").is_some_and(|n| n >= 1000));
+    assert_eq!(counter(&cs, "shm_peer_copies"), Some(0));
+    let (ss, cs) = perftest_pair("ib_read_bw", &["-s", "65536", "-n", "1000"], &ON);
+    assert!(counter(&cs, "shm_peer_copies").is_some_and(|n| n >= 1000));
+    assert_eq!(counter(&ss, "shm_peer_copies"), Some(0));
+    for f in [&ss, &cs] {
+        assert_eq!(counter(f, "shm_peer_copy_failed"), Some(0));
+        assert_eq!(counter(f, "shm_peer_dropped"), Some(0));
+    }
+}
+
+/// QPs connected through rdma_cm (perftest `-R`) use peer copy too.
+#[test]
+fn rdma_cm_connected_qps_use_peer_copy() {
+    require_compat_dir();
+    let args = ["-R", "-s", "65536", "-n", "500"];
+    let (ss, _) = perftest_pair("ib_write_bw", &args, &ON);
+    assert!(counter(&ss, "shm_peer_copies").is_some_and(|n| n >= 500));
+}
+
+/// `SOFTRDMA_PEER_COPY=0` keeps the lanes but every byte in packets;
+/// `SOFTRDMA_SHM=0` keeps to UDP.
+#[test]
+fn peer_copy_off_and_shm_off() {
+    require_compat_dir();
+    let args = ["-s", "65536", "-n", "500"];
+    let pk = [("SOFTRDMA_SHM", "1"), ("SOFTRDMA_PEER_COPY", "0")];
+    let (ss, cs) = perftest_pair("ib_write_bw", &args, &pk);
+    for f in [&ss, &cs] {
+        assert_eq!(counter(f, "shm_peer_copies"), Some(0));
+        assert!(counter(f, "shm_tx").is_some_and(|n| n > 0));
+    }
+    // 500 × 16 packets of 4 KiB through the client's lane.
+    assert!(counter(&cs, "shm_tx").is_some_and(|n| n >= 8000));
+    let (ss, cs) = perftest_pair("ib_write_bw", &args, &[("SOFTRDMA_SHM", "0")]);
+    for f in [&ss, &cs] {
+        assert_eq!(counter(f, "shm_tx"), None);
+        assert_eq!(counter(f, "shm_peer_copies"), None);
+    }
+    assert!(counter(&cs, "datagrams_sent").is_some_and(|n| n >= 8000));
+}
+
 /// `program` between two processes without end (`--run_infinitely`); once
 /// it runs, the server is killed: the client must exit with an error (its
 /// work requests fail), within [`SURVIVOR_BOUND`], having used the lanes.
-fn peer_killed_during(program: &str, extra: &[&str]) {
+/// `client_copies`: the client (the requester of READs) made peer copies.
+fn peer_killed_during(program: &str, extra: &[&str], client_copies: bool) {
     require_compat_dir();
     let bin = require_binary(program);
     let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
@@ -194,19 +286,26 @@ fn peer_killed_during(program: &str, extra: &[&str]) {
         "{program}: traffic went through shared memory: {:?}",
         std::fs::read_to_string(&cs)
     );
+    if client_copies {
+        assert!(
+            counter(&cs, "shm_peer_copies").is_some_and(|n| n > 100),
+            "{program}: the client copied from the server's memory: {:?}",
+            std::fs::read_to_string(&cs)
+        );
+    }
 }
 
 #[test]
 fn peer_killed_during_rdma_writes() {
-    peer_killed_during("ib_write_bw", &["-s", "65536"]);
+    peer_killed_during("ib_write_bw", &["-s", "65536"], false);
 }
 
 #[test]
 fn peer_killed_during_rdma_reads() {
-    peer_killed_during("ib_read_bw", &["-s", "65536"]);
+    peer_killed_during("ib_read_bw", &["-s", "65536"], true);
 }
 
 #[test]
 fn peer_killed_during_atomics() {
-    peer_killed_during("ib_atomic_bw", &[]);
+    peer_killed_during("ib_atomic_bw", &[], false);
 }

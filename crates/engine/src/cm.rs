@@ -80,6 +80,15 @@ impl AsRawFd for CmChannel {
 pub(crate) struct EpQps<'a> {
     pub(crate) ep: &'a mut Endpoint,
     pub(crate) now: Instant,
+    /// Whether a connected QP may use peer copy (the same-host path's).
+    pub(crate) peer_copy: Option<&'a dyn PeerCopyPolicy>,
+}
+
+/// Decides whether an RC QP may use peer copy (`engine/shm/peer_copy.rs`)
+/// toward QP `dest_qpn` at an address that is (`local`) or is not this
+/// host's. Takes no engine lock.
+pub(crate) trait PeerCopyPolicy {
+    fn peer_copy(&self, local: bool, dest_qpn: Qpn) -> bool;
 }
 
 impl QpOps for EpQps<'_> {
@@ -126,6 +135,13 @@ impl QpOps for EpQps<'_> {
             mask = mask | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
         }
         self.ep.modify_qp(self.now, qpn, &a, mask)?;
+        if let Some(policy) = self.peer_copy {
+            let ip = p.av.dest_ip();
+            let local = ip.to_canonical().is_loopback() || self.ep.config().gids.contains(&ip);
+            let _ = self
+                .ep
+                .set_peer_copy(qpn, policy.peer_copy(local, p.remote_qpn));
+        }
         a.qp_state = QpState::Rts;
         a.sq_psn = p.sq_psn;
         a.timeout = p.timeout;

@@ -25,7 +25,10 @@ use std::io;
 /// - `SOFTRDMA_SHM=0|1`: carry traffic between the host device's processes
 ///   through shared memory (default 0 for now: a program that forks its
 ///   sides, such as qperf's server, hangs now and then with it; see
-///   `engine/shm.rs`).
+///   `engine/shm.rs`);
+/// - `SOFTRDMA_PEER_COPY=0`: with the same-host path on, keep every byte in
+///   packets (no peer copy of large SENDs, WRITEs and READs with `process_vm_readv`;
+///   see `engine/shm/peer_copy.rs`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {

@@ -13,6 +13,8 @@
 //! 0    magic "SRDMAINB", 8 bytes
 //! 8    version u32, 12 lanes u32, 16 slots u32, 20 slot bytes u32, 24 lane stride u64
 //! 32   owner pid u32
+//! 40   owner's address of this mapping u64 (where peers probe that they
+//!      can copy from the owner's memory; 0 from older builds)
 //! 64   active: [u64; 4]   bit s: lane s has had a producer
 //! 128  doorbell: u32      1: the receiver may be asleep; ring after a push
 //! ```
@@ -128,6 +130,11 @@ impl Inbox {
             h[24..32].copy_from_slice(&(STRIDE as u64).to_ne_bytes());
             h[32..36].copy_from_slice(&std::process::id().to_ne_bytes());
         }
+        // SAFETY: as above; bytes 40..48 of the header, ours alone still.
+        unsafe {
+            let h = std::slice::from_raw_parts_mut(map.ptr.add(40), 8);
+            h.copy_from_slice(&(map.ptr as u64).to_ne_bytes());
+        }
         let lanes = (0..LANES)
             // SAFETY: lane `s` lies inside the mapping, page (so 64-byte)
             // aligned; the rings live in `self` next to the mapping they view;
@@ -241,12 +248,70 @@ impl Inbox {
     pub fn awake(&self) {
         self.map.u32_at(DOORBELL).store(0, Ordering::Relaxed);
     }
+
+    /// The incarnation (slot generation) of lane `slot`'s producer now; 0
+    /// if none.
+    pub fn lane_owner(&self, slot: u8) -> u64 {
+        match self.lanes[usize::from(slot)]
+            .owner()
+            .load(Ordering::Acquire)
+        {
+            RESETTING => 0,
+            o => o,
+        }
+    }
+}
+
+/// Whether this process may copy from the memory of process `pid`, whose
+/// inbox header page is at `owner_addr` there: reads its magic.
+fn copy_probe(pid: u32, owner_addr: u64) -> bool {
+    let mut got = [0u8; 8];
+    let local = [crate::Range {
+        addr: got.as_mut_ptr() as u64,
+        len: 8,
+    }];
+    let remote = [crate::Range {
+        addr: owner_addr,
+        len: 8,
+    }];
+    // SAFETY: `got` is ours, writable, and not otherwise borrowed during the call.
+    let r = unsafe { crate::read_from(pid, &remote, &local) };
+    owner_addr != 0 && r.is_ok() && got == MAGIC
+}
+
+/// [`Outlet::can_copy_from_owner`] without attaching to a lane: opens the
+/// inbox of process `pid` at descriptor `fd` (as [`Outlet::attach`] does),
+/// reads where its owner maps it, and probes a copy from there.
+pub fn can_copy_from(pid: u32, fd: RawFd) -> bool {
+    let path = format!("/proc/{pid}/fd/{fd}");
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+    else {
+        return false;
+    };
+    if file.metadata().map(|m| m.len()).ok() != Some(INBOX_BYTES as u64) {
+        return false;
+    }
+    let Ok(header) = Map::new(&file, 0, PAGE) else {
+        return false;
+    };
+    // SAFETY: the header page is mapped; its first 48 bytes were written
+    // before the descriptor was published and never change.
+    let h = unsafe { std::slice::from_raw_parts(header.ptr, 48) };
+    let owner = u32::from_ne_bytes(h[32..36].try_into().unwrap_or_default());
+    let addr = u64::from_ne_bytes(h[40..48].try_into().unwrap_or_default());
+    h[..8] == MAGIC && owner == pid && copy_probe(pid, addr)
 }
 
 /// A peer's outlet: its lane in another process's (or its own) inbox.
 #[derive(Debug)]
 pub struct Outlet {
     header: Map,
+    /// The inbox owner's pid and its address of the header page.
+    pid: u32,
+    owner_addr: u64,
     // Declared before `_lane_map`: the view goes before its mapping.
     lane: Ring,
     _lane_map: Map,
@@ -272,7 +337,7 @@ impl Outlet {
         let header = Map::new(&file, 0, PAGE)?;
         // SAFETY: the header page is mapped; its first 40 bytes were written
         // before the descriptor was published and never change.
-        let h = unsafe { std::slice::from_raw_parts(header.ptr, 40) };
+        let h = unsafe { std::slice::from_raw_parts(header.ptr, 48) };
         let word = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
         let stride = u64::from_ne_bytes(h[24..32].try_into().unwrap_or_default());
         let layout_ok = h[..8] == MAGIC
@@ -322,11 +387,24 @@ impl Outlet {
         header
             .u64_at(ACTIVE + usize::from(slot / 64) * 8)
             .fetch_or(bit, Ordering::AcqRel);
+        let owner_addr = u64::from_ne_bytes(h[40..48].try_into().unwrap_or_default());
         Ok(Outlet {
             header,
+            pid,
+            owner_addr,
             lane,
             _lane_map: lane_map,
         })
+    }
+
+    /// Whether this process may copy from the inbox owner's memory
+    /// ([`crate::read_from`]): reads the owner's header page through its
+    /// own address and compares the magic. Fails where `process_vm_readv`
+    /// would (Yama `ptrace_scope` 1 to a non-descendant, another user's or
+    /// an undumpable process) while the lane attached: the kernel checks
+    /// ptrace *attach* rights for the copy and *read* rights for `/proc`.
+    pub fn can_copy_from_owner(&self) -> bool {
+        copy_probe(self.pid, self.owner_addr)
     }
 
     /// Pushes one datagram (see [`Ring::push`]).

@@ -30,7 +30,9 @@
 //! Linux only.
 
 mod inbox;
+mod peer;
 mod ring;
 
-pub use inbox::{INBOX_BYTES, Inbox, Outlet};
+pub use inbox::{INBOX_BYTES, Inbox, Outlet, can_copy_from};
+pub use peer::{CopyError, MAX_RANGES, Range, read_from};
 pub use ring::{DATA_CAP, Entry, LANE_BYTES, PushError, Ring, SLOT_BYTES, SLOTS};

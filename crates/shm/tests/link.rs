@@ -21,6 +21,12 @@ fn own_inbox_round_trip_through_proc_fd() {
     );
     assert_eq!(got, vec![(9, b"hello".to_vec())]);
     assert_eq!(inbox.poll(16, |_, _| panic!("empty")), 0);
+    // The producer's incarnation is recorded; peer copy from the owner works.
+    assert_eq!(inbox.lane_owner(9), 1);
+    assert_eq!(inbox.lane_owner(10), 0);
+    assert!(out.can_copy_from_owner());
+    assert!(softrdma_shm::can_copy_from(std::process::id(), inbox.fd()));
+    assert!(!softrdma_shm::can_copy_from(std::process::id(), 0));
 }
 
 #[test]

@@ -157,14 +157,15 @@ fn verbs_peer_every_operation_large_messages_psn_wrap() {
     let udp = free_udp_port();
     let tcp = free_tcp_port().to_string();
     let [server_args, client_args] = common::verbs_peer_args(&tcp);
-    let server = Proc::spawn(
-        "verbs_peer server",
-        cmd("verbs_peer", &sa, udp, &server_args),
-    );
-    let client = Proc::spawn(
-        "verbs_peer client",
-        cmd("verbs_peer", &ca, udp, &client_args),
-    );
+    // Large messages in packets across the PSN wrap, also on the same-host
+    // path (peer copy would make each message one packet).
+    let peer = |addr: &str, args: &[&str]| {
+        let mut c = cmd("verbs_peer", addr, udp, args);
+        c.env("SOFTRDMA_PEER_COPY", "0");
+        c
+    };
+    let server = Proc::spawn("verbs_peer server", peer(&sa, &server_args));
+    let client = Proc::spawn("verbs_peer client", peer(&ca, &client_args));
     let c = client.finish(TIMEOUT);
     let s = server.finish(TIMEOUT);
     common::assert_all_succeeded(&[&c, &s]);
@@ -179,6 +180,38 @@ fn verbs_peer_every_operation_large_messages_psn_wrap() {
             .unwrap_or(0);
         assert!(tx > 4000, "{o}");
     }
+}
+
+/// The same exchange on the same-host path with peer copy (`SOFTRDMA_SHM=1`):
+/// every operation's data checked, large messages one copy each.
+#[test]
+fn verbs_peer_every_operation_by_peer_copy() {
+    let (sa, ca) = addr_pair();
+    let udp = free_udp_port();
+    let tcp = free_tcp_port().to_string();
+    let [server_args, client_args] = common::verbs_peer_args(&tcp);
+    let stats = std::env::temp_dir().join(format!("softrdma-peercopy-{tcp}"));
+    let _ = std::fs::remove_file(&stats);
+    let peer = |addr: &str, args: &[&str]| {
+        let mut c = cmd("verbs_peer", addr, udp, args);
+        c.env("SOFTRDMA_SHM", "1")
+            .env("SOFTRDMA_STATS", &stats)
+            .env_remove("SOFTRDMA_PEER_COPY");
+        c
+    };
+    let server = Proc::spawn("verbs_peer server", peer(&sa, &server_args));
+    let client = Proc::spawn("verbs_peer client", peer(&ca, &client_args));
+    let c = client.finish(TIMEOUT);
+    let s = server.finish(TIMEOUT);
+    common::assert_all_succeeded(&[&c, &s]);
+    common::check_verbs_peer(&s, &c);
+    let text = std::fs::read_to_string(&stats).unwrap_or_default();
+    let copies: u64 = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("shm_peer_copies "))
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum();
+    assert!(copies > 0, "no peer copies:\n{text}");
 }
 
 #[test]

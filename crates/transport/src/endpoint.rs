@@ -703,6 +703,20 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Whether the peer of RC QP `qpn` is a process of this host reached
+    /// through a shared-memory lane, each able to copy from the other's
+    /// memory (the driver checked): its SENDs, WRITEs and READs of
+    /// [`crate::PEER_COPY_MIN`] bytes or more then go as one peer-copy
+    /// packet each (`qp/peer.rs`). Messages already started keep their form.
+    pub fn set_peer_copy(&mut self, qpn: Qpn, on: bool) -> Result<(), VerbsError> {
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
+        qp.peer_copy = on && qp.qp_type == QpType::Rc;
+        Ok(())
+    }
+
     /// The QP type of `qpn`.
     pub fn qp_type(&self, qpn: Qpn) -> Option<QpType> {
         self.qps.get(&qpn).map(|q| q.qp_type)
@@ -786,6 +800,7 @@ impl Endpoint {
             npkts: 0,
             next_pkt: 0,
             error: None,
+            peer: false,
         });
         if qp.state == QpState::Err {
             qp.flush(&mut ctx);
@@ -884,6 +899,12 @@ impl Endpoint {
                 return;
             }
         };
+        if icrc && pkt.info.peer {
+            // Peer-copy packets name memory of a process of this host: only
+            // a shared-memory lane (the unchecked-ICRC entry) carries them.
+            self.stats.drop_malformed += 1;
+            return;
+        }
         if pkt.hdr.bth.pkey & 0x7FFF != 0x7FFF {
             self.stats.drop_bad_pkey += 1;
             return;

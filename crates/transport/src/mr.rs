@@ -3,6 +3,7 @@
 //! [`Memory`] implementation touches a byte.
 
 use crate::types::Access;
+pub use softrdma_wire::PeerSeg;
 use std::collections::{HashMap, VecDeque};
 
 /// Access to the memory behind registered regions, in the host address space.
@@ -18,6 +19,29 @@ pub trait Memory {
     /// Performs an 8-byte atomic at the 8-byte aligned host address `addr` on a
     /// value in host byte order and returns the original value.
     fn atomic(&mut self, addr: u64, op: AtomicOp) -> u64;
+    /// The same-host path's one copy: copies the ranges `src` of the process
+    /// that sent the packet being handled (in order) into the host ranges
+    /// `dst` of this one, which the transport checked like a `write`'s.
+    /// Both total the same. Only packets from a shared-memory lane carry
+    /// such ranges; memory with no peer (the wire's) refuses.
+    fn read_peer(&mut self, src: &[PeerSeg], dst: &[PeerSeg]) -> Result<(), PeerCopyError> {
+        let _ = (src, dst);
+        Err(PeerCopyError::Unsupported)
+    }
+}
+
+/// Why [`Memory::read_peer`] failed. `dst` may be partly written; nothing
+/// outside it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerCopyError {
+    /// This memory has no peer to copy from.
+    Unsupported,
+    /// The peer process is gone.
+    Gone,
+    /// The kernel refused access to the peer's memory.
+    Denied,
+    /// A peer range is not mapped (or fewer bytes than asked were copied).
+    Fault,
 }
 
 /// A remote atomic operation.

@@ -170,6 +170,11 @@ pub struct OpcodeInfo {
     pub headers: HeaderSet,
     /// Whether the packet may carry a payload.
     pub has_payload: bool,
+    /// A softrdma peer-copy opcode ([`crate::peer`]): the payload is a list
+    /// of memory ranges in the sender's process, not data. Only between
+    /// softrdma processes of one host over shared-memory lanes; never valid
+    /// on a wire.
+    pub peer: bool,
 }
 
 impl OpcodeInfo {
@@ -250,6 +255,13 @@ opcodes! {
     UD_SEND_ONLY = 0x64;
     UD_SEND_ONLY_WITH_IMMEDIATE = 0x65;
     CNP = 0x81;
+    SOFTRDMA_RC_RDMA_WRITE_ONLY_PEER = 0xE0;
+    SOFTRDMA_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE_PEER = 0xE1;
+    SOFTRDMA_RC_RDMA_READ_REQUEST_PEER = 0xE2;
+    SOFTRDMA_RC_RDMA_READ_RESPONSE_ONLY_PEER = 0xE3;
+    SOFTRDMA_RC_SEND_ONLY_PEER = 0xE4;
+    SOFTRDMA_RC_SEND_ONLY_WITH_IMMEDIATE_PEER = 0xE5;
+    SOFTRDMA_RC_SEND_ONLY_WITH_INVALIDATE_PEER = 0xE6;
 }
 
 impl Opcode {
@@ -258,6 +270,9 @@ impl Opcode {
         use HeaderSet as H;
         use Operation as O;
         use Position as P;
+        if let Some(i) = peer_info(self.0) {
+            return Some(i);
+        }
         let transport = match self.0 & 0xE0 {
             0x00 => Transport::Rc,
             0x20 => Transport::Uc,
@@ -328,6 +343,7 @@ impl Opcode {
             position: pos,
             headers: hdrs,
             has_payload: payload,
+            peer: false,
         })
     }
 
@@ -338,6 +354,58 @@ impl Opcode {
             None => "UNKNOWN",
         }
     }
+}
+
+/// The softrdma peer-copy opcodes, in the manufacturer-specific range
+/// (0xC0..=0xFF, IBTA 9.2.2; 0xC0 is the lanes' doorbell): RC operations
+/// whose data the receiver copies straight from the sender's memory.
+const fn peer_info(op: u8) -> Option<OpcodeInfo> {
+    use HeaderSet as H;
+    use Operation as O;
+    let (name, operation, headers, has_payload) = match op {
+        0xE0 => ("SOFTRDMA_RC_RDMA_WRITE_ONLY_PEER", O::Write, H::RETH, true),
+        0xE1 => (
+            "SOFTRDMA_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE_PEER",
+            O::Write,
+            H::RETH.with(H::IMM),
+            true,
+        ),
+        0xE2 => (
+            "SOFTRDMA_RC_RDMA_READ_REQUEST_PEER",
+            O::ReadRequest,
+            H::RETH,
+            false,
+        ),
+        0xE3 => (
+            "SOFTRDMA_RC_RDMA_READ_RESPONSE_ONLY_PEER",
+            O::ReadResponse,
+            H::AETH,
+            true,
+        ),
+        0xE4 => ("SOFTRDMA_RC_SEND_ONLY_PEER", O::Send, H::NONE, true),
+        0xE5 => (
+            "SOFTRDMA_RC_SEND_ONLY_WITH_IMMEDIATE_PEER",
+            O::Send,
+            H::IMM,
+            true,
+        ),
+        0xE6 => (
+            "SOFTRDMA_RC_SEND_ONLY_WITH_INVALIDATE_PEER",
+            O::Send,
+            H::IETH,
+            true,
+        ),
+        _ => return None,
+    };
+    Some(OpcodeInfo {
+        name,
+        transport: Transport::Rc,
+        operation,
+        position: Position::Only,
+        headers,
+        has_payload,
+        peer: true,
+    })
 }
 
 // Full names with the transport prefix, indexed by the low five bits; entries
@@ -489,6 +557,11 @@ mod tests {
             let oc = Opcode(v);
             if let Some(i) = oc.info() {
                 known += 1;
+                if i.peer {
+                    // softrdma's private opcodes have no IBTA encoding.
+                    assert!(v >= 0xE0, "{oc:?}");
+                    continue;
+                }
                 let imm = i.has_imm();
                 let inv = i.has_ieth();
                 assert_eq!(
@@ -499,8 +572,8 @@ mod tests {
                 assert!(!i.name.is_empty());
             }
         }
-        // 25 RC + 12 UC + 2 UD + CNP
-        assert_eq!(known, 40);
+        // 25 RC + 12 UC + 2 UD + CNP + 7 softrdma peer-copy
+        assert_eq!(known, 47);
     }
 
     #[test]

@@ -57,7 +57,12 @@ pub(crate) enum Setup<'a> {
     /// Both on the host device's default address, the same-host path on
     /// (`SOFTRDMA_SHM` unset, the default) or off (`SOFTRDMA_SHM=0`), their
     /// counters appended to `stats`.
-    SameHost { shm: bool, stats: &'a Path },
+    SameHost {
+        shm: bool,
+        /// `SOFTRDMA_PEER_COPY=0` when false.
+        peer_copy: bool,
+        stats: &'a Path,
+    },
 }
 
 impl Setup<'_> {
@@ -65,7 +70,12 @@ impl Setup<'_> {
     fn tag(&self) -> &'static str {
         match self {
             Setup::Wire => "",
-            Setup::SameHost { shm: true, .. } => "_shm",
+            Setup::SameHost {
+                shm: true,
+                peer_copy: true,
+                ..
+            } => "_shm",
+            Setup::SameHost { shm: true, .. } => "_pkt",
             Setup::SameHost { shm: false, .. } => "_udp",
         }
     }
@@ -234,8 +244,15 @@ impl Ctx {
                 Setup::Wire => {
                     c.env("SOFTRDMA_SHM", "0");
                 }
-                Setup::SameHost { shm, stats } => {
+                Setup::SameHost {
+                    shm,
+                    peer_copy,
+                    stats,
+                } => {
                     c.env_remove("SOFTRDMA_ADDR").env("SOFTRDMA_STATS", stats);
+                    if !*peer_copy {
+                        c.env("SOFTRDMA_PEER_COPY", "0");
+                    }
                     if *shm {
                         c.env("SOFTRDMA_SHM", "1");
                     } else {

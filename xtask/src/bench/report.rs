@@ -406,7 +406,9 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
          -F`, both processes on the host device's default address (no `SOFTRDMA_ADDR`: \
          127.0.0.1, UDP 4791); bandwidth tests with `-D {secs}`, latency tests with `-s 8 -n \
          {iters}`. Each measurement runs with the same-host path (the default: shared-memory \
-         lanes, \"shm\") and right after with `SOFTRDMA_SHM=0` (UDP over loopback). Every \
+         lanes, \"shm\", with peer copy for large WRITEs and READs) and right after with \
+         `SOFTRDMA_SHM=0` (UDP over loopback); bandwidth tests also in between with \
+         `SOFTRDMA_PEER_COPY=0` (lanes, every byte in packets, as before peer copy). Every \
          run's path is checked from its `SOFTRDMA_STATS` counters: both processes of an shm run \
          sent through lanes (`shm_tx` > 0), neither process of a `SOFTRDMA_SHM=0` run did; a \
          run on the wrong path counts as failed (listed below). \"lanes\": the share of the \
@@ -424,12 +426,13 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
     );
     let _ = writeln!(
         s,
-        "| measurement | shm | lanes | UDP (`SOFTRDMA_SHM=0`) | shm / UDP | same-run baseline | shm / baseline | range |"
+        "| measurement | shm | lanes | shm, packets only (`SOFTRDMA_PEER_COPY=0`) | shm / packets | UDP (`SOFTRDMA_SHM=0`) | shm / UDP | same-run baseline | shm / baseline | range |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
     for (tool, _, tag, test) in BW_ROWS {
         let name = same_host::bw_name(tool, tag);
         let (v, ..) = stat(r, &same_host::key(&name, Via::Shm));
+        let (pk, ..) = stat(r, &same_host::key(&name, Via::Packets));
         let (u, ..) = stat(r, &same_host::key(&name, Via::Udp));
         let (lanes, ..) = stat(r, &format!("{}#lanes", same_host::key(&name, Via::Shm)));
         let (ucx, ..) = stat(r, &same_host::ucx_key(test, Some(tag)));
@@ -441,10 +444,12 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
         };
         let _ = writeln!(
             s,
-            "| {what} {}, `{tool}` | {} | {} | {} | {} | UCX `{test}` {}; memcpy {} | {}× UCX, {}× memcpy | {} |",
+            "| {what} {}, `{tool}` | {} | {} | {} | {} | {} | {} | UCX `{test}` {}; memcpy {} | {}× UCX, {}× memcpy | {} |",
             kib(tag),
             gbs(v),
             pct(lanes),
+            gbs(pk),
+            ratio(v / pk),
             gbs(u),
             ratio(v / u),
             gbs(ucx),
@@ -504,7 +509,7 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
         };
         let _ = writeln!(
             s,
-            "| {label}: median, p99 | {}, p99 {} | {} | {}, p99 {} | {} | {base} | {vs_base} | {} |",
+            "| {label}: median, p99 | {}, p99 {} | {} | – | – | {}, p99 {} | {} | {base} | {vs_base} | {} |",
             us2(v),
             us2(p99),
             pct(lanes),
@@ -525,7 +530,7 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
         let (v, _, lo, hi) = stat(r, key);
         let _ = writeln!(
             s,
-            "| {label} | | | | | {} | | {} |",
+            "| {label} | | | | | | | {} | | {} |",
             gbs(v),
             spread(lo, hi, gb_plain)
         );
@@ -538,7 +543,7 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
         let (v, _, lo, hi) = stat(r, key);
         let _ = writeln!(
             s,
-            "| {label} | | | | | {} | | {} |",
+            "| {label} | | | | | | | {} | | {} |",
             us2(v),
             spread(lo, hi, us_plain2)
         );
@@ -712,6 +717,7 @@ mod tests {
         r.insert("sh:ib_write_bw/64K@shm".into(), one(30e9));
         r.insert("sh:ib_write_bw/64K@shm#lanes".into(), one(0.99));
         r.insert("sh:ib_write_bw/64K@udp".into(), one(3e9));
+        r.insert("sh:ib_write_bw/64K@pkt".into(), one(6e9));
         r.insert("ucx:ucp_put_bw/64K".into(), one(40e9));
         r.insert("memcpy/64K".into(), one(80e9));
         r.insert("sh:ib_send_lat@shm".into(), one(0.9));
@@ -738,8 +744,8 @@ mod tests {
         assert!(!md.contains("Targets (issue 6)"), "{md}");
         assert!(
             md.contains(
-                "| RDMA WRITE 64 KiB, `ib_write_bw` | 30.00 GB/s | 99 % | 3.00 GB/s | 10.0 | \
-                 UCX `ucp_put_bw` 40.00 GB/s; memcpy 80.00 GB/s | 0.75× UCX, 0.375× memcpy |"
+                "| RDMA WRITE 64 KiB, `ib_write_bw` | 30.00 GB/s | 99 % | 6.00 GB/s | 5.00 | \
+                 3.00 GB/s | 10.0 | UCX `ucp_put_bw` 40.00 GB/s; memcpy 80.00 GB/s | 0.75× UCX, 0.375× memcpy |"
             ),
             "{md}"
         );

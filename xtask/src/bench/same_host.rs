@@ -18,7 +18,10 @@
 //! - memcpy at 64 KiB and 1 MiB and qperf `tcp_lat` (for the `-e` rows),
 //!   unless the `memcpy` and `lat` groups measure them in the same repetition.
 //!
-//! Keys: `sh:<perftest>@shm`, `sh:<perftest>@udp` (and `...@shm#lanes`, the
+//! Bandwidth rows run a third time between the two, with peer copy off
+//! (`SOFTRDMA_PEER_COPY=0`: the lanes carry every byte in packets).
+//!
+//! Keys: `sh:<perftest>@shm`, `sh:<perftest>@pkt`, `sh:<perftest>@udp` (and `...@shm#lanes`, the
 //! share of datagrams sent through lanes), `ucx:<test>`.
 
 use std::fmt;
@@ -60,8 +63,11 @@ pub(crate) const LAT_ROWS: [(&str, bool, Option<&str>); 5] = [
 /// The path a perftest run is asked to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Via {
-    /// Shared-memory lanes (the default).
+    /// Shared-memory lanes (the default), peer copy on.
     Shm,
+    /// Lanes with `SOFTRDMA_PEER_COPY=0`: every byte in 4 KiB packets, as
+    /// before peer copy (bandwidth rows only).
+    Packets,
     /// `SOFTRDMA_SHM=0`: UDP over loopback.
     Udp,
 }
@@ -70,6 +76,7 @@ impl fmt::Display for Via {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Via::Shm => "shm",
+            Via::Packets => "pkt",
             Via::Udp => "udp",
         })
     }
@@ -120,13 +127,19 @@ pub(crate) fn check_path(stats: &str, want: Via) -> Result<f64> {
     for b in &blocks {
         let pid = b.get("pid").copied().unwrap_or(0);
         let tx = b.get("shm_tx").copied();
+        let copies = b.get("shm_peer_copies").copied().unwrap_or(0);
+        if want == Via::Packets && copies > 0 {
+            return Err(format!(
+                "process {pid} made {copies} peer copies with SOFTRDMA_PEER_COPY=0"
+            ));
+        }
         match (want, tx) {
-            (Via::Shm, None) => {
+            (Via::Shm | Via::Packets, None) => {
                 return Err(format!(
                     "process {pid} ran over UDP: its same-host path was off (no shm_* counters)"
                 ));
             }
-            (Via::Shm, Some(0)) => {
+            (Via::Shm | Via::Packets, Some(0)) => {
                 return Err(format!(
                     "process {pid} ran over UDP: its same-host path was on but shm_tx is 0"
                 ));
@@ -160,7 +173,8 @@ impl Ctx {
         let stats = self.stats_file(name, via);
         let _ = fs::remove_file(&stats);
         let setup = Setup::SameHost {
-            shm: via == Via::Shm,
+            shm: via != Via::Udp,
+            peer_copy: via == Via::Shm,
             stats: &stats,
         };
         let r = run(self, &setup).and_then(|s| {
@@ -168,7 +182,7 @@ impl Ctx {
             let lanes = check_path(&text, via).map_err(|e| {
                 format!(
                     "{name} with the same-host path {}: {e} ({})",
-                    if via == Via::Shm { "on" } else { "off" },
+                    if via == Via::Udp { "off" } else { "on" },
                     stats.display()
                 )
             })?;
@@ -259,7 +273,7 @@ pub(crate) fn one_rep(ctx: &mut Ctx, qperf: Option<&Qperf>, ucx: bool) {
             let r = ctx.ucx_bw(test, size);
             ctx.record(&ucx_key(test, Some(tag)), r);
         }
-        for via in [Via::Shm, Via::Udp] {
+        for via in [Via::Shm, Via::Packets, Via::Udp] {
             ctx.same_host_run(&bw_name(tool, tag), via, |c, setup| {
                 c.perftest_bw(&libs, tool, size, setup)
             });

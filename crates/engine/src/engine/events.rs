@@ -21,7 +21,16 @@ impl Shared {
                 let fatal = matches!(t, A::QpFatal | A::QpReqErr | A::QpAccessErr);
                 if matches!(t, A::CommEst) || fatal {
                     let Core { ep, cm, .. } = core;
-                    cm.qp_event(now, q, fatal, &mut EpQps { ep, now });
+                    cm.qp_event(
+                        now,
+                        q,
+                        fatal,
+                        &mut EpQps {
+                            ep,
+                            now,
+                            peer_copy: self.peer_copy_policy(),
+                        },
+                    );
                 }
             }
             match e {
@@ -100,7 +109,14 @@ impl Shared {
             }
             if core.cm.poll_timeout().is_some_and(|t| t <= now) {
                 let Core { ep, cm, .. } = &mut *core;
-                cm.handle_timeout(now, &mut EpQps { ep, now });
+                cm.handle_timeout(
+                    now,
+                    &mut EpQps {
+                        ep,
+                        now,
+                        peer_copy: self.peer_copy_policy(),
+                    },
+                );
                 fired = true;
             }
             if core.keepalive_at.is_some_and(|t| t <= now) {

@@ -144,7 +144,16 @@ impl Shared {
         let now = self.now();
         for &(ip, slot) in dead {
             let Core { ep, cm, .. } = &mut *core;
-            cm.member_gone(now, ip, slot, &mut EpQps { ep, now });
+            cm.member_gone(
+                now,
+                ip,
+                slot,
+                &mut EpQps {
+                    ep,
+                    now,
+                    peer_copy: self.peer_copy_policy(),
+                },
+            );
         }
     }
 }

@@ -708,7 +708,15 @@ impl Engine {
             let now = self.now();
             let r = {
                 let Core { ep, cm, .. } = &mut *core;
-                f(cm, &mut EpQps { ep, now }, now)
+                f(
+                    cm,
+                    &mut EpQps {
+                        ep,
+                        now,
+                        peer_copy: self.shared.peer_copy_policy(),
+                    },
+                    now,
+                )
             };
             self.shared.after(&mut core);
             r

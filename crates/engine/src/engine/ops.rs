@@ -247,7 +247,33 @@ impl Engine {
 
     /// Changes a QP's attributes and state (`ibv_modify_qp`).
     pub fn modify_qp(&self, qpn: Qpn, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
-        self.with(|ep, now| ep.modify_qp(now, qpn, attr, mask))
+        let copy = self.peer_copy_for(attr, mask);
+        self.with(|ep, now| {
+            ep.modify_qp(now, qpn, attr, mask)?;
+            Self::set_peer_copy(ep, qpn, copy);
+            Ok(())
+        })
+    }
+
+    /// When a modify gives a QP its destination: whether it may use peer
+    /// copy (same-host path; decided before the engine lock is taken). A
+    /// new address without a destination QPN turns it off (a path change).
+    fn peer_copy_for(&self, attr: &QpAttr, mask: QpAttrMask) -> Option<bool> {
+        if !mask.contains(QpAttrMask::AV) {
+            return None;
+        }
+        Some(
+            mask.contains(QpAttrMask::DEST_QPN)
+                && self
+                    .shared
+                    .peer_copy_to(attr.ah_attr.dest_ip(), attr.dest_qp_num),
+        )
+    }
+
+    fn set_peer_copy(ep: &mut softrdma_transport::Endpoint, qpn: Qpn, copy: Option<bool>) {
+        if let Some(on) = copy {
+            let _ = ep.set_peer_copy(qpn, on);
+        }
     }
 
     /// [`Engine::modify_qp`], then the QP's state read under the same lock
@@ -258,8 +284,10 @@ impl Engine {
         attr: &QpAttr,
         mask: QpAttrMask,
     ) -> Result<QpState, VerbsError> {
+        let copy = self.peer_copy_for(attr, mask);
         self.with(|ep, now| {
             ep.modify_qp(now, qpn, attr, mask)?;
+            Self::set_peer_copy(ep, qpn, copy);
             ep.query_qp(qpn).map(|(a, _)| a.qp_state)
         })
     }

@@ -127,7 +127,7 @@ impl Shared {
                         if gsi {
                             self.shm_poll_locked(&mut core, now, usize::MAX, requests);
                         }
-                        *requests += u64::from(self.deliver(&mut core, now, &dg, true));
+                        *requests += u64::from(self.deliver(&mut core, now, &dg, None));
                         if gsi && core.cm.take_misrouted() {
                             noticed.misrouted = true;
                         }
@@ -193,7 +193,17 @@ impl Shared {
         }
         if let Some(mad) = crate::cm::gsi_mad(d.payload) {
             let Core { ep, cm, .. } = core;
-            cm.handle_mad(now, d.src.ip(), d.dst_ip, mad, &mut EpQps { ep, now });
+            cm.handle_mad(
+                now,
+                d.src.ip(),
+                d.dst_ip,
+                mad,
+                &mut EpQps {
+                    ep,
+                    now,
+                    peer_copy: self.peer_copy_policy(),
+                },
+            );
         }
     }
 
@@ -212,7 +222,15 @@ impl Shared {
             let now = self.now();
             for a in gone {
                 let Core { ep, cm, .. } = &mut *core;
-                cm.peer_unreachable(now, a.ip(), &mut EpQps { ep, now });
+                cm.peer_unreachable(
+                    now,
+                    a.ip(),
+                    &mut EpQps {
+                        ep,
+                        now,
+                        peer_copy: self.peer_copy_policy(),
+                    },
+                );
             }
             self.after(&mut core);
         }
@@ -223,5 +241,7 @@ impl Shared {
 /// Whether a RoCE packet is an RC response (ACK, READ response, atomic ACK),
 /// which only its requester waits for, rather than a request a responder serves.
 pub(super) fn is_rc_response(pkt: &[u8]) -> bool {
-    pkt.first().is_some_and(|&op| (0x0D..=0x12).contains(&op))
+    // 0xE3: softrdma's peer-copy READ response (`softrdma_wire::peer`).
+    pkt.first()
+        .is_some_and(|&op| (0x0D..=0x12).contains(&op) || op == 0xE3)
 }

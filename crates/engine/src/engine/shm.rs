@@ -16,16 +16,19 @@
 //! receiver's socket (steered to it by slot like any packet): that wakes its
 //! progress thread, which then reads the inbox.
 
+mod peer_copy;
+
 use super::{ACK_CHUNK_SHM, Core, Shared};
 use crate::memory::HostMemory;
+use peer_copy::{LaneMemory, PeerCopyStats, is_peer_packet};
 use softrdma_host::Registry;
 use softrdma_shm::{Inbox, Outlet, PushError};
 use softrdma_transport::{Datagram, GSI_QPN, MULTICAST_QPN};
 use softrdma_udp::Transmit;
 use softrdma_udp::steer::{dest_qpn, member_slot};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// How often a link checks that its member still holds the slot (a file
 /// read): a dead member's inbox is let go, a new holder's attached.
@@ -68,6 +71,13 @@ pub(crate) struct ShmPath {
     /// Inbox datagrams the progress thread (rather than an application
     /// thread polling its CQ) processed.
     pub(crate) rx_by_progress: AtomicU64,
+    /// Whether QPs may use peer copy (`peer_copy.rs`).
+    peer_copy: bool,
+    /// Per lane: (producer incarnation, its pid), as last looked up.
+    producers: Mutex<Vec<(u64, u32)>>,
+    /// Per member slot: (incarnation, whether we can copy from it), as last probed.
+    copyable: Mutex<Vec<(u64, bool)>>,
+    pub(crate) peer_stats: PeerCopyStats,
 }
 
 /// The transmit path's links, one per member slot (used under the transmit lock).
@@ -146,6 +156,10 @@ impl ShmPath {
             dropped_full: AtomicU64::new(0),
             doorbells: AtomicU64::new(0),
             rx_by_progress: AtomicU64::new(0),
+            peer_copy: peer_copy::allowed(),
+            producers: Mutex::new(vec![(0, 0); 256]),
+            copyable: Mutex::new(vec![(0, false); 256]),
+            peer_stats: PeerCopyStats::default(),
         })
     }
 
@@ -158,7 +172,16 @@ impl ShmPath {
         pkt: &[u8],
         sockets: &super::addrs::Sockets<'_>,
     ) -> Option<u8> {
-        let qpn = dest_qpn(pkt)?;
+        self.slot_for(dst, dest_qpn(pkt)?, sockets)
+    }
+
+    /// The member slot whose lane carries datagrams to QP `qpn` at `dst`.
+    fn slot_for(
+        &self,
+        dst: &SocketAddr,
+        qpn: u32,
+        sockets: &super::addrs::Sockets<'_>,
+    ) -> Option<u8> {
         let slot = member_slot(qpn);
         let member = qpn != GSI_QPN && qpn != MULTICAST_QPN && slot != 0;
         // This host: any loopback address (every member of this registry,
@@ -238,8 +261,13 @@ impl ShmPath {
     }
 
     /// Counters for `SOFTRDMA_STATS` and `softrdma perf`.
-    pub(crate) fn counters(&self) -> [(&'static str, u64); 6] {
+    pub(crate) fn counters(&self) -> [(&'static str, u64); 10] {
+        let p = &self.peer_stats;
         [
+            ("shm_peer_copies", p.copies.load(Ordering::Relaxed)),
+            ("shm_peer_copy_bytes", p.bytes.load(Ordering::Relaxed)),
+            ("shm_peer_copy_failed", p.failed.load(Ordering::Relaxed)),
+            ("shm_peer_dropped", p.dropped.load(Ordering::Relaxed)),
             (
                 "shm_rx_by_progress",
                 self.rx_by_progress.load(Ordering::Relaxed),
@@ -288,15 +316,27 @@ impl Shared {
         // In the socket's order (requests before ACKs), for the same reason.
         for i in super::tx::requests_then_acks(&bufs[..n]) {
             let (dst, pkt) = (dsts[i], &bufs[i]);
+            // A peer-copy packet names memory of this host: it takes a lane
+            // or nothing (RC retransmits it; a peer gone for good ends in
+            // RETRY_EXC_ERR), never UDP.
+            let no_lane = |via: &mut usize| {
+                if is_peer_packet(pkt) {
+                    shm.peer_stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    *via = VIA_SHM;
+                }
+            };
             let Some(slot) = shm.lane_slot(&dst, pkt, sockets) else {
+                no_lane(&mut vias[i]);
                 continue;
             };
             if !Outlet::fits(pkt.len()) {
                 shm.too_large.fetch_add(1, Ordering::Relaxed);
+                no_lane(&mut vias[i]);
                 continue;
             }
             let src = SocketAddr::new(sockets.at(vias[i]).local_addr().ip(), shm.port);
             let Some(out) = links.get(shm, slot, now) else {
+                no_lane(&mut vias[i]);
                 continue;
             };
             let mut waited_since = None;
@@ -413,13 +453,13 @@ impl Shared {
         requests: &mut u64,
     ) -> usize {
         let Some(shm) = &self.shm else { return 0 };
-        let got = shm.inbox.poll(max, |_, e| {
+        let got = shm.inbox.poll(max, |slot, e| {
             let dg = Datagram {
                 src: e.src,
                 dst_ip: e.dst_ip,
                 payload: e.data,
             };
-            *requests += u64::from(self.deliver(core, now, &dg, false));
+            *requests += u64::from(self.deliver(core, now, &dg, Some(slot)));
         });
         shm.received.fetch_add(got as u64, Ordering::Relaxed);
         got
@@ -427,14 +467,16 @@ impl Shared {
 
     /// Hands one received datagram to the CM or the transport (after the
     /// capture); returns whether it is a request (see `rx_requests`).
-    /// `wire`: it came off a socket (its ICRC is checked; a lane's was
-    /// computed over the same bytes in this host's memory).
+    /// `lane`: the member slot of the lane it came through (its ICRC is
+    /// not checked: its sender computed it over the same bytes in this
+    /// host's memory; peer copies read from that member); `None`: it came
+    /// off a socket.
     pub(super) fn deliver(
         &self,
         core: &mut Core,
         now: softrdma_transport::Instant,
         dg: &Datagram<'_>,
-        wire: bool,
+        lane: Option<u8>,
     ) -> bool {
         if let Some(c) = &self.capture {
             let dst = SocketAddr::new(dg.dst_ip, self.socket.local_addr().port());
@@ -442,11 +484,11 @@ impl Shared {
         }
         if crate::cm::is_gsi(dg.payload) {
             self.handle_gsi(core, now, dg);
-        } else if wire {
-            core.ep.handle_datagram(now, dg, &mut HostMemory);
+        } else if let (Some(slot), Some(shm)) = (lane, &self.shm) {
+            let mut mem = LaneMemory { shm, slot };
+            core.ep.handle_datagram_unchecked_icrc(now, dg, &mut mem);
         } else {
-            core.ep
-                .handle_datagram_unchecked_icrc(now, dg, &mut HostMemory);
+            core.ep.handle_datagram(now, dg, &mut HostMemory);
         }
         !super::rx::is_rc_response(dg.payload)
     }

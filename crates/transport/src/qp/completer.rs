@@ -33,6 +33,7 @@ impl Qp {
                 let Some(aeth) = pkt.hdr.aeth else { return };
                 self.on_aeth(ctx, psn, aeth.syndrome);
             }
+            Operation::ReadResponse if pkt.info.peer => self.on_peer_read_response(ctx, mem, pkt),
             Operation::ReadResponse => self.on_read_response(ctx, mem, pkt),
             Operation::AtomicAcknowledge => {
                 let orig = pkt.hdr.atomic_ack.unwrap_or(0);
@@ -128,7 +129,7 @@ impl Qp {
 
     /// Records that everything before `una` is acknowledged: resets the retry
     /// counters (IBTA 9.7.5.2.8) and restarts or stops the retransmit timer.
-    fn progress(&mut self, ctx: &mut Ctx<'_>, una: Psn) {
+    pub(super) fn progress(&mut self, ctx: &mut Ctx<'_>, una: Psn) {
         if una.after(self.req.una) {
             self.req.una = una;
             self.req.retry_started = false;
@@ -150,7 +151,7 @@ impl Qp {
     /// Completes SEND/WRITE WQEs before the READ/atomic a response belongs to
     /// (a response implies the requests before it arrived), then returns the
     /// index-0 WQE if it is of kind `want` and `psn` is the next expected response.
-    fn response_target(&mut self, ctx: &mut Ctx<'_>, psn: Psn, atomic: bool) -> bool {
+    pub(super) fn response_target(&mut self, ctx: &mut Ctx<'_>, psn: Psn, atomic: bool) -> bool {
         while let Some(w) = self.sq.front() {
             if !w.started || w.wr.opcode.is_read_or_atomic() {
                 break;
@@ -204,6 +205,11 @@ impl Qp {
         }
         let mtu = u64::from(self.mtu(ctx.config));
         let w = &self.sq[0];
+        if w.peer {
+            // Asked for as a peer copy: only its one-packet answer completes it.
+            ctx.stats.drop_malformed += 1;
+            return;
+        }
         let idx = psn.diff(w.first_psn) as u64;
         let off = idx * mtu;
         let expect = (u64::from(w.len) - off).min(mtu) as usize;

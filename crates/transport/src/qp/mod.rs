@@ -4,6 +4,7 @@
 //! the flush (IBTA 10.3.1, 11.6.2).
 
 mod completer;
+mod peer;
 mod requester;
 mod responder;
 mod sgl;
@@ -22,6 +23,7 @@ use softrdma_wire::{Bth, Headers, Psn, Syndrome, ip};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 
+pub use peer::PEER_COPY_MIN;
 pub(crate) use sgl::{gather, scatter};
 
 /// The parts of the endpoint a QP works against while it runs.
@@ -54,6 +56,8 @@ pub(crate) struct SendWqe {
     /// more is sent and the WQE completes with it once it reaches the head
     /// of the queue, after the WQEs already on the wire (rxe wqe_state_error).
     pub(crate) error: Option<WcStatus>,
+    /// Carried as one peer-copy packet (`peer.rs`), decided when it started.
+    pub(crate) peer: bool,
 }
 
 /// Requester and completer state (IBTA 9.7.4-9.7.5).
@@ -131,6 +135,8 @@ pub(crate) enum RespOut {
         npkts: u32,
         next: u32,
         msn: u32,
+        /// Answered with one peer-copy response (`peer.rs`).
+        peer: bool,
     },
 }
 
@@ -189,6 +195,10 @@ pub(crate) struct Qp {
     pub(crate) timers: Timers,
     /// In the endpoint's ready list.
     pub(crate) scheduled: bool,
+    /// The peer QP is in a process of this host reached through a
+    /// shared-memory lane that can copy from ours and we from its: large
+    /// SENDs, WRITEs and READs go as one peer-copy packet (`peer.rs`).
+    pub(crate) peer_copy: bool,
     pub(crate) comm_est_sent: bool,
 }
 
@@ -232,6 +242,7 @@ impl Qp {
             timers: Timers::default(),
             scheduled: false,
             comm_est_sent: false,
+            peer_copy: false,
         }
     }
 

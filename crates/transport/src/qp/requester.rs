@@ -80,11 +80,14 @@ impl Qp {
                     }
                     self.req.rd_atomic += 1;
                 }
-                let npkts = if w.wr.opcode.is_atomic() {
+                let peer = Qp::starts_as_peer(self.peer_copy, self.qp_type, w);
+                // A peer-copy message is one packet whatever its length.
+                let npkts = if w.wr.opcode.is_atomic() || peer {
                     1
                 } else {
                     w.len.div_ceil(mtu).max(1)
                 };
+                w.peer = peer;
                 w.started = true;
                 w.npkts = npkts;
                 w.first_psn = self.req.psn;
@@ -163,7 +166,15 @@ impl Qp {
         let mut payload_off = 0u64;
         let mut payload_len = 0usize;
         let consumed; // PSNs this packet consumes
+        let mut peer_payload = None;
         match op {
+            _ if w.peer => {
+                let (h, p) = Qp::peer_request(ctx, pd, w, dest_qp, psn)?;
+                hdr = h;
+                payload_len = p.len();
+                peer_payload = Some(p);
+                consumed = 1;
+            }
             WrOpcode::RdmaRead => {
                 let off = u64::from(w.next_pkt) * u64::from(mtu);
                 hdr = Headers::new(bth(
@@ -265,21 +276,20 @@ impl Qp {
         let mrs = ctx.mrs;
         let inline = w.wr.inline.as_deref();
         let sgl = &w.wr.sgl;
-        let t = Qp::build(
-            ctx.config,
-            &path,
-            &hdr,
-            payload_len,
-            buf,
-            |dst| match inline {
-                Some(d) => {
+        let t = Qp::build(ctx.config, &path, &hdr, payload_len, buf, |dst| {
+            match (&peer_payload, inline) {
+                (Some(p), _) => {
+                    dst.copy_from_slice(p);
+                    Ok(())
+                }
+                (None, Some(d)) => {
                     let o = payload_off as usize;
                     dst.copy_from_slice(&d[o..o + dst.len()]);
                     Ok(())
                 }
-                None => super::gather(mrs, mem, pd, sgl, payload_off, dst),
-            },
-        )
+                (None, None) => super::gather(mrs, mem, pd, sgl, payload_off, dst),
+            }
+        })
         .map_err(|_| WcStatus::LocProtErr)?;
 
         // Bookkeeping after a packet was built.

@@ -6,6 +6,7 @@
 //! resources (RNR NAK when no receive is posted), lengths, R_Key, then executes.
 
 mod atomic_write;
+mod peer;
 
 use super::sgl::ScatterError;
 use super::{Ctx, InProgress, Path, Qp, Resource, RespOut, bth};
@@ -250,6 +251,9 @@ impl Qp {
         mem: &mut dyn crate::Memory,
         pkt: &Packet<'_>,
     ) -> Result<(), Fail> {
+        if pkt.info.peer {
+            return self.send_peer(ctx, mem, pkt);
+        }
         let pos = pkt.info.position;
         let mtu = self.mtu(ctx.config) as usize;
         if !Self::check_len(pos, pkt.payload.len(), mtu) {
@@ -356,6 +360,9 @@ impl Qp {
         mem: &mut dyn crate::Memory,
         pkt: &Packet<'_>,
     ) -> Result<Option<u32>, Fail> {
+        if pkt.info.peer {
+            return self.write_peer(ctx, mem, pkt);
+        }
         let pos = pkt.info.position;
         let mtu = self.mtu(ctx.config);
         let (va, resid, rkey, total) = match (pos.starts(), &self.resp.cur) {
@@ -419,7 +426,13 @@ impl Qp {
         }
         self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_READ)?;
         let mtu = self.mtu(ctx.config);
-        let npkts = reth.dma_len.div_ceil(mtu).max(1);
+        // A peer-copy READ is answered by one packet (`qp/peer.rs`).
+        let peer = pkt.info.peer;
+        let npkts = if peer {
+            1
+        } else {
+            reth.dma_len.div_ceil(mtu).max(1)
+        };
         let psn = pkt.hdr.bth.psn;
         self.push_resource(Resource::Read {
             first_psn: psn,
@@ -437,6 +450,7 @@ impl Qp {
             npkts,
             next: 0,
             msn: self.resp.msn,
+            peer,
         });
         self.resp.psn = psn.add(npkts);
         Ok(())
@@ -536,6 +550,7 @@ impl Qp {
                     return;
                 }
                 let mtu = self.mtu(ctx.config);
+                let peer = pkt.info.peer;
                 // The requester re-asks from `psn` on, so it holds everything
                 // before it: responses queued for `psn` or later (older copies
                 // of this stream included) would only be dropped as stale.
@@ -546,9 +561,14 @@ impl Qp {
                     va: reth.va,
                     rkey: reth.rkey,
                     len: reth.dma_len,
-                    npkts: reth.dma_len.div_ceil(mtu).max(1),
+                    npkts: if peer {
+                        1
+                    } else {
+                        reth.dma_len.div_ceil(mtu).max(1)
+                    },
                     next: 0,
                     msn: self.resp.msn,
+                    peer,
                 });
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -654,9 +674,45 @@ impl Qp {
                 va,
                 rkey,
                 len,
+                msn,
+                peer: true,
+                ..
+            } => match self.peer_read_response(ctx, &path, psn, va, rkey, len, msn, buf) {
+                Some(t) => t?,
+                None => return self.poll_response(ctx, mem, buf),
+            },
+            RespOut::Read { .. } => match self.read_response_packet(ctx, mem, &path, out, buf) {
+                Some(t) => t?,
+                None => return self.poll_response(ctx, mem, buf),
+            },
+        };
+        ctx.stats.tx_packets += 1;
+        ctx.stats.tx_bytes += t.len as u64;
+        Some(t)
+    }
+
+    /// The next packet of a READ response stream (`out`, the front of
+    /// `resp.out`). `None`: the region failed its check and a NAK took the
+    /// READ's place in the queue.
+    fn read_response_packet(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        path: &Path,
+        out: RespOut,
+        buf: &mut Vec<u8>,
+    ) -> Option<Option<Transmit>> {
+        let dest = self.attr.dest_qp_num;
+        match out {
+            RespOut::Read {
+                psn,
+                va,
+                rkey,
+                len,
                 npkts,
                 next,
                 msn,
+                peer: _,
             } => {
                 let mtu = self.mtu(ctx.config);
                 let off = u64::from(next) * u64::from(mtu);
@@ -705,28 +761,28 @@ impl Qp {
                             msn,
                         });
                         self.enter_error(ctx);
-                        return self.poll_response(ctx, mem, buf);
+                        return None;
                     }
                 };
-                let t = Qp::build::<()>(ctx.config, &path, &h, plen as usize, buf, |dst| {
+                let t = Qp::build::<()>(ctx.config, path, &h, plen as usize, buf, |dst| {
                     if !dst.is_empty() {
                         mem.read(host, dst);
                     }
                     Ok(())
                 })
-                .ok()?;
-                if let Some(RespOut::Read { next, .. }) = self.resp.out.front_mut() {
+                .ok();
+                if t.is_some()
+                    && let Some(RespOut::Read { next, .. }) = self.resp.out.front_mut()
+                {
                     *next += 1;
                     if *next >= npkts {
                         self.resp.out.pop_front();
                     }
                 }
-                t
+                Some(t)
             }
-        };
-        ctx.stats.tx_packets += 1;
-        ctx.stats.tx_bytes += t.len as u64;
-        Some(t)
+            _ => Some(None),
+        }
     }
 }
 

@@ -101,3 +101,26 @@ pub(crate) fn gather(
 pub(crate) fn capacity(sgl: &[Sge]) -> u64 {
     sgl.iter().map(|s| u64::from(s.length)).sum()
 }
+
+/// The host ranges of the first `len` bytes of the SGE list, each piece
+/// checked for `need` (the peer copy's source or destination).
+pub(crate) fn host_ranges(
+    mrs: &MrTable,
+    pd: PdHandle,
+    sgl: &[Sge],
+    len: u32,
+    need: Access,
+) -> Result<Vec<crate::PeerSeg>, ScatterError> {
+    let mut out = Vec::with_capacity(sgl.len());
+    let left = walk(mrs, pd, sgl, 0, len as usize, need, |host, r| {
+        out.push(crate::PeerSeg {
+            addr: host,
+            len: r.len() as u32,
+        });
+    })
+    .map_err(ScatterError::Prot)?;
+    if left != 0 {
+        return Err(ScatterError::TooLong);
+    }
+    Ok(out)
+}

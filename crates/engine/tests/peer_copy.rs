@@ -1,0 +1,209 @@
+//! Peer copy between two engines of one process over the same-host path
+//! (lanes on, `shm = true`): large WRITEs and READs land byte for byte
+//! through `process_vm_readv`; a bad rkey or a range out of bounds is
+//! `REM_ACCESS_ERR` with the target memory untouched; small messages keep
+//! to packets. (Between processes: compat-tests `shm.rs` and perftest.)
+
+use softrdma_engine::transport::{
+    Access, AddressVector, CqHandle, Mtu, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState,
+    QpType, SendFlags, SendWr, Sge, Wc, WcStatus, WrOpcode,
+};
+use softrdma_engine::{Engine, EngineConfig};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+const LEN: usize = 1 << 20;
+
+struct Side {
+    e: Engine,
+    qpn: u32,
+    cq: CqHandle,
+    buf: Vec<u8>,
+    key: u32,
+}
+
+impl Side {
+    fn addr(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+}
+
+fn side(ip: [u8; 4], port: u16, fill: u8) -> Side {
+    let mut cfg = EngineConfig::bound_to(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), port));
+    cfg.shm = true;
+    let e = Engine::start(cfg).unwrap();
+    let mut buf: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8 ^ fill).collect();
+    let ptr = buf.as_mut_ptr() as u64;
+    let pd = e.alloc_pd().unwrap();
+    let (cq, _) = e.create_cq(64).unwrap();
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 0,
+    };
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap,
+        sq_sig_all: true,
+    };
+    let (qpn, _) = e.create_qp(&init).unwrap();
+    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mr = e.reg_mr(pd, ptr, LEN as u64, ptr, all).unwrap();
+    Side {
+        e,
+        qpn,
+        cq,
+        buf,
+        key: mr.lkey,
+    }
+}
+
+fn connect(s: &Side, peer: &Side) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ,
+        ..QpAttr::default()
+    };
+    let init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
+    s.e.modify_qp(s.qpn, &a, init).unwrap();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = Mtu::M4096;
+    a.dest_qp_num = peer.qpn;
+    a.rq_psn = 7;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    a.ah_attr = AddressVector::to_ip(peer.e.local_addr().ip());
+    let rtr = M::STATE
+        | M::AV
+        | M::PATH_MTU
+        | M::DEST_QPN
+        | M::RQ_PSN
+        | M::MAX_DEST_RD_ATOMIC
+        | M::MIN_RNR_TIMER;
+    s.e.modify_qp(s.qpn, &a, rtr).unwrap();
+    a.qp_state = QpState::Rts;
+    a.sq_psn = 7;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    let rts = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+    s.e.modify_qp(s.qpn, &a, rts).unwrap();
+}
+
+fn pair() -> (Side, Side) {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let a = side([127, 0, 0, 1], port, 0);
+    let b = side([127, 0, 0, 1], port, 0x5A);
+    connect(&a, &b);
+    connect(&b, &a);
+    (a, b)
+}
+
+fn post(s: &Side, op: WrOpcode, local: u64, len: u32, remote: u64, rkey: u32) {
+    let mut w = SendWr::new(1, op);
+    w.flags = SendFlags::SIGNALED;
+    w.sgl = vec![Sge {
+        addr: local,
+        length: len,
+        lkey: s.key,
+    }];
+    w.remote_addr = remote;
+    w.rkey = rkey;
+    s.e.post_send(s.qpn, w).unwrap();
+}
+
+fn wait_wc(s: &Side) -> Wc {
+    let t0 = Instant::now();
+    loop {
+        let mut v = Vec::new();
+        s.e.poll_cq(s.cq, 1, |w| v.push(w)).unwrap();
+        if let Some(w) = v.pop() {
+            return w;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no completion");
+    }
+}
+
+fn counter(s: &Side, name: &str) -> u64 {
+    let c = s.e.shm_counters();
+    c.iter().find(|(k, _)| *k == name).map_or(0, |(_, v)| *v)
+}
+
+#[test]
+fn large_writes_and_reads_are_peer_copies_byte_for_byte() {
+    let (a, b) = pair();
+    let len = 300_000u32;
+    post(
+        &a,
+        WrOpcode::RdmaWrite,
+        a.addr() + 10,
+        len,
+        b.addr() + 4096,
+        b.key,
+    );
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    let n = len as usize;
+    assert_eq!(&b.buf[4096..4096 + n], &a.buf[10..10 + n]);
+    assert_eq!(counter(&b, "shm_peer_copies"), 1, "the responder copied");
+    // READ: the requester copies from the responder's checked range.
+    post(
+        &a,
+        WrOpcode::RdmaRead,
+        a.addr() + 600_000,
+        len,
+        b.addr() + 500_000,
+        b.key,
+    );
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    assert_eq!(&a.buf[600_000..600_000 + n], &b.buf[500_000..500_000 + n]);
+    assert_eq!(counter(&a, "shm_peer_copies"), 1, "the requester copied");
+    // Small messages keep to packets.
+    post(&a, WrOpcode::RdmaWrite, a.addr(), 4000, b.addr(), b.key);
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    assert_eq!(&b.buf[..4000], &a.buf[..4000]);
+    assert_eq!(counter(&b, "shm_peer_copies"), 1);
+    assert_eq!(counter(&a, "shm_peer_copy_failed"), 0);
+}
+
+#[test]
+fn bad_rkey_and_out_of_bounds_touch_nothing() {
+    let len = 64 * 1024;
+    for (op, bad_key) in [
+        (WrOpcode::RdmaWrite, true),
+        (WrOpcode::RdmaWrite, false),
+        (WrOpcode::RdmaRead, true),
+        (WrOpcode::RdmaRead, false),
+    ] {
+        let (a, b) = pair();
+        let (a0, b0) = (a.buf.clone(), b.buf.clone());
+        let (remote, rkey) = if bad_key {
+            (b.addr(), b.key ^ 0x100)
+        } else {
+            (b.addr() + LEN as u64 - 1000, b.key)
+        };
+        post(&a, op, a.addr(), len, remote, rkey);
+        let w = wait_wc(&a);
+        assert_eq!(
+            w.status,
+            WcStatus::RemAccessErr,
+            "{op:?}, bad key {bad_key}"
+        );
+        assert!(a.buf == a0 && b.buf == b0, "{op:?}: memory changed");
+        assert_eq!(
+            counter(&a, "shm_peer_copies") + counter(&b, "shm_peer_copies"),
+            0
+        );
+    }
+}

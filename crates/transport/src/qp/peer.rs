@@ -1,0 +1,152 @@
+//! Peer copy (issue 17, step 2): on an RC QP whose peer is a process of this
+//! host reached through a shared-memory lane, a large SEND, RDMA WRITE or
+//! READ is one packet listing memory ranges (`softrdma_wire::peer`), and whoever
+//! owns the destination copies the data straight from the other process
+//! ([`crate::Memory::read_peer`]; the engine uses `process_vm_readv`):
+//!
+//! - WRITE: the requester lists its SGEs' host ranges (lkeys checked); the
+//!   responder checks rkey, PD, rights and bounds as for any WRITE, then
+//!   copies from them into its MR and ACKs.
+//! - SEND: likewise into the receive WQE's SGEs (lkeys checked for
+//!   LOCAL_WRITE, length against the WQE's capacity).
+//! - READ: the responder checks the rkey and answers with the range of its
+//!   MR; the requester, its WQE still outstanding, copies from it into its
+//!   SGEs (lkeys checked for LOCAL_WRITE).
+//!
+//! No process writes into another's memory, so a copy that comes late (a
+//! peer killed, a QP flushed, memory deregistered) cannot land in memory
+//! its owner gave back. A message is one packet and one PSN whatever its
+//! length; retransmission, duplicates and ordering are the wire path's
+//! (a duplicate WRITE is re-ACKed, a duplicate READ re-answered and copied
+//! again).
+
+use super::{Ctx, Qp, SendWqe, bth, sgl};
+use crate::mr::PeerCopyError;
+use crate::types::{Access, QpType, SendFlags, WcStatus, WrOpcode};
+use softrdma_wire::{Headers, MAX_PEER_SEGS, Opcode, Packet, Psn, Reth};
+
+/// Smallest message sent by peer copy. `peer_copy` example of
+/// `softrdma-shm` (BENCHMARKS.md, "Issue 17, step 2"): one
+/// `process_vm_readv` costs 1.9 µs at 4 KiB and 7.9 µs at 64 KiB here, while
+/// the lanes' packet path moves about 5 GB/s (0.8 µs per 4 KiB packet), so
+/// peer copy pays from about 12 KiB on.
+pub const PEER_COPY_MIN: u32 = 16 * 1024;
+
+impl Qp {
+    /// Whether the WQE about to start goes as one peer-copy packet.
+    pub(super) fn starts_as_peer(peer_copy: bool, qp_type: QpType, w: &SendWqe) -> bool {
+        peer_copy
+            && qp_type == QpType::Rc
+            && matches!(
+                w.wr.opcode,
+                WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::RdmaRead
+                    | WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::SendWithInv
+            )
+            && w.wr.inline.is_none()
+            && w.len >= PEER_COPY_MIN
+            && w.wr.sgl.len() <= MAX_PEER_SEGS
+    }
+
+    /// The peer-copy request of WQE `w`: its headers and payload (for a
+    /// WRITE, the host ranges of its SGEs).
+    pub(super) fn peer_request(
+        ctx: &Ctx<'_>,
+        pd: crate::PdHandle,
+        w: &SendWqe,
+        dest_qp: u32,
+        psn: Psn,
+    ) -> Result<(Headers, Vec<u8>), WcStatus> {
+        let reth = Reth {
+            va: w.wr.remote_addr,
+            rkey: w.wr.rkey,
+            dma_len: w.len,
+        };
+        let op = w.wr.opcode;
+        let oc = match op {
+            WrOpcode::RdmaRead => Opcode::SOFTRDMA_RC_RDMA_READ_REQUEST_PEER,
+            WrOpcode::RdmaWriteWithImm => Opcode::SOFTRDMA_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE_PEER,
+            WrOpcode::Send => Opcode::SOFTRDMA_RC_SEND_ONLY_PEER,
+            WrOpcode::SendWithImm => Opcode::SOFTRDMA_RC_SEND_ONLY_WITH_IMMEDIATE_PEER,
+            WrOpcode::SendWithInv => Opcode::SOFTRDMA_RC_SEND_ONLY_WITH_INVALIDATE_PEER,
+            _ => Opcode::SOFTRDMA_RC_RDMA_WRITE_ONLY_PEER,
+        };
+        let mut h = Headers::new(bth(oc, dest_qp, psn));
+        h.bth.ack_req = true;
+        let send = matches!(
+            op,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv
+        );
+        if !send {
+            h.reth = Some(reth);
+        }
+        if op == WrOpcode::RdmaRead {
+            return Ok((h, Vec::new()));
+        }
+        match op {
+            WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => h.imm = Some(w.wr.imm_data),
+            WrOpcode::SendWithInv => h.ieth = Some(w.wr.imm_data),
+            _ => {}
+        }
+        // The solicited bit goes with SENDs and immediates (IBTA 9.2.3).
+        h.bth.se = (send || h.imm.is_some()) && w.wr.flags.contains(SendFlags::SOLICITED);
+        let segs = sgl::host_ranges(ctx.mrs, pd, &w.wr.sgl, w.len, Access::EMPTY)
+            .map_err(|_| WcStatus::LocProtErr)?;
+        let mut p = vec![0; softrdma_wire::peer_payload_len(segs.len())];
+        softrdma_wire::write_peer_segs(&segs, &mut p);
+        Ok((h, p))
+    }
+
+    /// The requester's side of a peer-copy READ: the responder checked the
+    /// rkey and names the range of its MR; copy it into the SGEs of the READ
+    /// at the head of the queue.
+    pub(super) fn on_peer_read_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) {
+        let psn = pkt.hdr.bth.psn;
+        if !self.response_target(ctx, psn, false) {
+            return;
+        }
+        let w = &self.sq[0];
+        let src = match softrdma_wire::read_peer_segs(pkt.payload) {
+            Ok((segs, total)) if w.peer && total == u64::from(w.len) => segs,
+            _ => {
+                ctx.stats.drop_malformed += 1;
+                return;
+            }
+        };
+        let dst = match sgl::host_ranges(ctx.mrs, self.pd, &w.wr.sgl, w.len, Access::LOCAL_WRITE) {
+            Ok(d) => d,
+            Err(_) => {
+                self.fail_front(ctx, WcStatus::LocProtErr);
+                return;
+            }
+        };
+        match mem.read_peer(&src, &dst) {
+            Ok(()) => {}
+            // The responder died: nothing came; the retry timer ends it
+            // (as a lost response on the wire would).
+            Err(PeerCopyError::Gone) => {
+                ctx.stats.drop_bad_state += 1;
+                return;
+            }
+            // Its memory went between its check and our copy.
+            Err(PeerCopyError::Fault) => {
+                self.fail_front(ctx, WcStatus::RemAccessErr);
+                return;
+            }
+            Err(PeerCopyError::Denied | PeerCopyError::Unsupported) => {
+                self.fail_front(ctx, WcStatus::RemOpErr);
+                return;
+            }
+        }
+        self.complete_front(ctx, WcStatus::Success);
+        self.progress(ctx, psn.add(1));
+    }
+}

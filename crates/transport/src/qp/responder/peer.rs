@@ -1,0 +1,177 @@
+//! The responder's side of peer copy (`qp/peer.rs`): a WRITE copied from the
+//! requester's ranges into the MR after the usual checks, a SEND into the
+//! receive WQE's SGEs, and the one-packet answer to a READ naming the
+//! checked range of the MR.
+
+use super::{ACK, Fail, ScatterError};
+use crate::endpoint::Transmit;
+use crate::mr::PeerCopyError;
+use crate::qp::{Ctx, InProgress, Path, Qp, RespOut, bth, sgl};
+use crate::types::{Access, WcFlags, WcOpcode, WcStatus};
+use crate::wr::Wc;
+use softrdma_wire::{Aeth, Headers, NakCode, Opcode, Packet, PeerSeg, Psn, Syndrome};
+
+/// What a failed copy from the requester becomes.
+fn copy_fail(e: PeerCopyError) -> Fail {
+    match e {
+        // The requester is gone: nobody to answer (its peers learn of it
+        // from the registry, as on the wire).
+        PeerCopyError::Gone => Fail::Drop,
+        // Its ranges are not its memory (any more): its own error, as a
+        // NIC's failed DMA read would be.
+        PeerCopyError::Fault => Fail::Nak(NakCode::RemoteOperational, WcStatus::RemOpErr),
+        PeerCopyError::Denied => Fail::Nak(NakCode::RemoteOperational, WcStatus::RemOpErr),
+        // Ranges from a link that cannot carry them.
+        PeerCopyError::Unsupported => Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr),
+    }
+}
+
+impl Qp {
+    /// A whole WRITE by peer copy; returns its length (it always ends the
+    /// message).
+    pub(super) fn write_peer(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> Result<Option<u32>, Fail> {
+        let invalid = Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr);
+        let reth = pkt.hdr.reth.ok_or(Fail::Drop)?;
+        if reth.dma_len > ctx.config.limits.max_msg_sz {
+            return Err(invalid);
+        }
+        let (src, total) = softrdma_wire::read_peer_segs(pkt.payload).map_err(|_| invalid)?;
+        if total != u64::from(reth.dma_len) {
+            return Err(invalid);
+        }
+        let host = self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_WRITE)?;
+        if total > 0 {
+            let dst = [PeerSeg {
+                addr: host,
+                len: reth.dma_len,
+            }];
+            mem.read_peer(&src, &dst).map_err(copy_fail)?;
+        }
+        self.resp.psn = self.resp.psn.add(1);
+        self.resp.cur = None;
+        self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+        Ok(Some(reth.dma_len))
+    }
+
+    /// A whole SEND by peer copy into the next receive WQE.
+    pub(super) fn send_peer(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fail> {
+        let invalid = Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr);
+        let (src, total) = softrdma_wire::read_peer_segs(pkt.payload).map_err(|_| invalid)?;
+        let len = u32::try_from(total)
+            .ok()
+            .filter(|&l| l <= ctx.config.limits.max_msg_sz)
+            .ok_or(invalid)?;
+        let wqe = self.take_recv_wqe(ctx).ok_or(Fail::Rnr)?;
+        let dst = sgl::host_ranges(ctx.mrs, self.pd, &wqe.sgl, len, Access::LOCAL_WRITE);
+        // From here a failure completes the WQE with its status (`fail_recv`).
+        self.resp.cur = Some(InProgress::Send { wqe, offset: 0 });
+        let dst = dst.map_err(|e| match e {
+            ScatterError::TooLong => Fail::Nak(NakCode::InvalidRequest, WcStatus::LocLenErr),
+            ScatterError::Prot(_) => Fail::Nak(NakCode::RemoteOperational, WcStatus::LocProtErr),
+        })?;
+        if len > 0 {
+            match mem.read_peer(&src, &dst) {
+                Ok(()) => {}
+                // The requester is gone: nothing answered, the WQE kept
+                // for the next SEND.
+                Err(PeerCopyError::Gone) => {
+                    if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
+                        self.resp.spare = Some(wqe);
+                    }
+                    return Err(Fail::Drop);
+                }
+                Err(e) => return Err(copy_fail(e)),
+            }
+        }
+        self.resp.psn = self.resp.psn.add(1);
+        if let Some(rkey) = pkt.hdr.ieth
+            && crate::mw::remote_invalidate(ctx.mws, self.pd, rkey).is_err()
+        {
+            return Err(invalid);
+        }
+        let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() else {
+            unreachable!("set above")
+        };
+        self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+        let mut wc = Wc::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+        wc.byte_len = len;
+        if let Some(imm) = pkt.hdr.imm {
+            wc.imm_data = imm;
+            wc.wc_flags = WcFlags::WITH_IMM;
+        }
+        if let Some(rkey) = pkt.hdr.ieth {
+            wc.imm_data = rkey;
+            wc.wc_flags = WcFlags::WITH_INV;
+        }
+        self.complete_recv(ctx, wc, pkt.hdr.bth.se);
+        Ok(())
+    }
+
+    /// The answer to a peer-copy READ: the host range of `[va, va + len)`
+    /// under `rkey`, checked again now (the region may be gone). `None`: the
+    /// check failed and a NAK took the READ's place in the queue.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn peer_read_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        path: &Path,
+        psn: Psn,
+        va: u64,
+        rkey: u32,
+        len: u32,
+        msn: u32,
+        buf: &mut Vec<u8>,
+    ) -> Option<Option<Transmit>> {
+        let (mrs, mws) = (ctx.mrs, &*ctx.mws);
+        let checked = crate::mw::check_remote(
+            mrs,
+            mws,
+            self.qpn,
+            self.pd,
+            rkey,
+            va,
+            u64::from(len),
+            Access::REMOTE_READ,
+        );
+        let Ok(host) = checked else {
+            ctx.stats.access_violations += 1;
+            ctx.stats.tx_nak_other += 1;
+            self.resp.out.pop_front();
+            self.resp.out.push_front(RespOut::Ack {
+                psn,
+                syndrome: Syndrome::Nak(NakCode::RemoteAccess),
+                msn,
+            });
+            self.enter_error(ctx);
+            return None;
+        };
+        let dest = self.attr.dest_qp_num;
+        let mut h = Headers::new(bth(
+            Opcode::SOFTRDMA_RC_RDMA_READ_RESPONSE_ONLY_PEER,
+            dest,
+            psn,
+        ));
+        h.aeth = Some(Aeth { syndrome: ACK, msn });
+        let seg = [PeerSeg { addr: host, len }];
+        let plen = softrdma_wire::peer_payload_len(1);
+        let t = Qp::build::<()>(ctx.config, path, &h, plen, buf, |dst| {
+            softrdma_wire::write_peer_segs(&seg, dst);
+            Ok(())
+        })
+        .ok();
+        if t.is_some() {
+            self.resp.out.pop_front();
+        }
+        Some(t)
+    }
+}

@@ -1,0 +1,96 @@
+//! The payload of softrdma's peer-copy opcodes (0xE0..=0xE6: RDMA WRITE
+//! ONLY [with immediate], RDMA READ request and response ONLY, SEND ONLY
+//! [with immediate | invalidate]) ([`crate::OpcodeInfo::peer`]):
+//! a list of memory ranges in the sending process, which the receiver copies
+//! from (one copy, `process_vm_readv`) instead of taking bytes out of the
+//! packet. A softrdma-private extension, used only between softrdma
+//! processes of one host over shared-memory lanes, never on a wire.
+//!
+//! Layout (big-endian, as every RoCE header): a 4-byte count, then per range
+//! an 8-byte address and a 4-byte length.
+
+use crate::error::{Error, Result};
+
+/// One range of the sender's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerSeg {
+    /// Address in the sender's process.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u32,
+}
+
+/// Most ranges one packet may list (a requester's SGEs after translation;
+/// the device's `max_sge` is 32).
+pub const MAX_PEER_SEGS: usize = 64;
+
+const COUNT_LEN: usize = 4;
+const SEG_LEN: usize = 12;
+
+/// Bytes of a payload listing `n` ranges.
+pub const fn peer_payload_len(n: usize) -> usize {
+    COUNT_LEN + n * SEG_LEN
+}
+
+/// Writes `segs` into `out`, which must be [`peer_payload_len`] long.
+pub fn write_peer_segs(segs: &[PeerSeg], out: &mut [u8]) {
+    debug_assert_eq!(out.len(), peer_payload_len(segs.len()));
+    out[..COUNT_LEN].copy_from_slice(&(segs.len() as u32).to_be_bytes());
+    for (s, o) in segs.iter().zip(out[COUNT_LEN..].chunks_exact_mut(SEG_LEN)) {
+        o[..8].copy_from_slice(&s.addr.to_be_bytes());
+        o[8..].copy_from_slice(&s.len.to_be_bytes());
+    }
+}
+
+/// Reads the ranges of a peer-copy payload; checks the count against the
+/// length and [`MAX_PEER_SEGS`], and returns the ranges with their total.
+pub fn read_peer_segs(payload: &[u8]) -> Result<(Vec<PeerSeg>, u64)> {
+    let bad = || Error::BadLength("peer-copy range list");
+    let head: [u8; 4] = payload
+        .get(..COUNT_LEN)
+        .ok_or_else(bad)?
+        .try_into()
+        .map_err(|_| bad())?;
+    let n = u32::from_be_bytes(head) as usize;
+    if n > MAX_PEER_SEGS || payload.len() != peer_payload_len(n) {
+        return Err(bad());
+    }
+    let segs: Vec<PeerSeg> = payload[COUNT_LEN..]
+        .chunks_exact(SEG_LEN)
+        .map(|c| PeerSeg {
+            addr: u64::from_be_bytes(c[..8].try_into().unwrap_or_default()),
+            len: u32::from_be_bytes(c[8..].try_into().unwrap_or_default()),
+        })
+        .collect();
+    let total = segs.iter().map(|s| u64::from(s.len)).sum();
+    Ok((segs, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejects() {
+        let segs = [
+            PeerSeg {
+                addr: 0x7f00_0000_1000,
+                len: 4096,
+            },
+            PeerSeg {
+                addr: u64::MAX - 7,
+                len: 8,
+            },
+        ];
+        let mut b = vec![0u8; peer_payload_len(2)];
+        write_peer_segs(&segs, &mut b);
+        assert_eq!(read_peer_segs(&b).unwrap(), (segs.to_vec(), 4104));
+        // Count and length disagree.
+        assert!(read_peer_segs(&b[..b.len() - 1]).is_err());
+        assert!(read_peer_segs(&[0, 0]).is_err());
+        let mut many = vec![0u8; peer_payload_len(MAX_PEER_SEGS + 1)];
+        many[..4].copy_from_slice(&((MAX_PEER_SEGS + 1) as u32).to_be_bytes());
+        assert!(read_peer_segs(&many).is_err());
+        assert_eq!(read_peer_segs(&[0; 4]).unwrap(), (vec![], 0));
+    }
+}
