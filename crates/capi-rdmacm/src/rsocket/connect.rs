@@ -91,6 +91,11 @@ pub(super) fn start(
         .spawn(move || {
             let idp = idp;
             let r = connect(idp.0, &dst, &sizes);
+            if let Err(e) = &r
+                && std::env::var_os("SOFTRDMA_DEBUG").is_some()
+            {
+                eprintln!("rsocket: connect failed: errno {e}");
+            }
             *p2.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
             let one = 1u64;
             // SAFETY: the pending connect's eventfd, open while `p2` lives.

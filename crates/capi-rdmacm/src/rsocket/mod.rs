@@ -51,7 +51,11 @@ unsafe fn put_addr(
     addr: *mut sockaddr,
     addrlen: *mut socklen_t,
 ) -> Result<(), c_int> {
-    if addr.is_null() || addrlen.is_null() {
+    if addrlen.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: non-NULL per the check, readable per the contract.
+    if addr.is_null() && unsafe { *addrlen } != 0 {
         return Err(libc::EFAULT);
     }
     let full = if a.ss_family as c_int == libc::AF_INET6 {
@@ -62,11 +66,13 @@ unsafe fn put_addr(
     // SAFETY: per the contract.
     unsafe {
         let n = full.min(*addrlen as usize);
-        core::ptr::copy_nonoverlapping(
-            (a as *const libc::sockaddr_storage).cast::<u8>(),
-            addr.cast::<u8>(),
-            n,
-        );
+        if n > 0 {
+            core::ptr::copy_nonoverlapping(
+                (a as *const libc::sockaddr_storage).cast::<u8>(),
+                addr.cast::<u8>(),
+                n,
+            );
+        }
         *addrlen = full as socklen_t;
     }
     Ok(())
