@@ -30,7 +30,11 @@ fn revents(fd: c_int, events: i16) -> Option<i16> {
             if c.can_send() {
                 r |= want(libc::POLLOUT);
             }
-            if c.state & conn::CONNECTED == 0 {
+            // rdma-core reports the hang-up as soon as the peer's disconnect
+            // is seen, while data may still wait to be read; a program that
+            // stops at POLLHUP (rstream's async mode) then loses the tail.
+            // Like TCP (POLLHUP once nothing is left), it waits here.
+            if c.state & conn::CONNECTED == 0 && !c.have_rdata() {
                 r |= if c.state == conn::DISCONNECTED {
                     libc::POLLHUP
                 } else {

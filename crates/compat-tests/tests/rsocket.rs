@@ -1,0 +1,263 @@
+//! Issue 19: rsockets. Debian's unmodified rsocket programs (rdmacm-utils)
+//! and `librspreload.so` (librdmacm1) over softrdma's librdmacm, two
+//! processes on this host, each with its own loopback `SOFTRDMA_ADDR`
+//! (127.52.x.y), each run with a timeout:
+//!
+//! - `rstream` with its default test list (latency and bandwidth, 64 B to
+//!   1 MiB), and with `-T b`, `-T n`, `-T a`, `-T a -T n` (blocking,
+//!   non-blocking, async through rpoll, both), each with `-T v` (rstream
+//!   checks every byte), and `-T r` (rdma_getaddrinfo); over IPv6 (`::1`);
+//! - `rcopy` of a 20 MB random file, compared byte for byte;
+//! - `LD_PRELOAD=librspreload.so` under a Python TCP echo pair (`py/rs_echo.py`)
+//!   moving 20 MB, byte-exact, with both sockets confirmed to be rsockets;
+//! - the C API through ctypes (`py/rsocket_api.py`): EBADF, EINVAL,
+//!   ENOTCONN, ECONNREFUSED, EPIPE, EAGAIN, rpoll, half-close, and 8 MiB
+//!   written then closed at once all arriving; IPv4 and IPv6.
+//!
+//! Needs `cargo xtask compat`, rdmacm-utils, librdmacm1 and python3; fails
+//! (never skips) without.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use softrdma_compat_tests::cm::{ServerEnd, run_cm_pair, turned_away};
+use softrdma_compat_tests::pair::PairOutput;
+use softrdma_compat_tests::rdmacm::{Host, strings};
+use softrdma_compat_tests::*;
+
+/// `127.52.x.y`: this file's loopback addresses.
+const NET: u8 = 52;
+const LABEL: &str = "rsocket";
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// Debian's librspreload (package librdmacm1).
+const PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
+
+fn host() -> Host {
+    require_compat_dir();
+    Host::local(unique_loopback_addr(NET))
+}
+
+fn py(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("py").join(name)
+}
+
+fn assert_ok(what: &str, out: &PairOutput) {
+    assert!(out.both_succeeded(), "{what} failed:\n{out}");
+}
+
+/// rstream's result lines (after the header), from both sides.
+fn result_lines(out: &PairOutput) -> Vec<String> {
+    let mut v = Vec::new();
+    for r in [Some(&out.server), out.client.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        v.extend(r.stdout.lines().skip(1).map(str::to_owned));
+    }
+    v
+}
+
+/// `rstream -b ADDR` / `rstream -s ADDR` with the same `opts` on both sides.
+fn rstream(opts: &[&str], server: Option<&str>) -> PairOutput {
+    let (s, c) = (host(), host());
+    let port = unique_tcp_port().to_string();
+    let saddr = server.map_or(s.addr.to_string(), str::to_owned);
+    let mut sargs = strings(&["-b", &saddr, "-p", &port]);
+    let mut cargs = strings(&["-s", &saddr, "-p", &port]);
+    sargs.extend(strings(opts));
+    cargs.extend(strings(opts));
+    let label = format!("{LABEL}-rstream");
+    run_cm_pair(
+        &mut s.command("rstream", &label, &sargs),
+        s.addr,
+        || c.command("rstream", &label, &cargs),
+        turned_away,
+        ServerEnd::Exits,
+        TIMEOUT,
+    )
+}
+
+/// A custom rstream run: `xfers` transfers of 1 MiB each way, both sides
+/// print one result line.
+fn rstream_custom(modes: &[&str]) {
+    let mut opts = vec!["-S", "1048576", "-C", "50"];
+    for m in modes {
+        opts.extend(["-T", m]);
+    }
+    let out = rstream(&opts, None);
+    assert_ok(&format!("rstream {}", opts.join(" ")), &out);
+    let lines = result_lines(&out);
+    assert_eq!(lines.len(), 2, "one result line per side:\n{out}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("custom    1m      50")),
+        "{out}"
+    );
+}
+
+#[test]
+fn rstream_default_tests() {
+    let out = rstream(&[], None);
+    assert_ok("rstream (default test list)", &out);
+    let client = out
+        .client
+        .as_ref()
+        .map(|c| c.stdout.clone())
+        .unwrap_or_default();
+    for name in [
+        "64_lat", "4k_lat", "64k_lat", "1m_lat", "64_bw", "4k_bw", "64k_bw", "1m_bw",
+    ] {
+        assert!(
+            client.lines().any(|l| l.starts_with(name)),
+            "no {name} line:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn rstream_blocking_verify() {
+    rstream_custom(&["b", "v"]);
+}
+
+#[test]
+fn rstream_nonblocking_verify() {
+    rstream_custom(&["n", "v"]);
+}
+
+#[test]
+fn rstream_async_verify() {
+    rstream_custom(&["a", "v"]);
+}
+
+#[test]
+fn rstream_async_nonblocking_verify() {
+    rstream_custom(&["a", "n", "v"]);
+}
+
+#[test]
+fn rstream_rdma_getaddrinfo() {
+    rstream_custom(&["r", "v"]);
+}
+
+#[test]
+fn rstream_ipv6() {
+    let out = rstream(&["-S", "65536", "-C", "100", "-T", "v"], Some("::1"));
+    assert_ok("rstream over ::1", &out);
+    assert_eq!(result_lines(&out).len(), 2, "{out}");
+}
+
+#[test]
+fn rcopy_20mb_byte_exact() {
+    let (s, c) = (host(), host());
+    let dir = std::env::temp_dir().join(format!("softrdma-rcopy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, dst) = (dir.join("src.bin"), dir.join("dst.bin"));
+    let mut data = vec![0u8; 20_000_000];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for b in data.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(&src, &data).unwrap();
+    let _ = std::fs::remove_file(&dst);
+    let port = unique_tcp_port().to_string();
+    let label = format!("{LABEL}-rcopy");
+    let target = format!("{}:{}", s.addr, dst.display());
+    let cargs = strings(&[src.to_str().unwrap(), &target, "-p", &port]);
+    let out = run_cm_pair(
+        &mut s.command("rcopy", &label, &strings(&["-p", &port])),
+        s.addr,
+        || c.command("rcopy", &label, &cargs),
+        turned_away,
+        ServerEnd::RunsUntilKilled,
+        TIMEOUT,
+    );
+    let client = out.client.as_ref().expect("client ran");
+    assert_eq!(client.code(), Some(0), "rcopy client failed:\n{out}");
+    assert!(client.stdout.contains("20000000 bytes in"), "{out}");
+    let got = std::fs::read(&dst).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        got == data,
+        "the copy differs ({} of 20000000 bytes):\n{out}",
+        got.len()
+    );
+}
+
+/// The Python echo pair under `LD_PRELOAD=librspreload.so` (`addr`: where
+/// the server listens).
+fn preload_echo(addr: Option<&str>) {
+    assert!(
+        Path::new(PRELOAD).is_file(),
+        "{PRELOAD} missing (package librdmacm1)"
+    );
+    let (s, c) = (host(), host());
+    let listen = addr.map_or(s.addr.to_string(), str::to_owned);
+    let port = unique_tcp_port().to_string();
+    let script = py("rs_echo.py").display().to_string();
+    let label = format!("{LABEL}-preload");
+    let mut server = s.command(
+        "python3",
+        &label,
+        &strings(&[&script, "server", &listen, &port]),
+    );
+    server.env("LD_PRELOAD", PRELOAD);
+    let out = run_cm_pair(
+        &mut server,
+        s.addr,
+        || {
+            let mut cmd = c.command(
+                "python3",
+                &label,
+                &strings(&[&script, "client", &listen, &port, "20000000"]),
+            );
+            cmd.env("LD_PRELOAD", PRELOAD);
+            cmd
+        },
+        turned_away,
+        ServerEnd::Exits,
+        TIMEOUT,
+    );
+    assert_ok("python echo under librspreload", &out);
+    assert!(out.server.stdout.contains("listening rsocket"), "{out}");
+    assert!(out.server.stdout.contains("served 20000000"), "{out}");
+    let client = out.client.as_ref().map(|c| c.stdout.as_str()).unwrap_or("");
+    assert!(client.contains("echo 20000000 ok rsocket"), "{out}");
+}
+
+#[test]
+fn preload_python_echo_20mb() {
+    preload_echo(None);
+}
+
+#[test]
+fn preload_python_echo_ipv6() {
+    preload_echo(Some("::1"));
+}
+
+/// `py/rsocket_api.py ADDR PORT` in one process.
+fn api(addr: Option<&str>) {
+    let h = host();
+    let a = addr.map_or(h.addr.to_string(), str::to_owned);
+    let port = unique_tcp_port().to_string();
+    let script = py("rsocket_api.py").display().to_string();
+    let out = run_with_timeout(
+        &mut h.command("python3", LABEL, &strings(&[&script, &a, &port])),
+        TIMEOUT,
+    );
+    assert!(
+        out.code() == Some(0) && out.stdout.contains("all ok"),
+        "rsocket_api.py failed:\n{out}"
+    );
+}
+
+#[test]
+fn api_errors_half_close_and_close_ipv4() {
+    api(None);
+}
+
+#[test]
+fn api_errors_half_close_and_close_ipv6() {
+    api(Some("::1"));
+}
