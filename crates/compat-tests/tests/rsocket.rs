@@ -7,6 +7,12 @@
 //!   1 MiB), and with `-T b`, `-T n`, `-T a`, `-T a -T n` (blocking,
 //!   non-blocking, async through rpoll, both), each with `-T v` (rstream
 //!   checks every byte), and `-T r` (rdma_getaddrinfo); over IPv6 (`::1`);
+//! - `riostream` (riomap/riowrite: the peer writes straight into a mapped
+//!   buffer, the receiver spins on its last byte) with `-T v`, `-T a -T v`
+//!   and `-T n -T v` at 1 MiB, and 64-byte round trips; not its default
+//!   list: both sides spin on memory there, which on a 2-vCPU machine
+//!   starves the progress threads that move the bytes (~2 ms a round trip,
+//!   100k of them);
 //! - `rcopy` of a 20 MB random file, compared byte for byte;
 //! - `LD_PRELOAD=librspreload.so` under a Python TCP echo pair (`py/rs_echo.py`)
 //!   moving 20 MB, byte-exact, with both sockets confirmed to be rsockets;
@@ -59,6 +65,11 @@ fn result_lines(out: &PairOutput) -> Vec<String> {
 
 /// `rstream -b ADDR` / `rstream -s ADDR` with the same `opts` on both sides.
 fn rstream(opts: &[&str], server: Option<&str>) -> PairOutput {
+    pair("rstream", opts, server)
+}
+
+/// `PROGRAM -b ADDR` / `PROGRAM -s ADDR` (rstream, riostream) with `opts`.
+fn pair(program: &str, opts: &[&str], server: Option<&str>) -> PairOutput {
     let (s, c) = (host(), host());
     let port = unique_tcp_port().to_string();
     let saddr = server.map_or(s.addr.to_string(), str::to_owned);
@@ -66,11 +77,11 @@ fn rstream(opts: &[&str], server: Option<&str>) -> PairOutput {
     let mut cargs = strings(&["-s", &saddr, "-p", &port]);
     sargs.extend(strings(opts));
     cargs.extend(strings(opts));
-    let label = format!("{LABEL}-rstream");
+    let label = format!("{LABEL}-{program}");
     run_cm_pair(
-        &mut s.command("rstream", &label, &sargs),
+        &mut s.command(program, &label, &sargs),
         s.addr,
-        || c.command("rstream", &label, &cargs),
+        || c.command(program, &label, &cargs),
         turned_away,
         ServerEnd::Exits,
         TIMEOUT,
@@ -143,6 +154,47 @@ fn rstream_ipv6() {
     let out = rstream(&["-S", "65536", "-C", "100", "-T", "v"], Some("::1"));
     assert_ok("rstream over ::1", &out);
     assert_eq!(result_lines(&out).len(), 2, "{out}");
+}
+
+/// riostream with `opts` (same on both sides): one result line each.
+fn riostream(opts: &[&str], want: &str) {
+    let out = pair("riostream", opts, None);
+    assert_ok(&format!("riostream {}", opts.join(" ")), &out);
+    let lines = result_lines(&out);
+    assert_eq!(lines.len(), 2, "one result line per side:\n{out}");
+    assert!(lines.iter().all(|l| l.starts_with(want)), "{out}");
+}
+
+#[test]
+fn riostream_verify() {
+    riostream(
+        &["-S", "1048576", "-C", "20", "-I", "5", "-T", "v"],
+        "custom    1m      20      5",
+    );
+}
+
+#[test]
+fn riostream_async_verify() {
+    riostream(
+        &["-S", "1048576", "-C", "20", "-I", "5", "-T", "a", "-T", "v"],
+        "custom    1m      20      5",
+    );
+}
+
+#[test]
+fn riostream_nonblocking_verify() {
+    riostream(
+        &["-S", "1048576", "-C", "20", "-I", "5", "-T", "n", "-T", "v"],
+        "custom    1m      20      5",
+    );
+}
+
+#[test]
+fn riostream_64_byte_round_trips() {
+    riostream(
+        &["-S", "64", "-C", "1", "-I", "200", "-T", "v"],
+        "custom    64      1       200",
+    );
 }
 
 #[test]

@@ -8,6 +8,9 @@
 use core::ffi::c_int;
 use std::collections::VecDeque;
 
+#[path = "iomap.rs"]
+mod iomap;
+
 use super::proto::*;
 use super::sys::{Region, Res, Verbs, unsafe_zeroed};
 use crate::ffi::*;
@@ -80,6 +83,8 @@ pub(super) struct Conn {
     rmsg: VecDeque<u32>,
     swap: bool,
     pub(super) cq_armed: bool,
+    /// Local buffers mapped for the peer's `riowrite` (`riomap`).
+    iomaps: Vec<iomap::IoMap>,
 }
 
 // SAFETY: raw pointers to engine objects and owned regions; used under the
@@ -131,6 +136,7 @@ impl Conn {
             rmsg: VecDeque::with_capacity(rq as usize + 1),
             swap: false,
             cq_armed: false,
+            iomaps: Vec::new(),
         };
         c.mrs[0] = c.v.reg(
             c.sbuf.ptr(),
@@ -552,43 +558,49 @@ impl Conn {
             length: 0,
             lkey: 0,
         }; 2];
-        let (n, flags) = if xfer <= self.sq_inline {
+        let (n, flags) = self.stage(data, &mut sges);
+        self.write_data(&mut sges[..n], xfer, flags)?;
+        Ok(xfer as usize)
+    }
+
+    /// Puts `data` where a WRITE takes it from: inline (from `data` itself)
+    /// if small, else copied into the send buffer (two SGEs at its wrap).
+    fn stage(&mut self, data: &[u8], sges: &mut [ibv_sge; 2]) -> (usize, u32) {
+        let xfer = data.len() as u32;
+        if xfer <= self.sq_inline {
             sges[0] = ibv_sge {
                 addr: data.as_ptr() as u64,
                 length: xfer,
                 lkey: 0,
             };
-            (1, IBV_SEND_INLINE)
-        } else {
-            let left = self.sbuf_size - self.ssgl_off;
-            let first = xfer.min(left);
-            self.sbuf
-                .write(self.ssgl_off as usize, &data[..first as usize]);
-            sges[0] = ibv_sge {
-                addr: self.sbuf.addr(self.ssgl_off as usize),
-                length: first,
+            return (1, IBV_SEND_INLINE);
+        }
+        let left = self.sbuf_size - self.ssgl_off;
+        let first = xfer.min(left);
+        self.sbuf
+            .write(self.ssgl_off as usize, &data[..first as usize]);
+        sges[0] = ibv_sge {
+            addr: self.sbuf.addr(self.ssgl_off as usize),
+            length: first,
+            lkey: self.lkey(0),
+        };
+        if first < xfer {
+            self.sbuf.write(0, &data[first as usize..]);
+            sges[1] = ibv_sge {
+                addr: self.sbuf.addr(0),
+                length: xfer - first,
                 lkey: self.lkey(0),
             };
-            if first < xfer {
-                self.sbuf.write(0, &data[first as usize..]);
-                sges[1] = ibv_sge {
-                    addr: self.sbuf.addr(0),
-                    length: xfer - first,
-                    lkey: self.lkey(0),
-                };
-                self.ssgl_off = xfer - first;
-                (2, 0)
+            self.ssgl_off = xfer - first;
+            (2, 0)
+        } else {
+            self.ssgl_off = if first < left {
+                self.ssgl_off + first
             } else {
-                self.ssgl_off = if first < left {
-                    self.ssgl_off + first
-                } else {
-                    0
-                };
-                (1, 0)
-            }
-        };
-        self.write_data(&mut sges[..n], xfer, flags)?;
-        Ok(xfer as usize)
+                0
+            };
+            (1, 0)
+        }
     }
 
     /// `rs_write_data`: consumes target space and a credit, then writes.
@@ -629,6 +641,9 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        for m in self.iomaps.drain(..) {
+            self.v.dereg(m.mr);
+        }
         self.v.destroy(&mut self.mrs);
     }
 }

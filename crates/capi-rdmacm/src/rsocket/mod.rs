@@ -1,8 +1,8 @@
 //! The rsocket API (`<rdma/rsocket.h>`, RDMACM_1.0): sockets over RDMA with
 //! rdma-core's wire protocol (see [`proto`]), so Debian's `rstream`, `rcopy`
-//! and `librspreload.so` run unmodified. Stream (RC) rsockets are
-//! implemented; datagram rsockets and `riomap`/`riowrite` are not yet
-//! (`-1`, `ENOTSUP`/`ENOSYS`).
+//! `riostream` and `librspreload.so` run unmodified. Stream (RC) rsockets
+//! and `riomap`/`riowrite` are implemented; datagram rsockets are not yet
+//! (`rsocket(.., SOCK_DGRAM, ..)` fails with `ENOTSUP`).
 //!
 //! - [`ops`]: the operations in safe Rust (`Result<_, errno>`);
 //!   [`conn`]: one connection's buffers and credits; [`sock`]: the socket
@@ -16,7 +16,7 @@ use core::ffi::{c_int, c_long, c_void};
 
 use libc::{fd_set, iovec, msghdr, nfds_t, off_t, pollfd, sockaddr, socklen_t, timeval};
 
-use crate::guard::{NOT_IMPLEMENTED, ffi_guard, ret, stubs};
+use crate::guard::{ffi_guard, ret};
 
 mod conn;
 mod connect;
@@ -592,13 +592,67 @@ pub extern "C" fn rfcntl(socket: c_int, cmd: c_int, arg: c_long) -> c_int {
     ffi_guard(|| -1, || int(ops::fcntl(socket, cmd, arg as c_int)))
 }
 
-stubs! {
-    /// `off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)`.
-    fn riomap(socket: c_int, buf: *mut c_void, len: usize, prot: c_int, flags: c_int, offset: off_t) -> off_t
-        => ret::neg_isize(NOT_IMPLEMENTED) as off_t;
-    /// `int riounmap(int socket, void *buf, size_t len)`.
-    fn riounmap(socket: c_int, buf: *mut c_void, len: usize) -> c_int => ret::neg(NOT_IMPLEMENTED);
-    /// `size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags)`.
-    fn riowrite(socket: c_int, buf: *const c_void, count: usize, offset: off_t, flags: c_int) -> usize
-        => ret::neg_usize(NOT_IMPLEMENTED);
+/// `off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)`.
+///
+/// # Safety
+///
+/// `buf` valid for `len` bytes for as long as it stays mapped.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn riomap(
+    socket: c_int,
+    buf: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    offset: off_t,
+) -> off_t {
+    let _ = flags;
+    ffi_guard(
+        || -1,
+        || match ops::iomap(socket, buf.cast(), len, prot, offset) {
+            Ok(o) => o,
+            Err(e) => ret::neg_isize(e) as off_t,
+        },
+    )
+}
+
+/// `int riounmap(int socket, void *buf, size_t len)`.
+///
+/// # Safety
+///
+/// As [`riomap`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn riounmap(socket: c_int, buf: *mut c_void, len: usize) -> c_int {
+    ffi_guard(|| -1, || unit(ops::iounmap(socket, buf.cast(), len)))
+}
+
+/// `size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags)`;
+/// `(size_t)-1` with errno on failure.
+///
+/// # Safety
+///
+/// `buf` readable for `count` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn riowrite(
+    socket: c_int,
+    buf: *const c_void,
+    count: usize,
+    offset: off_t,
+    flags: c_int,
+) -> usize {
+    ffi_guard(
+        || usize::MAX,
+        || {
+            if offset < 0 {
+                return ret::neg_usize(libc::EINVAL);
+            }
+            // SAFETY: per the contract.
+            match unsafe { slice(buf, count) }
+                .and_then(|b| ops::iowrite(socket, b, offset as u64, flags))
+            {
+                Ok(n) => n,
+                Err(e) => ret::neg_usize(e),
+            }
+        },
+    )
 }

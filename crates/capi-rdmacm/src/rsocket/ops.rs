@@ -222,6 +222,9 @@ pub(super) fn send(fd: c_int, buf: &[u8], flags: c_int) -> Res<usize> {
     if conn(&mut g).state & conn::WRITABLE == 0 {
         return Err(libc::EPIPE);
     }
+    let r;
+    (g, r) = flush_iomaps(&s, g, nb);
+    r?;
     let mut done = 0usize;
     let mut olen = OLAP_START;
     while done < buf.len() {
@@ -243,6 +246,81 @@ pub(super) fn send(fd: c_int, buf: &[u8], flags: c_int) -> Res<usize> {
         if olen < MAX_TRANSFER {
             olen <<= 1;
         }
+    }
+    Ok(done)
+}
+
+/// Sends the mappings `riomap` queued (before any data, as rdma-core).
+fn flush_iomaps<'a>(
+    s: &'a RSock,
+    mut g: std::sync::MutexGuard<'a, sock::Inner>,
+    nb: bool,
+) -> (std::sync::MutexGuard<'a, sock::Inner>, Res<()>) {
+    while conn(&mut g).iomap_pending() {
+        if !conn(&mut g).can_send() {
+            let r;
+            (g, r) = wait_conn(s, g, nb, None, Conn::conn_can_send);
+            if r.is_err() {
+                return (g, r);
+            }
+            if conn(&mut g).state & conn::WRITABLE == 0 {
+                return (g, Err(libc::EPIPE));
+            }
+        }
+        if let Err(e) = conn(&mut g).send_one_iomap() {
+            return (g, Err(e));
+        }
+    }
+    (g, Ok(()))
+}
+
+pub(super) fn iomap(fd: c_int, buf: *mut u8, len: usize, prot: c_int, offset: i64) -> Res<i64> {
+    let s = sock::lookup(fd)?;
+    let mut g = s.lock();
+    connected(&mut g).map_err(|_| libc::EINVAL)?;
+    conn(&mut g).iomap(buf, len, prot, offset)
+}
+
+pub(super) fn iounmap(fd: c_int, buf: *mut u8, len: usize) -> Res<()> {
+    let s = sock::lookup(fd)?;
+    let mut g = s.lock();
+    connected(&mut g).map_err(|_| libc::EINVAL)?;
+    conn(&mut g).iounmap(buf, len)
+}
+
+/// `riowrite`: bytes written (short if `offset` leaves the peer's mapping).
+pub(super) fn iowrite(fd: c_int, buf: &[u8], offset: u64, flags: c_int) -> Res<usize> {
+    let s = sock::lookup(fd)?;
+    let mut g = s.lock();
+    connected(&mut g)?;
+    let nb = nonblocking(&g, flags);
+    let r;
+    (g, r) = flush_iomaps(&s, g, nb);
+    r?;
+    let mut done = 0usize;
+    let mut olen = OLAP_START;
+    while done < buf.len() {
+        if !conn(&mut g).can_send() {
+            let r;
+            (g, r) = wait_conn(&s, g, nb, None, Conn::conn_can_send);
+            if let Err(e) = r {
+                return if done > 0 { Ok(done) } else { Err(e) };
+            }
+            if conn(&mut g).state & conn::WRITABLE == 0 {
+                return if done > 0 { Ok(done) } else { Err(libc::EPIPE) };
+            }
+        }
+        match conn(&mut g).iowrite_once(&buf[done..], offset + done as u64, olen) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
+        }
+        if olen < MAX_TRANSFER {
+            olen <<= 1;
+        }
+    }
+    if done == 0 && !buf.is_empty() {
+        return Err(libc::EINVAL);
     }
     Ok(done)
 }

@@ -132,6 +132,12 @@ impl Verbs {
         nonnull(unsafe { ibv_reg_mr(self.pd, addr.cast(), len, acc as c_int) })
     }
 
+    /// Deregisters an MR of this PD.
+    pub(super) fn dereg(&self, mr: *mut ibv_mr) {
+        // SAFETY: an MR registered by `reg`, deregistered once.
+        unsafe { ibv_dereg_mr(mr) };
+    }
+
     /// `ibv_req_notify_cq(cq, 0)`.
     pub(super) fn arm(&self) -> Res<()> {
         // SAFETY: the live context's ops table.
