@@ -539,9 +539,9 @@ pub unsafe extern "C" fn rsetsockopt(
 ) -> c_int {
     ffi_guard(
         || -1,
-        // SAFETY: per the contract.
         || {
             unit(
+                // SAFETY: per the contract.
                 unsafe { slice(optval, optlen as usize) }
                     .and_then(|v| opts::set(socket, level, optname, v)),
             )

@@ -181,7 +181,7 @@ fn connected<'a>(g: &mut std::sync::MutexGuard<'a, sock::Inner>) -> Res<()> {
     }
 }
 
-fn conn<'a>(g: &'a mut sock::Inner) -> &'a mut Conn {
+fn conn(g: &mut sock::Inner) -> &mut Conn {
     match &mut g.phase {
         Phase::Connected(c) => c,
         _ => unreachable!("checked connected"),

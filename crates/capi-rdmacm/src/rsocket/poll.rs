@@ -43,13 +43,7 @@ fn revents(fd: c_int, events: i16) -> Option<i16> {
             }
             r
         }
-        Phase::Listening(l) => {
-            if l.ready() {
-                want(libc::POLLIN)
-            } else {
-                0
-            }
-        }
+        Phase::Listening(l) if l.ready() => want(libc::POLLIN),
         Phase::Failed => want(libc::POLLIN | libc::POLLOUT) | libc::POLLERR,
         _ => 0,
     })

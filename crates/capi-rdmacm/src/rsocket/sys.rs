@@ -283,22 +283,22 @@ impl Region {
     }
     /// A volatile read of a `u64`/`u32` the peer may be writing (the SGL).
     pub(super) fn read_u64(&self, off: usize) -> u64 {
-        assert!(off + 8 <= self.len && off % 8 == 0);
+        assert!(off + 8 <= self.len && off.is_multiple_of(8));
         // SAFETY: in bounds and aligned.
         unsafe { ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
     }
     pub(super) fn read_u32(&self, off: usize) -> u32 {
-        assert!(off + 4 <= self.len && off % 4 == 0);
+        assert!(off + 4 <= self.len && off.is_multiple_of(4));
         // SAFETY: in bounds and aligned.
         unsafe { ptr::read_volatile(self.ptr.add(off).cast::<u32>()) }
     }
     pub(super) fn write_u64(&self, off: usize, v: u64) {
-        assert!(off + 8 <= self.len && off % 8 == 0);
+        assert!(off + 8 <= self.len && off.is_multiple_of(8));
         // SAFETY: in bounds and aligned.
         unsafe { ptr::write_volatile(self.ptr.add(off).cast::<u64>(), v) }
     }
     pub(super) fn write_u32(&self, off: usize, v: u32) {
-        assert!(off + 4 <= self.len && off % 4 == 0);
+        assert!(off + 4 <= self.len && off.is_multiple_of(4));
         // SAFETY: in bounds and aligned.
         unsafe { ptr::write_volatile(self.ptr.add(off).cast::<u32>(), v) }
     }
