@@ -15,9 +15,9 @@ port = [7900 + os.getpid() % 500]
 
 CASES = [  # label, rstream args, what to report
     ("64 B ping-pong (one-way latency)", ["-S", "64", "-C", "1", "-I", "20000"], "lat"),
-    ("4 KiB stream", ["-S", "4096", "-C", "100000"], "bw"),
-    ("64 KiB stream", ["-S", "65536", "-C", "20000"], "bw"),
-    ("1 MiB stream", ["-S", "1048576", "-C", "2000"], "bw"),
+    ("4 KiB stream", ["-S", "4096", "-C", "100000", "-B", "524288"], "bw"),
+    ("64 KiB stream", ["-S", "65536", "-C", "20000", "-B", "524288"], "bw"),
+    ("1 MiB stream", ["-S", "1048576", "-C", "2000", "-B", "524288"], "bw"),
 ]
 
 

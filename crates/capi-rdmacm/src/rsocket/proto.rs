@@ -24,8 +24,11 @@ pub(super) const CTRL_KEEPALIVE: u32 = 1;
 pub(super) const CTRL_SHUTDOWN: u32 = 2;
 
 /// Largest single transfer; the first ones start at [`OLAP_START`] and double.
+/// rdma-core starts at 2048 to overlap the first write with the copy of the
+/// next on a NIC; here every write costs a packet train and a completion, so
+/// transfers start at the largest size (the peer sees only lengths).
 pub(super) const MAX_TRANSFER: u32 = 65536;
-pub(super) const OLAP_START: u32 = 2048;
+pub(super) const OLAP_START: u32 = 65536;
 /// Send low-water mark: a send needs this much free send buffer.
 pub(super) const SNDLOWAT: u32 = 2048;
 pub(super) const QP_MIN_SIZE: u32 = 16;
