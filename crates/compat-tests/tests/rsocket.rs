@@ -14,8 +14,17 @@
 //!   starves the progress threads that move the bytes (~2 ms a round trip,
 //!   100k of them);
 //! - `rcopy` of a 20 MB random file, compared byte for byte;
+//! - `udpong` (datagram rsockets over UD, address discovery over UDP):
+//!   1000 datagrams of 1000 bytes each non-blocking, blocking and async
+//!   (`-T n`, `-T b`, `-T a`), and 100 echoed 64-byte datagrams (`-T e`);
+//!   not its default list: 10000 echoes, each retransmitted after 1 ms, and
+//!   every late echo adds a datagram that stays in flight for good, so on a
+//!   loaded 2-vCPU machine the run slows to a crawl (rdma-core on a NIC
+//!   never takes 1 ms);
 //! - `LD_PRELOAD=librspreload.so` under a Python TCP echo pair (`py/rs_echo.py`)
 //!   moving 20 MB, byte-exact, with both sockets confirmed to be rsockets;
+//! - the same with a Python UDP echo pair (`py/rs_udp_echo.py`): 200
+//!   datagrams of 512 bytes echoed byte-exact over datagram rsockets;
 //! - the C API through ctypes (`py/rsocket_api.py`): EBADF, EINVAL,
 //!   ENOTCONN, ECONNREFUSED, EPIPE, EAGAIN, rpoll, half-close, and 8 MiB
 //!   written then closed at once all arriving; IPv4 and IPv6.
@@ -312,4 +321,117 @@ fn api_errors_half_close_and_close_ipv4() {
 #[test]
 fn api_errors_half_close_and_close_ipv6() {
     api(Some("::1"));
+}
+
+/// Whether process `pid`'s network namespace has a UDP socket bound to
+/// `addr:port` (`/proc/<pid>/net/udp`).
+fn udp_bound(pid: u32, addr: std::net::Ipv4Addr, port: u16) -> bool {
+    let want = format!("{:08X}:{port:04X}", u32::from_le_bytes(addr.octets()));
+    std::fs::read_to_string(format!("/proc/{pid}/net/udp")).is_ok_and(|t| {
+        t.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+    })
+}
+
+/// `udpong -b ADDR` (serves until killed) and `udpong -s ADDR` with `opts`;
+/// the client's last line must start with `want`.
+fn udpong(opts: &[&str], want: &str) {
+    let (s, c) = (host(), host());
+    let port = unique_tcp_port();
+    let ps = port.to_string();
+    let label = format!("{LABEL}-udpong");
+    let mut server = spawn(&mut s.command(
+        "udpong",
+        &label,
+        &strings(&["-b", &s.addr.to_string(), "-p", &ps]),
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !udp_bound(server.pid(), s.addr, port) {
+        assert!(
+            server.poll().is_none() && std::time::Instant::now() < deadline,
+            "udpong server did not bind {}:{port}:\n{}",
+            s.addr,
+            server.finish(std::time::Instant::now())
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut cargs = strings(&["-s", &s.addr.to_string(), "-p", &ps]);
+    cargs.extend(strings(opts));
+    let client = run_with_timeout(
+        &mut c.command("udpong", &label, &cargs),
+        Duration::from_secs(60),
+    );
+    let server = server.finish(std::time::Instant::now());
+    let last = client.stdout.lines().last().unwrap_or("").to_owned();
+    assert!(
+        client.code() == Some(0) && last.starts_with(want),
+        "udpong {} failed:\n===== client =====\n{client}\n===== server =====\n{server}",
+        opts.join(" ")
+    );
+}
+
+#[test]
+fn udpong_1000_datagrams_nonblocking() {
+    udpong(&["-S", "1000", "-C", "1000", "-T", "n"], "custom    1000");
+}
+
+#[test]
+fn udpong_1000_datagrams_blocking() {
+    udpong(&["-S", "1000", "-C", "1000", "-T", "b"], "custom    1000");
+}
+
+#[test]
+fn udpong_1000_datagrams_async() {
+    udpong(&["-S", "1000", "-C", "1000", "-T", "a"], "custom    1000");
+}
+
+#[test]
+fn udpong_100_echoes() {
+    udpong(
+        &["-S", "64", "-C", "100", "-T", "e"],
+        "custom    64      200",
+    );
+}
+
+#[test]
+fn preload_python_udp_echo() {
+    assert!(
+        Path::new(PRELOAD).is_file(),
+        "{PRELOAD} missing (package librdmacm1)"
+    );
+    let (s, c) = (host(), host());
+    let port = unique_tcp_port();
+    let ps = port.to_string();
+    let addr = s.addr.to_string();
+    let script = py("rs_udp_echo.py").display().to_string();
+    let label = format!("{LABEL}-preload-udp");
+    let mut cmd = s.command(
+        "python3",
+        &label,
+        &strings(&[&script, "server", &addr, &ps]),
+    );
+    cmd.env("LD_PRELOAD", PRELOAD);
+    let mut server = spawn(&mut cmd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    assert!(
+        server.wait_for_stdout(deadline, |o| o.contains("bound")),
+        "the UDP echo server did not start:\n{}",
+        server.finish(std::time::Instant::now())
+    );
+    let mut cmd = c.command(
+        "python3",
+        &label,
+        &strings(&[&script, "client", &addr, &ps, "200"]),
+    );
+    cmd.env("LD_PRELOAD", PRELOAD);
+    let client = run_with_timeout(&mut cmd, TIMEOUT);
+    let server = server.finish(std::time::Instant::now() + Duration::from_secs(10));
+    let ok = client.code() == Some(0)
+        && client.stdout.contains("echoed 200 of 200 rsocket")
+        && server.stdout.contains("bound rsocket");
+    assert!(
+        ok,
+        "python UDP echo under librspreload failed:\n===== client =====\n{client}\n===== server =====\n{server}"
+    );
 }

@@ -129,4 +129,5 @@ pub use socket::{
 pub use steer::{
     SteerError, SteerProgram, SteerTable, dest_qpn, member_slot, parse_probe, probe_datagram,
 };
+pub use sys::kernel_udp_socket;
 pub use wake::{EventFd, EventFdOptions, Events, Interest, Poller, TimerFd, TimerMode, Waker};

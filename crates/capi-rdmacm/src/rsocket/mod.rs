@@ -1,16 +1,17 @@
 //! The rsocket API (`<rdma/rsocket.h>`, RDMACM_1.0): sockets over RDMA with
-//! rdma-core's wire protocol (see [`proto`]), so Debian's `rstream`, `rcopy`
-//! `riostream` and `librspreload.so` run unmodified. Stream (RC) rsockets
-//! and `riomap`/`riowrite` are implemented; datagram rsockets are not yet
-//! (`rsocket(.., SOCK_DGRAM, ..)` fails with `ENOTSUP`).
+//! rdma-core's wire protocol (see `proto.rs`), so Debian's `rstream`, `rcopy`,
+//! `riostream`, `udpong` and `librspreload.so` run unmodified. Stream (RC)
+//! rsockets with `riomap`/`riowrite`, and datagram (UD) rsockets
+//! (`dgram.rs`).
 //!
-//! - [`ops`]: the operations in safe Rust (`Result<_, errno>`);
-//!   [`conn`]: one connection's buffers and credits; [`sock`]: the socket
-//!   table and waits; [`listen`] / [`connect`]: both ends of set-up;
-//!   [`poll`]: `rpoll`/`rselect`; [`opts`]: socket options;
-//!   [`sys`]: the verbs calls.
+//! - `ops.rs`: the operations in safe Rust (`Result<_, errno>`);
+//!   `conn.rs`: one connection's buffers and credits; `sock.rs`: the socket
+//!   table and waits; `listen.rs` / `connect.rs`: both ends of set-up;
+//!   `poll.rs`: `rpoll`/`rselect`; `opts.rs`: socket options; `dgram.rs`:
+//!   datagram sockets;
+//!   `sys.rs`: the verbs calls.
 //! - This file: the C exports, converting arguments and errors only, each
-//!   inside [`ffi_guard`] (no panic crosses the ABI).
+//!   inside `ffi_guard` (no panic crosses the ABI).
 
 use core::ffi::{c_int, c_long, c_void};
 
@@ -20,6 +21,7 @@ use crate::guard::{ffi_guard, ret};
 
 mod conn;
 mod connect;
+mod dgram;
 mod listen;
 mod ops;
 mod opts;
@@ -224,7 +226,23 @@ pub unsafe extern "C" fn rrecvfrom(
         || -1,
         || {
             // SAFETY: per the contract.
-            let r = unsafe { slice_mut(buf, len) }.and_then(|b| ops::recv(socket, b, flags));
+            let b = match unsafe { slice_mut(buf, len) } {
+                Ok(b) => b,
+                Err(e) => return ret::neg_isize(e),
+            };
+            if let Some(r) = ops::dgram_recvfrom(socket, b, flags) {
+                return match r {
+                    Ok((n, from)) => {
+                        if !src_addr.is_null() {
+                            // SAFETY: per the contract.
+                            let _ = unsafe { put_addr(&from, src_addr, addrlen) };
+                        }
+                        n as isize
+                    }
+                    Err(e) => ret::neg_isize(e),
+                };
+            }
+            let r = ops::recv(socket, b, flags);
             if matches!(r, Ok(n) if n > 0)
                 && !src_addr.is_null()
                 && let Ok(a) = ops::name(socket, true)
@@ -356,7 +374,19 @@ pub unsafe extern "C" fn rsendto(
         || -1,
         || {
             if !dest_addr.is_null() && addrlen > 0 {
-                return ret::neg_isize(libc::EISCONN);
+                let to = match ops::sockaddr_in(dest_addr, addrlen) {
+                    Ok(a) => a,
+                    Err(e) => return ret::neg_isize(e),
+                };
+                // SAFETY: per the contract.
+                let b = match unsafe { slice(buf, len) } {
+                    Ok(b) => b,
+                    Err(e) => return ret::neg_isize(e),
+                };
+                return match ops::dgram_sendto(socket, b, &to, flags) {
+                    Some(r) => size(r),
+                    None => ret::neg_isize(libc::EISCONN),
+                };
             }
             // SAFETY: per the contract.
             size(unsafe { slice(buf, len) }.and_then(|b| ops::send(socket, b, flags)))

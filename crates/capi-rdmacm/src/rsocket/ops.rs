@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::conn::{self, Conn, Sizes};
+use super::dgram;
 use super::listen::Listener;
 use super::proto::{CTRL_DISCONNECT, CTRL_SHUTDOWN, MAX_TRANSFER, OLAP_START};
 use super::sock::{self, Phase, RSock, settle, wait_conn};
@@ -20,12 +21,14 @@ pub(super) fn socket(domain: c_int, type_: c_int, protocol: c_int) -> Res<c_int>
     if domain != libc::AF_INET && domain != libc::AF_INET6 {
         return Err(libc::EAFNOSUPPORT);
     }
+    if st == libc::SOCK_DGRAM {
+        if protocol != 0 && protocol != libc::IPPROTO_UDP {
+            return Err(libc::EPROTONOSUPPORT);
+        }
+        return dgram::socket(domain, type_ & libc::SOCK_NONBLOCK != 0);
+    }
     if st != libc::SOCK_STREAM {
-        return Err(if st == libc::SOCK_DGRAM {
-            libc::ENOTSUP
-        } else {
-            libc::EPROTONOSUPPORT
-        });
+        return Err(libc::EPROTONOSUPPORT);
     }
     if protocol != 0 && protocol != libc::IPPROTO_TCP {
         return Err(libc::EPROTONOSUPPORT);
@@ -84,6 +87,9 @@ pub(super) fn sockaddr_in(
 }
 
 pub(super) fn bind(fd: c_int, addr: &libc::sockaddr_storage) -> Res<()> {
+    if dgram::lookup(fd).is_some() {
+        return dgram::bind(fd, addr);
+    }
     let s = sock::lookup(fd)?;
     let g = s.lock();
     if !matches!(g.phase, Phase::Init) {
@@ -138,6 +144,9 @@ pub(super) fn accept(fd: c_int) -> Res<Arc<RSock>> {
 }
 
 pub(super) fn connect(fd: c_int, dst: libc::sockaddr_storage) -> Res<()> {
+    if dgram::lookup(fd).is_some() {
+        return dgram::connect(fd, &dst);
+    }
     let s = sock::lookup(fd)?;
     let mut g = s.lock();
     settle(&mut g);
@@ -189,6 +198,9 @@ fn conn(g: &mut sock::Inner) -> &mut Conn {
 }
 
 pub(super) fn recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Res<usize> {
+    if let Some(d) = dgram::lookup(fd) {
+        return dgram::recvfrom(&d, buf, flags).map(|(n, _)| n);
+    }
     let s = sock::lookup(fd)?;
     let mut g = s.lock();
     connected(&mut g)?;
@@ -215,6 +227,9 @@ pub(super) fn recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Res<usize> {
 }
 
 pub(super) fn send(fd: c_int, buf: &[u8], flags: c_int) -> Res<usize> {
+    if let Some(d) = dgram::lookup(fd) {
+        return dgram::sendto(&d, buf, None, flags);
+    }
     let s = sock::lookup(fd)?;
     let mut g = s.lock();
     connected(&mut g)?;
@@ -374,6 +389,9 @@ fn shutdown_sock(s: &RSock, how: c_int) -> Res<()> {
 }
 
 pub(super) fn close(fd: c_int) -> Res<()> {
+    if dgram::lookup(fd).is_some() {
+        return dgram::close(fd);
+    }
     let s = sock::remove(fd)?;
     let connected_now = {
         let mut g = s.lock();
@@ -412,6 +430,9 @@ pub(super) fn close(fd: c_int) -> Res<()> {
 
 /// `rgetsockname` (`peer` false) / `rgetpeername`.
 pub(super) fn name(fd: c_int, peer: bool) -> Res<libc::sockaddr_storage> {
+    if let Some(d) = dgram::lookup(fd) {
+        return dgram::name(&d, peer);
+    }
     let s = sock::lookup(fd)?;
     let mut g = s.lock();
     settle(&mut g);
@@ -439,6 +460,17 @@ pub(super) fn name(fd: c_int, peer: bool) -> Res<libc::sockaddr_storage> {
 }
 
 pub(super) fn fcntl(fd: c_int, cmd: c_int, arg: c_int) -> Res<c_int> {
+    if let Some(d) = dgram::lookup(fd) {
+        return match cmd {
+            libc::F_GETFL => Ok(libc::O_RDWR | if d.nonblock() { libc::O_NONBLOCK } else { 0 }),
+            libc::F_SETFL => {
+                d.set_nonblock(arg & libc::O_NONBLOCK != 0);
+                Ok(0)
+            }
+            libc::F_GETFD | libc::F_SETFD => Ok(0),
+            _ => Err(libc::ENOTSUP),
+        };
+    }
     let s = sock::lookup(fd)?;
     let mut g = s.lock();
     match cmd {
@@ -454,4 +486,75 @@ pub(super) fn fcntl(fd: c_int, cmd: c_int, arg: c_int) -> Res<c_int> {
         }
         _ => Err(libc::ENOTSUP),
     }
+}
+
+/// `rsendto`/`rrecvfrom` on a datagram socket; `None` if `fd` is not one.
+pub(super) fn dgram_sendto(
+    fd: c_int,
+    buf: &[u8],
+    to: &libc::sockaddr_storage,
+    flags: c_int,
+) -> Option<Res<usize>> {
+    dgram::lookup(fd).map(|d| dgram::sendto(&d, buf, Some(to), flags))
+}
+
+pub(super) fn dgram_recvfrom(
+    fd: c_int,
+    buf: &mut [u8],
+    flags: c_int,
+) -> Option<Res<(usize, libc::sockaddr_storage)>> {
+    dgram::lookup(fd).map(|d| dgram::recvfrom(&d, buf, flags))
+}
+
+/// Socket options of a datagram socket: SOL_RDMA ones are accepted and
+/// ignored, the others are the kernel UDP socket's (as rdma-core).
+pub(super) fn dgram_setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: &[u8],
+) -> Option<Res<()>> {
+    dgram::lookup(fd)?;
+    if level == SOL_RDMA {
+        return Some(Ok(()));
+    }
+    // SAFETY: our socket; `val` is the caller's option bytes.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            val.as_ptr().cast(),
+            val.len() as libc::socklen_t,
+        )
+    };
+    Some(if r == 0 {
+        Ok(())
+    } else {
+        Err(crate::guard::errno())
+    })
+}
+
+/// `rgetsockopt` on a datagram socket: SOL_RDMA sizes are rdma-core's
+/// defaults, the rest the kernel UDP socket's.
+pub(super) fn dgram_getsockopt(fd: c_int, level: c_int, name: c_int) -> Option<Res<Vec<u8>>> {
+    dgram::lookup(fd)?;
+    if level == SOL_RDMA {
+        let v: c_int = match name {
+            RDMA_SQSIZE => super::proto::DEF_SQSIZE as c_int,
+            RDMA_RQSIZE => super::proto::DEF_RQSIZE as c_int,
+            RDMA_INLINE => super::proto::DEF_INLINE as c_int,
+            _ => return Some(Err(libc::ENOTSUP)),
+        };
+        return Some(Ok(v.to_ne_bytes().to_vec()));
+    }
+    let mut buf = [0u8; 64];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: our socket; a local buffer of `len` bytes.
+    let r = unsafe { libc::getsockopt(fd, level, name, buf.as_mut_ptr().cast(), &mut len) };
+    Some(if r == 0 {
+        Ok(buf[..len as usize].to_vec())
+    } else {
+        Err(crate::guard::errno())
+    })
 }

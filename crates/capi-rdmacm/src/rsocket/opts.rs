@@ -21,6 +21,9 @@ fn bit(opts: &mut u64, name: c_int, on: bool) {
 
 /// `val`: the option's bytes.
 pub(super) fn set(fd: c_int, level: c_int, name: c_int, val: &[u8]) -> Res<()> {
+    if let Some(r) = super::ops::dgram_setsockopt(fd, level, name, val) {
+        return r;
+    }
     let s = sock::lookup(fd)?;
     let mut g = s.lock();
     settle(&mut g);
@@ -104,6 +107,9 @@ pub(super) fn set(fd: c_int, level: c_int, name: c_int, val: &[u8]) -> Res<()> {
 
 /// The option's value as bytes (an int, or a `struct linger`).
 pub(super) fn get(fd: c_int, level: c_int, name: c_int) -> Res<Vec<u8>> {
+    if let Some(r) = super::ops::dgram_getsockopt(fd, level, name) {
+        return r;
+    }
     let s = sock::lookup(fd)?;
     let mut g = s.lock();
     settle(&mut g);

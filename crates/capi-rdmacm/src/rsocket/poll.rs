@@ -11,9 +11,14 @@ use super::conn;
 use super::sock::{self, Phase, settle};
 
 const WAKE_UP_MS: c_int = 500;
+/// Timeouts up to this are spent polling, not sleeping.
+const SHORT_MS: c_int = 10;
 
 /// The events of one rsocket now; `None` if `fd` is not an rsocket.
 fn revents(fd: c_int, events: i16) -> Option<i16> {
+    if let Some(d) = super::dgram::lookup(fd) {
+        return Some(super::dgram::poll_events(&d, events));
+    }
     let s = sock::lookup(fd).ok()?;
     let mut g = s.lock();
     settle(&mut g);
@@ -52,6 +57,9 @@ fn revents(fd: c_int, events: i16) -> Option<i16> {
 /// The fd to sleep on for an rsocket (arming its CQ); `None` with
 /// `again` set if arming found work to look at first.
 fn sleep_fd(fd: c_int, again: &mut bool) -> Option<c_int> {
+    if let Some(d) = super::dgram::lookup(fd) {
+        return Some(super::dgram::sleep_fd(&d, again));
+    }
     let s = sock::lookup(fd).ok()?;
     let mut g = s.lock();
     match &mut g.phase {
@@ -92,7 +100,13 @@ pub(super) fn rpoll(fds: &mut [libc::pollfd], timeout: c_int) -> Result<c_int, c
         if n > 0 || timeout == 0 {
             return Ok(n);
         }
-        if start.elapsed() < sock::spin() {
+        // A caller that waits at most a few milliseconds (udpong's 1 ms
+        // retransmission poll) is after latency: keep polling, which also
+        // moves the device's packets (busy poll), for all of it.
+        let short = timeout > 0 && timeout <= SHORT_MS;
+        if start.elapsed() < sock::spin()
+            || (short && start.elapsed().as_millis() < timeout as u128)
+        {
             std::thread::yield_now();
             continue;
         }
@@ -133,6 +147,11 @@ pub(super) fn rpoll(fds: &mut [libc::pollfd], timeout: c_int) -> Result<c_int, c
             return Err(crate::guard::errno());
         }
         for (p, rp) in fds.iter().zip(&rfds) {
+            if rp.revents != 0
+                && let Some(d) = super::dgram::lookup(p.fd)
+            {
+                super::dgram::after_wake(&d);
+            }
             if rp.revents != 0
                 && let Ok(s) = sock::lookup(p.fd)
                 && let Phase::Connected(c) = &mut s.lock().phase

@@ -117,7 +117,7 @@ pub(super) fn remove(fd: c_int) -> Res<Arc<RSock>> {
     table().remove(&fd).ok_or(libc::EBADF)
 }
 pub(super) fn is_rsocket(fd: c_int) -> bool {
-    table().contains_key(&fd)
+    table().contains_key(&fd) || super::dgram::lookup(fd).is_some()
 }
 
 /// Moves a finished non-blocking connect into its phase.

@@ -32,6 +32,14 @@ unsafe extern "C" {
         cq_context: *mut *mut c_void,
     ) -> c_int;
     fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint);
+    fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
+    fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
+    fn ibv_query_gid(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: c_int,
+        gid: *mut ibv_gid,
+    ) -> c_int;
 }
 
 /// `Err(errno)` for a `-1`/non-zero return.
@@ -76,6 +84,18 @@ impl Verbs {
     /// PD, channel (non-blocking fd), CQ of `cqe` entries (armed), and an RC
     /// QP on `id` with `sq_sig_all`.
     pub(super) fn create(id: *mut rdma_cm_id, sq: u32, rq: u32, inline: u32) -> Res<(Verbs, u32)> {
+        Self::create_qp(id, IBV_QPT_RC, sq, rq, inline)
+    }
+
+    /// The same with a QP of type `qp_type` (RC: 2 send SGEs, 1 receive
+    /// SGE; UD: 1 send SGE, 2 receive SGEs for the GRH and the data).
+    pub(super) fn create_qp(
+        id: *mut rdma_cm_id,
+        qp_type: ibv_qp_type,
+        sq: u32,
+        rq: u32,
+        inline: u32,
+    ) -> Res<(Verbs, u32)> {
         // SAFETY: `id` is a live cm_id with a device (bound/resolved).
         let ctx = unsafe { (*id).verbs };
         if ctx.is_null() {
@@ -105,18 +125,25 @@ impl Verbs {
         let mut attr: ibv_qp_init_attr = unsafe_zeroed();
         attr.send_cq = v.cq;
         attr.recv_cq = v.cq;
-        attr.qp_type = IBV_QPT_RC;
+        attr.qp_type = qp_type;
         attr.sq_sig_all = 1;
         attr.cap.max_send_wr = sq;
         attr.cap.max_recv_wr = rq;
-        attr.cap.max_send_sge = 2;
-        attr.cap.max_recv_sge = 1;
+        let ud = qp_type == IBV_QPT_UD;
+        attr.cap.max_send_sge = if ud { 1 } else { 2 };
+        attr.cap.max_recv_sge = if ud { 2 } else { 1 };
         attr.cap.max_inline_data = inline;
         // SAFETY: live id and PD, local attr.
         check(unsafe { crate::cm::rdma_create_qp(id, pd, &mut attr) })?;
         // SAFETY: rdma_create_qp set it.
         v.qp = unsafe { (*id).qp };
         Ok((v, attr.cap.max_inline_data))
+    }
+
+    /// The QP's number.
+    pub(super) fn qp_num(&self) -> u32 {
+        // SAFETY: live QP.
+        unsafe { (*self.qp).qp_num }
     }
 
     /// The completion channel's fd (readable when an armed CQ has an event).
@@ -198,6 +225,50 @@ impl Verbs {
         // SAFETY: live QP, local WR with no SGE.
         let r = unsafe { f(self.qp, &mut wr, &mut bad) };
         if r == 0 { Ok(()) } else { Err(r.abs()) }
+    }
+
+    /// Posts one receive of the given SGEs.
+    pub(super) fn post_recv_sges(&self, wr_id: u64, sges: &mut [ibv_sge]) -> Res<()> {
+        // SAFETY: the live context's ops table.
+        let f = unsafe { (*self.ops).post_recv }.ok_or(libc::ENOSYS)?;
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: sges.as_mut_ptr(),
+            num_sge: sges.len() as c_int,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: live QP; the SGEs name registered memory of the caller.
+        let r = unsafe { f(self.qp, &mut wr, &mut bad) };
+        if r == 0 { Ok(()) } else { Err(r.abs()) }
+    }
+
+    /// An address handle to `dgid` from our GID `sgid` (RoCE: global).
+    pub(super) fn create_ah(&self, sgid: [u8; 16], dgid: [u8; 16]) -> Res<*mut ibv_ah> {
+        // SAFETY: live id.
+        let (ctx, port) = unsafe { ((*self.id).verbs, (*self.id).port_num.max(1)) };
+        let mut sgid_index = 0u8;
+        for i in 0..16 {
+            let mut g: ibv_gid = unsafe_zeroed();
+            // SAFETY: live context, local output.
+            if unsafe { ibv_query_gid(ctx, port, i, &mut g) } == 0 && unsafe { g.raw } == sgid {
+                sgid_index = i as u8;
+                break;
+            }
+        }
+        let mut attr: ibv_ah_attr = unsafe_zeroed();
+        attr.is_global = 1;
+        attr.grh.dgid.raw = dgid;
+        attr.grh.sgid_index = sgid_index;
+        attr.grh.hop_limit = 64;
+        attr.port_num = port;
+        // SAFETY: live PD, local attr.
+        nonnull(unsafe { ibv_create_ah(self.pd, &mut attr) })
+    }
+
+    pub(super) fn destroy_ah(&self, ah: *mut ibv_ah) {
+        // SAFETY: an AH of ours, destroyed once.
+        unsafe { ibv_destroy_ah(ah) };
     }
 
     /// Destroys the QP, CQ, channel and PD (not the id). `mrs` first.
