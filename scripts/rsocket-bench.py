@@ -31,10 +31,17 @@ def rstream(args, tcp):
     common = ["-p", str(port[0])] + args + extra
     srv = subprocess.Popen(["rstream", "-b", "127.0.0.1"] + common, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.5)
-    cli = subprocess.run(["rstream", "-s", "127.0.0.1"] + common, env=env, capture_output=True,
-                         text=True, timeout=300)
-    srv.wait(timeout=60)
+    for attempt in range(20):  # the server may not listen yet on a busy machine
+        time.sleep(0.5)
+        cli = subprocess.run(["rstream", "-s", "127.0.0.1"] + common, env=env, capture_output=True,
+                             text=True, timeout=300)
+        if cli.returncode == 0 or "connect" not in cli.stdout + cli.stderr:
+            break
+    try:
+        srv.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        srv.wait()
     line = cli.stdout.strip().splitlines()[-1].split()
     if cli.returncode != 0 or len(line) < 8:
         raise RuntimeError("rstream failed: %s %s" % (cli.stdout, cli.stderr))

@@ -74,11 +74,11 @@ fn result_lines(out: &PairOutput) -> Vec<String> {
 
 /// `rstream -b ADDR` / `rstream -s ADDR` with the same `opts` on both sides.
 fn rstream(opts: &[&str], server: Option<&str>) -> PairOutput {
-    pair("rstream", opts, server)
+    pair("rstream", opts, server, TIMEOUT)
 }
 
 /// `PROGRAM -b ADDR` / `PROGRAM -s ADDR` (rstream, riostream) with `opts`.
-fn pair(program: &str, opts: &[&str], server: Option<&str>) -> PairOutput {
+fn pair(program: &str, opts: &[&str], server: Option<&str>, timeout: Duration) -> PairOutput {
     let (s, c) = (host(), host());
     let port = unique_tcp_port().to_string();
     let saddr = server.map_or(s.addr.to_string(), str::to_owned);
@@ -93,7 +93,7 @@ fn pair(program: &str, opts: &[&str], server: Option<&str>) -> PairOutput {
         || c.command(program, &label, &cargs),
         turned_away,
         ServerEnd::Exits,
-        TIMEOUT,
+        timeout,
     )
 }
 
@@ -116,7 +116,8 @@ fn rstream_custom(modes: &[&str]) {
 
 #[test]
 fn rstream_default_tests() {
-    let out = rstream(&[], None);
+    // 100k 64-byte round trips and 3.5 GB in all: minutes on a loaded VM.
+    let out = pair("rstream", &[], None, Duration::from_secs(300));
     assert_ok("rstream (default test list)", &out);
     let client = out
         .client
@@ -167,7 +168,7 @@ fn rstream_ipv6() {
 
 /// riostream with `opts` (same on both sides): one result line each.
 fn riostream(opts: &[&str], want: &str) {
-    let out = pair("riostream", opts, None);
+    let out = pair("riostream", opts, None, TIMEOUT);
     assert_ok(&format!("riostream {}", opts.join(" ")), &out);
     let lines = result_lines(&out);
     assert_eq!(lines.len(), 2, "one result line per side:\n{out}");

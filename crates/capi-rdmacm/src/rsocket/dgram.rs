@@ -19,101 +19,16 @@ use super::proto::{
 use super::sys::{Region, Res, Verbs, unsafe_zeroed};
 use crate::ffi::*;
 
+#[path = "daddr.rs"]
+mod addr;
+#[path = "dsvc.rs"]
+mod svc;
+
+use addr::*;
+use svc::{svc_loop, udp_send};
+
 const DS_UDP_TAG: u32 = 0x5555_5555;
 const GRH: usize = 40;
-
-type Addr = libc::sockaddr_storage;
-
-fn addr_key(a: &Addr) -> Vec<u8> {
-    let n = if a.ss_family as c_int == libc::AF_INET6 {
-        28
-    } else {
-        16
-    };
-    // SAFETY: plain bytes of a sockaddr_storage.
-    let b = unsafe { core::slice::from_raw_parts((a as *const Addr).cast::<u8>(), n) };
-    let mut v = b.to_vec();
-    if n == 28 {
-        v[4..8].fill(0); // flowinfo
-        v.truncate(24);
-    } else {
-        v.truncate(8);
-    }
-    v
-}
-
-fn addr_len(a: &Addr) -> libc::socklen_t {
-    if a.ss_family as c_int == libc::AF_INET6 {
-        28
-    } else {
-        16
-    }
-}
-
-/// The address part of a GID (IPv4-mapped or IPv6).
-fn gid_of(a: &Addr) -> [u8; 16] {
-    let b = addr_key(a);
-    let mut g = [0u8; 16];
-    if a.ss_family as c_int == libc::AF_INET6 {
-        g.copy_from_slice(&b[8..24]);
-    } else {
-        g[10] = 0xff;
-        g[11] = 0xff;
-        g[12..].copy_from_slice(&b[4..8]);
-    }
-    g
-}
-
-/// `struct ds_header` for address `a`: version, length, port, address.
-fn ds_header(a: &Addr) -> Vec<u8> {
-    let b = addr_key(a);
-    if a.ss_family as c_int == libc::AF_INET6 {
-        // SAFETY: an AF_INET6 storage.
-        let flow = unsafe { (*(a as *const Addr).cast::<libc::sockaddr_in6>()).sin6_flowinfo };
-        let mut h = vec![6, 24, b[2], b[3]];
-        h.extend_from_slice(&flow.to_ne_bytes());
-        h.extend_from_slice(&b[8..24]);
-        h
-    } else {
-        vec![4, 8, b[2], b[3], b[4], b[5], b[6], b[7]]
-    }
-}
-
-/// The sender's address from a `ds_header` (`None` if malformed).
-fn parse_ds_header(h: &[u8]) -> Option<(Addr, usize)> {
-    let mut a: Addr = unsafe_zeroed();
-    let p = (&raw mut a).cast::<u8>();
-    match (h.first(), h.get(1)) {
-        (Some(4), Some(8)) if h.len() >= 8 => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: u16::from_ne_bytes([h[2], h[3]]),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes([h[4], h[5], h[6], h[7]]),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: the storage holds a sockaddr_in.
-            unsafe { p.cast::<libc::sockaddr_in>().write_unaligned(sin) };
-            Some((a, 8))
-        }
-        (Some(6), Some(24)) if h.len() >= 24 => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: u16::from_ne_bytes([h[2], h[3]]),
-                sin6_flowinfo: u32::from_ne_bytes([h[4], h[5], h[6], h[7]]),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: h[8..24].try_into().ok()?,
-                },
-                sin6_scope_id: 0,
-            };
-            // SAFETY: the storage holds a sockaddr_in6.
-            unsafe { p.cast::<libc::sockaddr_in6>().write_unaligned(sin6) };
-            Some((a, 24))
-        }
-        _ => None,
-    }
-}
 
 /// One UD QP bound to a local address.
 struct DQp {
@@ -168,16 +83,6 @@ fn table() -> MutexGuard<'static, HashMap<c_int, Arc<DSock>>> {
 
 pub(super) fn lookup(fd: c_int) -> Option<Arc<DSock>> {
     table().get(&fd).cloned()
-}
-
-fn errno() -> c_int {
-    crate::guard::errno()
-}
-
-/// A kernel socket, not through an interposed `socket()` (librspreload).
-fn raw_socket(domain: c_int, ty: c_int) -> c_int {
-    // SAFETY: plain syscall.
-    unsafe { libc::syscall(libc::SYS_socket, domain, ty, 0) as c_int }
 }
 
 pub(super) fn socket(domain: c_int, nonblock: bool) -> Res<c_int> {
@@ -268,65 +173,6 @@ pub(super) fn connect(fd: c_int, a: &Addr) -> Res<()> {
     get_dest(&s, &mut g, a)?;
     g.conn = Some(addr_key(a));
     Ok(())
-}
-
-/// The local address datagrams to `dst` leave from (`ds_get_src_addr`).
-fn src_addr(fd: c_int, dst: &Addr) -> Res<Addr> {
-    let mut a: Addr = unsafe_zeroed();
-    let mut l = size_of::<Addr>() as libc::socklen_t;
-    // SAFETY: our socket, local output.
-    if unsafe { libc::getsockname(fd, (&raw mut a).cast(), &mut l) } != 0 {
-        return Err(errno());
-    }
-    if addr_key(&a)[2..4] == [0, 0] {
-        // Unbound: take an ephemeral port now (as a first sendto(2) would),
-        // so our datagrams name a port the peer can answer.
-        let mut any: Addr = unsafe_zeroed();
-        any.ss_family = dst.ss_family;
-        // SAFETY: our socket; a wildcard address of the destination's family.
-        unsafe { libc::bind(fd, (&raw const any).cast(), addr_len(dst)) };
-        let mut l = size_of::<Addr>() as libc::socklen_t;
-        // SAFETY: our socket, local output.
-        if unsafe { libc::getsockname(fd, (&raw mut a).cast(), &mut l) } != 0 {
-            return Err(errno());
-        }
-    }
-    let key = addr_key(&a);
-    let port = [key[2], key[3]];
-    let any = if a.ss_family as c_int == libc::AF_INET {
-        key[4..8] == [0; 4]
-    } else {
-        key[8..24] == [0; 16]
-    };
-    if !any {
-        return Ok(a);
-    }
-    let t = raw_socket(
-        dst.ss_family as c_int,
-        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-    );
-    if t < 0 {
-        return Err(errno());
-    }
-    // SAFETY: a temporary socket of ours.
-    let r = unsafe {
-        let r = libc::connect(t, (dst as *const Addr).cast(), addr_len(dst));
-        let mut l = size_of::<Addr>() as libc::socklen_t;
-        let r = if r == 0 {
-            libc::getsockname(t, (&raw mut a).cast(), &mut l)
-        } else {
-            r
-        };
-        libc::close(t);
-        r
-    };
-    if r != 0 {
-        return Err(errno());
-    }
-    let p = (&raw mut a).cast::<u8>();
-    // SAFETY: the port field of either family is at offset 2.
-    unsafe { core::ptr::copy_nonoverlapping(port.as_ptr(), p.add(2), 2) };
-    Ok(a)
 }
 
 /// `ds_get_dest`: the destination entry for `a`, creating the QP for the
@@ -506,46 +352,6 @@ fn ud_send(g: &mut State, key: &[u8], data: &[u8], fwd_from: Option<&Addr>) -> R
     r
 }
 
-/// `ds_sendv_udp`: a datagram over the kernel socket, for a destination
-/// without an address handle yet.
-fn udp_send(fd: c_int, g: &State, key: &[u8], op: u8, data: &[u8]) -> Res<usize> {
-    let (a, d) = g.dests.get(key).ok_or(libc::EDESTADDRREQ)?;
-    let q = &g.qps[d.qp];
-    let key_src = addr_key(&q.src);
-    let mut h = Vec::with_capacity(28);
-    h.extend_from_slice(&DS_UDP_TAG.to_be_bytes());
-    let v6 = q.src.ss_family as c_int == libc::AF_INET6;
-    h.extend_from_slice(&[if v6 { 6 } else { 4 }, op, if v6 { 28 } else { 16 }, 0]);
-    h.extend_from_slice(&(q.v.qp_num() & 0xFF_FFFF).to_be_bytes());
-    if v6 {
-        h.extend_from_slice(&key_src[8..24]);
-    } else {
-        h.extend_from_slice(&key_src[4..8]);
-    }
-    let mut iov = [
-        libc::iovec {
-            iov_base: h.as_ptr() as *mut _,
-            iov_len: h.len(),
-        },
-        libc::iovec {
-            iov_base: data.as_ptr() as *mut _,
-            iov_len: data.len(),
-        },
-    ];
-    let mut m: libc::msghdr = unsafe_zeroed();
-    m.msg_name = (a as *const Addr).cast_mut().cast();
-    m.msg_namelen = addr_len(a);
-    m.msg_iov = iov.as_mut_ptr();
-    m.msg_iovlen = 2;
-    // SAFETY: our socket; the message's buffers live across the call.
-    let n = unsafe { libc::sendmsg(fd, &m, 0) };
-    if n < 0 {
-        Err(errno())
-    } else {
-        Ok((n as usize).saturating_sub(h.len()))
-    }
-}
-
 /// `rsendto` / `rsend` on a datagram socket.
 pub(super) fn sendto(s: &Arc<DSock>, data: &[u8], to: Option<&Addr>, flags: c_int) -> Res<usize> {
     s.init()?;
@@ -705,80 +511,4 @@ pub(super) fn close(fd: c_int) -> Res<()> {
         libc::close(fd);
     }
     Ok(())
-}
-
-/// rdma-core's `udp_svc`: datagrams on the kernel socket are address
-/// discovery (and the data sent before it completed).
-fn svc_loop(me: std::sync::Weak<DSock>) {
-    let mut buf = vec![0u8; SNDLOWAT as usize];
-    loop {
-        let Some(s) = me.upgrade() else { return };
-        if s.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        if !super::sock::wait_fd(s.fd, 50) {
-            continue;
-        }
-        let mut from: Addr = unsafe_zeroed();
-        let mut fl = size_of::<Addr>() as libc::socklen_t;
-        // SAFETY: our socket, local buffers.
-        let n = unsafe {
-            libc::recvfrom(
-                s.fd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-                (&raw mut from).cast(),
-                &mut fl,
-            )
-        };
-        if n < 16 {
-            continue;
-        }
-        let m = &buf[..n as usize];
-        let v6 = from.ss_family as c_int == libc::AF_INET6;
-        let hl = m[6] as usize;
-        let valid = m[..4] == DS_UDP_TAG.to_be_bytes()
-            && ((m[4] == 4 && !v6 && hl == 16) || (m[4] == 6 && v6 && hl == 28))
-            && m.len() >= hl;
-        if !valid {
-            continue;
-        }
-        let op = m[5] as u32;
-        let qpn = u32::from_be_bytes([m[8], m[9], m[10], m[11]]) & 0xFF_FFFF;
-        let data = m[hl..].to_vec();
-        let mut g = s.lock();
-        let Ok(key) = get_dest(&s, &mut g, &from) else {
-            continue;
-        };
-        if op == OP_DATA {
-            let _ = udp_send(s.fd, &g, &key, OP_CTRL as u8, &[]);
-        }
-        let need_ah = g
-            .dests
-            .get(&key)
-            .is_some_and(|(_, d)| d.ah.is_null() || d.qpn != qpn);
-        if need_ah {
-            let (qi, old) = {
-                let (_, d) = &g.dests[&key];
-                (d.qp, d.ah)
-            };
-            if !old.is_null() {
-                g.qps[qi].v.destroy_ah(old);
-            }
-            let sgid = gid_of(&g.qps[qi].src);
-            let ah = g.qps[qi]
-                .v
-                .create_ah(sgid, gid_of(&from))
-                .unwrap_or(core::ptr::null_mut());
-            if let Some((_, d)) = g.dests.get_mut(&key) {
-                d.ah = ah;
-                d.qpn = qpn;
-            }
-        }
-        if op == OP_DATA {
-            poll_cqs(&mut g);
-            let _ = ud_send(&mut g, &key, &data, Some(&from));
-        }
-    }
 }
