@@ -4,7 +4,8 @@ target/compat's librdmacm (rsockets over softrdma), the same rstream with
 `-T s` (its own kernel-TCP mode, same program and pattern), and qperf
 tcp_lat / tcp_bw. Prints a Markdown table of medians (with ranges).
 
-Usage: scripts/rsocket-bench.py [COMPAT_DIR] [REPS]   (after `cargo xtask compat`)
+Usage: scripts/rsocket-bench.py [COMPAT_DIR] [REPS] [RSTREAM_OPTS]   (after `cargo xtask compat`)
+RSTREAM_OPTS: e.g. "-T b" (blocking calls instead of rstream's spinning default).
 """
 import os, re, statistics, subprocess, sys, time
 
@@ -12,6 +13,7 @@ compat = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     os.environ.get("CARGO_TARGET_DIR", "target"), "compat")
 reps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 port = [7900 + os.getpid() % 500]
+extra_opts = sys.argv[3].split() if len(sys.argv) > 3 else []
 
 CASES = [  # label, rstream args, what to report
     ("64 B ping-pong (one-way latency)", ["-S", "64", "-C", "1", "-I", "20000"], "lat"),
@@ -27,7 +29,7 @@ def rstream(args, tcp):
     env.pop("LD_PRELOAD", None)
     if not tcp:
         env["LD_LIBRARY_PATH"] = os.path.abspath(compat)
-    extra = ["-T", "s"] if tcp else []
+    extra = extra_opts + (["-T", "s"] if tcp else [])
     common = ["-p", str(port[0])] + args + extra
     srv = subprocess.Popen(["rstream", "-b", "127.0.0.1"] + common, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -85,7 +87,7 @@ for label, args, kind in CASES:
     unit = "µs" if kind == "lat" else "GB/s"
     fmt = "%.1f" if kind == "lat" else "%.2f"
     print("| %s, `rstream %s` | %s %s | %s %s | %.2f× | %s–%s / %s–%s |" % (
-        label, " ".join(args), fmt % r[0], unit, fmt % t[0], unit, r[0] / t[0],
+        label, " ".join(args + extra_opts), fmt % r[0], unit, fmt % t[0], unit, r[0] / t[0],
         fmt % r[1], fmt % r[2], fmt % t[1], fmt % t[2]))
 ql, qb = med(res["qperf_lat"]), med(res["qperf_bw"])
 print("| TCP 64 B one-way latency, `qperf tcp_lat -m 64` | | %.1f µs | | %.1f–%.1f |" % ql)
