@@ -492,6 +492,19 @@ impl Conn {
         true
     }
 
+    /// Just before sleeping on [`Conn::fd`]: a non-blocking
+    /// `ibv_get_cq_event`, which tells the device that this thread stops
+    /// polling (its progress thread watches the socket again at once instead
+    /// of at its next tick, up to a millisecond later) and takes an event
+    /// that is already there. `false`: there was one, look again instead.
+    pub(super) fn prepare_sleep(&mut self) -> bool {
+        if self.v.take_event() {
+            self.cq_armed = false;
+            return false;
+        }
+        true
+    }
+
     /// After the channel fd was readable: takes the event.
     pub(super) fn take_event(&mut self) {
         if self.v.take_event() {

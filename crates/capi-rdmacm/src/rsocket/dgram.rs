@@ -386,6 +386,18 @@ fn wait<'a>(s: &'a DSock, mut g: MutexGuard<'a, State>) -> MutexGuard<'a, State>
     if !g.rmsgs.is_empty() {
         return g;
     }
+    // A non-blocking ibv_get_cq_event tells the device this thread stops
+    // polling (see `Conn::prepare_sleep`).
+    let mut took = false;
+    for q in g.qps.iter_mut() {
+        if q.armed && q.v.take_event() {
+            q.armed = false;
+            took = true;
+        }
+    }
+    if took {
+        return g;
+    }
     drop(g);
     super::sock::wait_fd(s.epfd, 20);
     let mut g = s.lock();
@@ -445,9 +457,15 @@ pub(super) fn poll_events(s: &DSock, events: i16) -> i16 {
 /// CQs: `again` if one was just armed (a completion may have come before).
 pub(super) fn sleep_fd(s: &DSock, again: &mut bool) -> c_int {
     let mut g = s.lock();
-    for q in g.qps.iter_mut().filter(|q| !q.armed) {
-        q.armed = q.v.arm().is_ok();
-        *again = true;
+    for q in g.qps.iter_mut() {
+        if !q.armed {
+            q.armed = q.v.arm().is_ok();
+            *again = true;
+        } else if q.v.take_event() {
+            // (also tells the device this thread stops polling)
+            q.armed = false;
+            *again = true;
+        }
     }
     s.epfd
 }

@@ -64,7 +64,7 @@ fn sleep_fd(fd: c_int, again: &mut bool) -> Option<c_int> {
     let mut g = s.lock();
     match &mut g.phase {
         Phase::Connected(c) => {
-            if !c.arm() {
+            if !c.arm() || !c.prepare_sleep() {
                 *again = true;
             }
             Some(c.fd())

@@ -198,7 +198,7 @@ pub(super) fn wait_conn<'a>(
             g = s.lock();
             continue;
         }
-        if !c.arm() {
+        if !c.arm() || !c.prepare_sleep() {
             continue;
         }
         c.update_credits();
