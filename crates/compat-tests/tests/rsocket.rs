@@ -33,9 +33,9 @@
 //! (never skips) without.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
-use softrdma_compat_tests::cm::{ServerEnd, run_cm_pair, turned_away};
 use softrdma_compat_tests::pair::PairOutput;
 use softrdma_compat_tests::rdmacm::{Host, strings};
 use softrdma_compat_tests::*;
@@ -78,6 +78,8 @@ fn rstream(opts: &[&str], server: Option<&str>) -> PairOutput {
 }
 
 /// `PROGRAM -b ADDR` / `PROGRAM -s ADDR` (rstream, riostream) with `opts`.
+/// The server runs under `stdbuf -oL`: it prints its header once it listens,
+/// and the client starts then (a busy machine can take seconds to get there).
 fn pair(program: &str, opts: &[&str], server: Option<&str>, timeout: Duration) -> PairOutput {
     let (s, c) = (host(), host());
     let port = unique_tcp_port().to_string();
@@ -87,14 +89,47 @@ fn pair(program: &str, opts: &[&str], server: Option<&str>, timeout: Duration) -
     sargs.extend(strings(opts));
     cargs.extend(strings(opts));
     let label = format!("{LABEL}-{program}");
-    run_cm_pair(
-        &mut s.command(program, &label, &sargs),
-        s.addr,
-        || c.command(program, &label, &cargs),
-        turned_away,
-        ServerEnd::Exits,
+    run_after_ready(
+        &mut s.line_buffered(program, &label, &sargs),
+        |o| o.contains("name"),
+        &mut c.command(program, &label, &cargs),
+        true,
         timeout,
     )
+}
+
+/// Starts `server`, waits until its stdout satisfies `ready` (it listens),
+/// then runs `client`; everything is killed at `timeout`. A server that
+/// serves until killed (`exits` false) is killed when the client is done.
+fn run_after_ready(
+    server: &mut Command,
+    ready: impl Fn(&str) -> bool,
+    client: &mut Command,
+    exits: bool,
+    timeout: Duration,
+) -> PairOutput {
+    let deadline = Instant::now() + timeout;
+    let mut s = spawn(server);
+    if !s.wait_for_stdout(deadline, ready) {
+        return PairOutput {
+            server: s.finish(Instant::now()),
+            client: None,
+            note: Some("the server never said it listens".to_owned()),
+        };
+    }
+    let c = spawn(client).finish(deadline);
+    let until = if !exits {
+        Instant::now()
+    } else if c.code() == Some(0) {
+        deadline
+    } else {
+        (Instant::now() + Duration::from_secs(5)).min(deadline)
+    };
+    PairOutput {
+        server: s.finish(until),
+        client: Some(c),
+        note: None,
+    }
 }
 
 /// A custom rstream run: `xfers` transfers of 1 MiB each way, both sides
@@ -227,12 +262,11 @@ fn rcopy_20mb_byte_exact() {
     let label = format!("{LABEL}-rcopy");
     let target = format!("{}:{}", s.addr, dst.display());
     let cargs = strings(&[src.to_str().unwrap(), &target, "-p", &port]);
-    let out = run_cm_pair(
+    let out = run_after_ready(
         &mut s.command("rcopy", &label, &strings(&["-p", &port])),
-        s.addr,
-        || c.command("rcopy", &label, &cargs),
-        turned_away,
-        ServerEnd::RunsUntilKilled,
+        |o| o.contains("waiting for connection"),
+        &mut c.command("rcopy", &label, &cargs),
+        false,
         TIMEOUT,
     );
     let client = out.client.as_ref().expect("client ran");
@@ -265,20 +299,17 @@ fn preload_echo(addr: Option<&str>) {
         &strings(&[&script, "server", &listen, &port]),
     );
     server.env("LD_PRELOAD", PRELOAD);
-    let out = run_cm_pair(
+    let mut client = c.command(
+        "python3",
+        &label,
+        &strings(&[&script, "client", &listen, &port, "20000000"]),
+    );
+    client.env("LD_PRELOAD", PRELOAD);
+    let out = run_after_ready(
         &mut server,
-        s.addr,
-        || {
-            let mut cmd = c.command(
-                "python3",
-                &label,
-                &strings(&[&script, "client", &listen, &port, "20000000"]),
-            );
-            cmd.env("LD_PRELOAD", PRELOAD);
-            cmd
-        },
-        turned_away,
-        ServerEnd::Exits,
+        |o| o.contains("listening"),
+        &mut client,
+        true,
         TIMEOUT,
     );
     assert_ok("python echo under librspreload", &out);
@@ -347,13 +378,13 @@ fn udpong(opts: &[&str], want: &str) {
         &label,
         &strings(&["-b", &s.addr.to_string(), "-p", &ps]),
     ));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(20);
     while !udp_bound(server.pid(), s.addr, port) {
         assert!(
-            server.poll().is_none() && std::time::Instant::now() < deadline,
+            server.poll().is_none() && Instant::now() < deadline,
             "udpong server did not bind {}:{port}:\n{}",
             s.addr,
-            server.finish(std::time::Instant::now())
+            server.finish(Instant::now())
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -363,7 +394,7 @@ fn udpong(opts: &[&str], want: &str) {
         &mut c.command("udpong", &label, &cargs),
         Duration::from_secs(60),
     );
-    let server = server.finish(std::time::Instant::now());
+    let server = server.finish(Instant::now());
     let last = client.stdout.lines().last().unwrap_or("").to_owned();
     assert!(
         client.code() == Some(0) && last.starts_with(want),
@@ -414,11 +445,11 @@ fn preload_python_udp_echo() {
     );
     cmd.env("LD_PRELOAD", PRELOAD);
     let mut server = spawn(&mut cmd);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(20);
     assert!(
         server.wait_for_stdout(deadline, |o| o.contains("bound")),
         "the UDP echo server did not start:\n{}",
-        server.finish(std::time::Instant::now())
+        server.finish(Instant::now())
     );
     let mut cmd = c.command(
         "python3",
@@ -427,7 +458,7 @@ fn preload_python_udp_echo() {
     );
     cmd.env("LD_PRELOAD", PRELOAD);
     let client = run_with_timeout(&mut cmd, TIMEOUT);
-    let server = server.finish(std::time::Instant::now() + Duration::from_secs(10));
+    let server = server.finish(Instant::now() + Duration::from_secs(10));
     let ok = client.code() == Some(0)
         && client.stdout.contains("echoed 200 of 200 rsocket")
         && server.stdout.contains("bound rsocket");
