@@ -9,8 +9,9 @@
 # UCX (ucx-utils: ucx_info, ucx_perftest; libucx-dev: its examples) and
 # Open MPI (openmpi-bin, libopenmpi-dev: mpirun, mpicc) for the middleware
 # tests run through `softrdma run` (crates/cli/tests/{ucx,mpi}.rs);
-# rsockets (crates/compat-tests/tests/rsocket.rs): rdmacm-utils' rstream and
-# rcopy, librdmacm1's librspreload.so (/usr/lib/<arch>/rsocket/) and python3;
+# rsockets (crates/compat-tests/tests/rsocket.rs): rdmacm-utils' rstream,
+# riostream, rcopy and udpong, librdmacm1's librspreload.so
+# (/usr/lib/<arch>/rsocket/) and python3;
 # rdma-core's own test suite
 # (python3-pyverbs, run by scripts/pyverbs.sh) if the distribution has it.
 set -euo pipefail
