@@ -9,12 +9,15 @@
 # UCX (ucx-utils: ucx_info, ucx_perftest; libucx-dev: its examples) and
 # Open MPI (openmpi-bin, libopenmpi-dev: mpirun, mpicc) for the middleware
 # tests run through `softrdma run` (crates/cli/tests/{ucx,mpi}.rs);
+# rsockets (crates/compat-tests/tests/rsocket.rs): rdmacm-utils' rstream,
+# riostream, rcopy and udpong, librdmacm1's librspreload.so
+# (/usr/lib/<arch>/rsocket/) and python3;
 # rdma-core's own test suite
 # (python3-pyverbs, run by scripts/pyverbs.sh) if the distribution has it.
 set -euo pipefail
 PKGS=(libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest
       iproute2 nftables qperf tshark gcc valgrind fio libfabric-bin
-      ucx-utils libucx-dev openmpi-bin libopenmpi-dev
+      ucx-utils libucx-dev openmpi-bin libopenmpi-dev librdmacm1 python3
       python3-pyverbs)
 # Installed if possible; scripts that need them say SKIPPED without them.
 OPTIONAL=(python3-pyverbs)

@@ -26,7 +26,7 @@
 //!
 //! - [`cm`]: the `rdma_*` connection-manager API, each forwarding to its
 //!   implementation inside `libibverbs.so.1` (`__softrdma_rdma_*`).
-//! - [`rsocket`]: the `r*` socket API (stubs).
+//! - [`rsocket`]: the `r*` socket API (rsockets, rdma-core's protocol).
 //! - [`strs`]: `rdma_event_str`, already real.
 
 pub use softrdma_ffi as ffi;

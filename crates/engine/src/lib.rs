@@ -44,4 +44,5 @@ pub use memory::check_mapped;
 pub use softrdma_cm as cm_proto;
 pub use softrdma_transport as transport;
 pub use softrdma_udp::SocketStats;
+pub use softrdma_udp::kernel_udp_socket;
 pub use stats_dump::{BLOCK_MARK, ENV_STATS};

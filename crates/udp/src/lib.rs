@@ -130,4 +130,5 @@ pub use steer::{
     SteerError, SteerProgram, SteerTable, dest_qpn, member_slot, parse_probe, probe_datagram,
     qp1_answer_slot,
 };
+pub use sys::kernel_udp_socket;
 pub use wake::{EventFd, EventFdOptions, Events, Interest, Poller, TimerFd, TimerMode, Waker};

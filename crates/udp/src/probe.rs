@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 /// `ECONNREFUSED` when an ICMP port unreachable comes back (`IP_RECVERR`
 /// reports errors on unconnected sockets too).
 pub fn probe_socket(local: IpAddr) -> io::Result<UdpSocket> {
-    let s = UdpSocket::bind(SocketAddr::new(local, 0))?;
+    let s = sys::kernel_udp_socket(SocketAddr::new(local, 0))?;
     let fd = s.as_fd();
     if local.is_ipv6() {
         sys::setsockopt_int(

@@ -142,14 +142,81 @@ impl RawAddr {
 /// `socket(AF_INET[6], SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP)`.
 pub(crate) fn udp_socket(ipv6: bool) -> io::Result<OwnedFd> {
     let domain = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
+    owned(raw_socket(
+        domain,
+        libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        libc::IPPROTO_UDP,
+    ))
+}
+
+/// `socket(2)` as the system call itself, not through the C library's
+/// `socket` symbol: under `LD_PRELOAD=librspreload.so` that symbol makes
+/// rsockets, and the device's own sockets must be the kernel's.
+pub(crate) fn raw_socket(domain: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> libc::c_int {
     // SAFETY: plain system call with integer arguments; no memory is passed.
-    owned(unsafe {
-        libc::socket(
-            domain,
-            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            libc::IPPROTO_UDP,
-        )
-    })
+    unsafe { libc::syscall(libc::SYS_socket, domain, ty, proto) as libc::c_int }
+}
+
+/// A kernel UDP socket bound to `local`, made with the `socket(2)` system
+/// call itself (not the C library symbol librspreload interposes).
+pub fn kernel_udp_socket(local: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    use std::os::fd::FromRawFd;
+    let domain = if local.is_ipv6() {
+        libc::AF_INET6
+    } else {
+        libc::AF_INET
+    };
+    let fd = raw_socket(
+        domain,
+        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+        libc::IPPROTO_UDP,
+    );
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor nobody else owns.
+    let s = unsafe { std::net::UdpSocket::from_raw_fd(fd) };
+    let (ss, len) = sockaddr_of(local);
+    // SAFETY: our socket; a valid address of `len` bytes.
+    if unsafe { libc::bind(fd, (&raw const ss).cast(), len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(s)
+}
+
+/// `local` as a `sockaddr_storage` and its length.
+fn sockaddr_of(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: the storage is large enough and suitably aligned.
+            unsafe { (&raw mut ss).cast::<libc::sockaddr_in>().write(sin) };
+            (ss, size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { (&raw mut ss).cast::<libc::sockaddr_in6>().write(sin6) };
+            (ss, size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
+    }
 }
 
 pub(crate) fn setsockopt_int(

@@ -89,7 +89,7 @@ fn route_source(dst: IpAddr) -> Option<IpAddr> {
     } else {
         std::net::Ipv6Addr::UNSPECIFIED.into()
     };
-    let s = std::net::UdpSocket::bind((any, 0)).ok()?;
+    let s = softrdma_engine::kernel_udp_socket((any, 0).into()).ok()?;
     s.connect((dst, 4791)).ok()?;
     Some(s.local_addr().ok()?.ip())
 }

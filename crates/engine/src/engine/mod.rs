@@ -417,7 +417,7 @@ impl Engine {
             std::net::Ipv6Addr::UNSPECIFIED.into()
         };
         let routed = (|| {
-            let s = std::net::UdpSocket::bind((any, 0)).ok()?;
+            let s = softrdma_udp::kernel_udp_socket((any, 0).into()).ok()?;
             s.connect((dst, dev.port())).ok()?;
             Some(s.local_addr().ok()?.ip())
         })();

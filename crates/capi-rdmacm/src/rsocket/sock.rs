@@ -1,0 +1,213 @@
+//! Stream rsockets: the table of live sockets (keyed, as in rdma-core, by the
+//! fd of the socket's rdma_cm event channel, a real descriptor that no other
+//! file can have), their phases (unconnected, listening, connecting,
+//! connected) and the waits. Waiting never holds a socket's lock: a waiter
+//! polls the CQ for a short spin, then arms it and sleeps in `poll(2)` on the
+//! completion channel's fd.
+
+use core::ffi::c_int;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::conn::{Conn, Sizes};
+use super::listen::Listener;
+use super::sys::Res;
+use crate::ffi::*;
+
+/// An outstanding non-blocking `rconnect`, finished by its own thread.
+pub(super) struct Pending {
+    pub(super) result: Mutex<Option<Res<Box<Conn>>>>,
+    pub(super) efd: c_int,
+    pub(super) thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        // SAFETY: our eventfd, closed once.
+        unsafe { libc::close(self.efd) };
+    }
+}
+
+pub(super) enum Phase {
+    Init,
+    Listening(Arc<Listener>),
+    Connecting(Arc<Pending>),
+    Connected(Box<Conn>),
+    /// A connect failed (errno): reads and writes give ENOTCONN.
+    Failed,
+    Closed,
+}
+
+/// Socket options rdma-core records (bit `1 << optname` per level).
+#[derive(Default, Clone, Copy)]
+pub(super) struct Opts {
+    pub(super) so: u64,
+    pub(super) tcp: u64,
+    pub ipv6: u64,
+    pub(super) ip_tos: c_int,
+    pub(super) keepalive_time: c_int,
+}
+
+pub(super) struct Inner {
+    pub(super) id: *mut rdma_cm_id,
+    pub(super) phase: Phase,
+    pub(super) sizes: Sizes,
+    pub(super) opts: Opts,
+    pub(super) nonblock: bool,
+    pub(super) fd_flags: c_int,
+    /// `SO_ERROR`.
+    pub(super) err: c_int,
+}
+
+// SAFETY: the cm_id is used under this mutex (or by the one thread the
+// socket hands it to while connecting, joined before the id is destroyed).
+unsafe impl Send for Inner {}
+
+pub(super) struct RSock {
+    pub(super) fd: c_int,
+    pub(super) inner: Mutex<Inner>,
+}
+
+impl RSock {
+    pub(super) fn new(
+        id: *mut rdma_cm_id,
+        phase: Phase,
+        sizes: Sizes,
+        nonblock: bool,
+    ) -> Arc<RSock> {
+        // SAFETY: a live id of a synchronous kind always has its own channel.
+        let fd = unsafe { (*(*id).channel).fd };
+        Arc::new(RSock {
+            fd,
+            inner: Mutex::new(Inner {
+                id,
+                phase,
+                sizes,
+                opts: Opts {
+                    keepalive_time: 7200,
+                    ..Opts::default()
+                },
+                nonblock,
+                fd_flags: 0,
+                err: 0,
+            }),
+        })
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn table() -> MutexGuard<'static, HashMap<c_int, Arc<RSock>>> {
+    static T: OnceLock<Mutex<HashMap<c_int, Arc<RSock>>>> = OnceLock::new();
+    T.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+pub(super) fn insert(s: Arc<RSock>) {
+    table().insert(s.fd, s);
+}
+pub(super) fn lookup(fd: c_int) -> Res<Arc<RSock>> {
+    table().get(&fd).cloned().ok_or(libc::EBADF)
+}
+pub(super) fn remove(fd: c_int) -> Res<Arc<RSock>> {
+    table().remove(&fd).ok_or(libc::EBADF)
+}
+pub(super) fn is_rsocket(fd: c_int) -> bool {
+    table().contains_key(&fd) || super::dgram::lookup(fd).is_some()
+}
+
+/// Moves a finished non-blocking connect into its phase.
+pub(super) fn settle(g: &mut Inner) {
+    let Phase::Connecting(p) = &g.phase else {
+        return;
+    };
+    let r = p.result.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let Some(r) = r else { return };
+    if let Some(t) = p.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = t.join();
+    }
+    match r {
+        Ok(c) => g.phase = Phase::Connected(c),
+        Err(e) => {
+            g.err = e;
+            g.phase = Phase::Failed;
+        }
+    }
+}
+
+/// Microseconds a waiter polls the CQ before it sleeps
+/// (`SOFTRDMA_RS_SPIN_US`, default 50; rdma-core's `polling_time` is 10).
+pub(super) fn spin() -> Duration {
+    static S: OnceLock<Duration> = OnceLock::new();
+    *S.get_or_init(|| {
+        let us = std::env::var("SOFTRDMA_RS_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50);
+        Duration::from_micros(us)
+    })
+}
+
+/// `poll(2)` on one fd for `ms` (EINTR counts as a wake-up).
+pub(super) fn wait_fd(fd: c_int, ms: c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+/// Processes completions until `test` holds on the connection (rdma-core's
+/// `rs_get_comp`): `Err(EWOULDBLOCK)` if non-blocking and it does not yet,
+/// `Err(ENOTCONN)` if the socket is not connected, `Err(ETIMEDOUT)` past
+/// `limit`.
+pub(super) fn wait_conn<'a>(
+    s: &'a RSock,
+    mut g: MutexGuard<'a, Inner>,
+    nonblock: bool,
+    limit: Option<Duration>,
+    test: fn(&Conn) -> bool,
+) -> (MutexGuard<'a, Inner>, Res<()>) {
+    let start = Instant::now();
+    loop {
+        let Phase::Connected(c) = &mut g.phase else {
+            return (g, Err(libc::ENOTCONN));
+        };
+        c.update_credits();
+        c.poll_cq();
+        if test(c) {
+            c.update_credits();
+            return (g, Ok(()));
+        }
+        if nonblock {
+            c.update_credits();
+            return (g, Err(libc::EWOULDBLOCK));
+        }
+        if limit.is_some_and(|l| start.elapsed() > l) {
+            return (g, Err(libc::ETIMEDOUT));
+        }
+        if start.elapsed() < spin() {
+            drop(g);
+            std::hint::spin_loop();
+            g = s.lock();
+            continue;
+        }
+        if !c.arm() || !c.prepare_sleep() {
+            continue;
+        }
+        c.update_credits();
+        let fd = c.fd();
+        drop(g);
+        let woke = wait_fd(fd, 100);
+        g = s.lock();
+        if woke && let Phase::Connected(c) = &mut g.phase {
+            c.take_event();
+        }
+    }
+}
