@@ -14,11 +14,10 @@ use clap::{Parser, Subcommand};
 
 /// softrdma: RDMA over RoCEv2 in user space, no RDMA NIC needed.
 ///
-/// Every process gets its own software RDMA device (softrdma0) on a UDP
-/// socket: SOFTRDMA_ADDR sets its address (GID 0), SOFTRDMA_PORT its port
-/// (default 4791); without them successive processes take 127.0.0.1,
-/// 127.0.0.2, ... so two processes on one host just work.
-/// Start with `softrdma perf`.
+/// All processes of a user on a host share one software RDMA device
+/// (softrdma0) whose GIDs are the host's addresses, on UDP port 4791
+/// (SOFTRDMA_PORT); SOFTRDMA_ADDR picks GID 0. Nothing to start or
+/// configure. Start with `softrdma perf`.
 #[derive(Debug, Parser)]
 #[command(name = "softrdma", version, propagate_version = true)]
 struct Cli {

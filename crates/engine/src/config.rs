@@ -23,8 +23,8 @@ use std::io;
 ///   receive posted waits for one before it RNR-NAKs (default 10000; 0: at
 ///   once, as rxe does; see `softrdma_transport::Config::rnr_hold_ns`);
 /// - `SOFTRDMA_SHM=0|1`: carry traffic between the host device's processes
-///   through shared memory (default 0 for now: a program that forks its
-///   sides, such as qperf's server, hangs now and then with it; see
+///   through shared memory (default 0 for now: pyverbs' rdmacm tests, whose
+///   forked sides exit without leaving, fail now and then with it; see
 ///   `engine/shm.rs`);
 /// - `SOFTRDMA_PEER_COPY=0`: with the same-host path on, keep every byte in
 ///   packets (no peer copy of large SENDs, WRITEs and READs with `process_vm_readv`;
