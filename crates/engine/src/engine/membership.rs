@@ -97,6 +97,25 @@ impl Shared {
         }
     }
 
+    /// Reconciles the group at `index` of [`Shared::sockets`] in this
+    /// thread: a new member that found dead ones in the table, before its
+    /// first packet (it listed itself after them, so until the round its own
+    /// index is wrong and a datagram to itself, UD included, goes astray).
+    /// Needs the progress thread running: it reports this member's probe.
+    pub(super) fn reconcile_now(&self, index: usize) {
+        let Some(h) = self
+            .sockets()
+            .iter()
+            .nth(index)
+            .and_then(|(_, h)| h.cloned())
+        else {
+            return;
+        };
+        if h.should_reconcile() {
+            let _ = h.reconcile(self.sockets().at(index));
+        }
+    }
+
     /// Re-attaches every group's program if a listener appeared (a
     /// listener on `0.0.0.0`/`::` is steered to in every group).
     pub(super) fn refresh_steering(&self) {

@@ -372,7 +372,7 @@ impl Engine {
             .spawn(move || progress::progress_loop(&s2, &poller, loadavg))?;
         for (i, stale) in std::iter::once(stale).chain(more_stale).enumerate() {
             if stale {
-                shared.reconcile_soon(i);
+                shared.reconcile_now(i);
             }
         }
         Ok(Engine {
