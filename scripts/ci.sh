@@ -44,6 +44,11 @@ step "rdma-core's pyverbs test suite against target/compat (scripts/pyverbs.sh)"
 # Prints a SKIPPED line and succeeds only if python3-pyverbs cannot be installed.
 ./scripts/pyverbs.sh
 
+step "pyverbs' rdmacm tests through softrdma run (the /dev and /sys view they need)"
+# test_rdmacm skips in the run above: it wants /sys/class/infiniband/<dev>/device/net.
+cargo build --quiet --bin softrdma
+./target/debug/softrdma run -- ./scripts/pyverbs.sh test_rdmacm
+
 step "cargo test, async (tokio) features"
 cargo test -p softrdma --features tokio --no-fail-fast --lib --test cm_async
 
