@@ -66,7 +66,7 @@ impl Cm {
     /// (see [`Cm::bound_without_listener`]): then it is dropped, not refused.
     fn awaits_listener(&mut self, dst: IpAddr, service_id: u64, private_data: &[u8]) -> bool {
         request_target(dst, service_id, private_data)
-            .is_some_and(|(ps, port, target)| self.bound_without_listener(ps, port, target))
+            .is_some_and(|(ps, port, target, _)| self.bound_without_listener(ps, port, target))
     }
 
     /// An existing child for a retransmitted request from `peer`.
@@ -90,8 +90,7 @@ impl Cm {
         default_qp_type: QpType,
         state: State,
     ) -> Option<Id> {
-        let hdr = CmaHdr::parse(private_data).ok();
-        let (ps, port, target) = request_target(dst, service_id, private_data)?;
+        let (ps, port, target, hdr) = request_target(dst, service_id, private_data)?;
         let l = self.listener(ps, port, target)?;
         let qp_type = self.ids_ref(l).map_or(default_qp_type, |i| i.qp_type);
         let mut child = Id::new(ps, qp_type);
@@ -452,14 +451,16 @@ impl Cm {
 }
 
 /// The port space, port and address a REQ or SIDR_REQ sent to `dst` is for:
-/// its Service ID's, and the destination its rdma_cm header names.
+/// its Service ID's, and the destination its rdma_cm header names; and the
+/// header (parsed once, for the child's remote address too).
 fn request_target(
     dst: IpAddr,
     service_id: u64,
     private_data: &[u8],
-) -> Option<(PortSpace, u16, IpAddr)> {
-    let target = CmaHdr::parse(private_data).map_or(dst, |h| h.dst);
+) -> Option<(PortSpace, u16, IpAddr, Option<CmaHdr>)> {
+    let hdr = CmaHdr::parse(private_data).ok();
+    let target = hdr.as_ref().map_or(dst, |h| h.dst);
     let (ps, port) = service_id_parts(service_id)
         .and_then(|(ps, port)| PortSpace::from_value(ps).map(|p| (p, port)))?;
-    Some((ps, port, target))
+    Some((ps, port, target, hdr))
 }

@@ -312,6 +312,24 @@ unsafe fn sendv(
     Ok(total)
 }
 
+/// The `msghdr` of `rrecvmsg`/`rsendmsg`: `EFAULT` if NULL, `ENOTSUP` with
+/// ancillary data (rsockets carry none).
+///
+/// # Safety
+///
+/// `msg` NULL or a valid `msghdr` for `'a`.
+unsafe fn plain_msghdr<'a>(msg: *const msghdr) -> Result<&'a msghdr, c_int> {
+    if msg.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: non-NULL, valid per the contract.
+    let m = unsafe { &*msg };
+    if !m.msg_control.is_null() && m.msg_controllen > 0 {
+        return Err(libc::ENOTSUP);
+    }
+    Ok(m)
+}
+
 /// `ssize_t rrecvmsg(int socket, struct msghdr *msg, int flags)`.
 ///
 /// # Safety
@@ -322,14 +340,11 @@ pub unsafe extern "C" fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int)
     ffi_guard(
         || -1,
         || {
-            if msg.is_null() {
-                return ret::neg_isize(libc::EFAULT);
-            }
             // SAFETY: per the contract.
-            let m = unsafe { &*msg };
-            if !m.msg_control.is_null() && m.msg_controllen > 0 {
-                return ret::neg_isize(libc::ENOTSUP);
-            }
+            let m = match unsafe { plain_msghdr(msg) } {
+                Ok(m) => m,
+                Err(e) => return ret::neg_isize(e),
+            };
             // SAFETY: per the contract.
             size(unsafe { recvv(socket, m.msg_iov, m.msg_iovlen as c_int, flags) })
         },
@@ -404,14 +419,11 @@ pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_in
     ffi_guard(
         || -1,
         || {
-            if msg.is_null() {
-                return ret::neg_isize(libc::EFAULT);
-            }
             // SAFETY: per the contract.
-            let m = unsafe { &*msg };
-            if !m.msg_control.is_null() && m.msg_controllen > 0 {
-                return ret::neg_isize(libc::ENOTSUP);
-            }
+            let m = match unsafe { plain_msghdr(msg) } {
+                Ok(m) => m,
+                Err(e) => return ret::neg_isize(e),
+            };
             // SAFETY: per the contract.
             size(unsafe { sendv(socket, m.msg_iov, m.msg_iovlen as c_int, flags) })
         },
