@@ -6,7 +6,8 @@
 //! (`softrdma_udp::steer`) hands each datagram to the socket of the process
 //! owning its destination: QPNs carry the owner's member slot in bits 23..16,
 //! CM answers carry it in their comm ID / TID, and REQs go to the process
-//! listening on their service ID. No process forwards another's packets.
+//! listening on their service ID. Only what a stale table delivers to the
+//! wrong member is handed on by it (`engine/forward.rs`).
 //!
 //! The registry (`softrdma_host`, in the user's runtime directory) gives out
 //! member slots and rdma_cm ports and records which slot sits at which index

@@ -44,6 +44,7 @@ impl Engine {
             .into_iter()
             .chain(k.named())
             .chain(self.shm_counters())
+            .chain(self.host_counters())
         {
             let _ = writeln!(out, "{name} {v}");
         }

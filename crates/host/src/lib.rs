@@ -54,6 +54,8 @@
 //!     group-<addr>              SO_REUSEPORT group state: epoch, slot per index
 //!     report-<addr>-<slot>-<generation> a member's probe report: epoch, index
 //!     inbox-<slot>-<generation>  a member's shared-memory inbox: its descriptor
+//!     fwd-<slot>                unix datagram socket of slot n's holder: datagrams other
+//!                               members forward to it (bound by each new holder)
 //!     .tmp-<pid>-<n>            being written; renamed into place when complete
 //! ```
 //!
@@ -765,6 +767,13 @@ impl Registry {
             .dir
             .join(format::inbox_name(member.slot, member.generation));
         fsutil::write_atomically(&self.dir, &path, format::render_inbox(fd).as_bytes()).map(drop)
+    }
+
+    /// Where the holder of `slot` binds the socket other members forward
+    /// datagrams to (`softrdma_udp::forward`). Each new holder replaces the
+    /// name; it needs no registry lock.
+    pub fn forward_path(&self, slot: u8) -> PathBuf {
+        self.dir.join(format!("fwd-{slot}"))
     }
 
     /// The inbox the live holder of `slot` published, if any.

@@ -32,6 +32,8 @@
 //! * **Steering** ([`steer`]): the classic BPF program that, when several processes share
 //!   one address and port through a `SO_REUSEPORT` group, hands each datagram to the socket
 //!   of the process owning its destination QP ([`RoceSocket::attach_steering`]).
+//! * **Forwarding** ([`forward`]): a unix datagram socket per member of a host device,
+//!   through which a member hands on what a stale steering table delivered to it.
 //! * **Waking** ([`wake`]): [`EventFd`] for completion/CM event channels, [`TimerFd`], and the
 //!   [`Poller`] (epoll + built-in [`Waker`] + nanosecond deadlines) the progress thread
 //!   blocks in with 0 % CPU when idle.
@@ -112,6 +114,7 @@ macro_rules! setters {
 
 pub mod addr;
 mod cmsg;
+pub mod forward;
 mod host_addrs;
 mod probe;
 pub mod socket;
@@ -120,6 +123,7 @@ mod sys;
 pub mod wake;
 
 pub use addr::{AddrConfig, AddrError, BindError, DEFAULT_PORT, ENV_ADDR, ENV_PORT};
+pub use forward::Forwarder;
 pub use host_addrs::{AddrWatch, host_addrs};
 pub use probe::probe_socket;
 pub use socket::{

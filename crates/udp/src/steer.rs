@@ -285,6 +285,18 @@ pub fn qp1_answer_slot(payload: &[u8]) -> Option<u8> {
     }
 }
 
+/// The ServiceID of a QP1 connection request (REQ, SIDR_REQ): the program
+/// steers it to the member listening on it. `None` for anything else.
+pub fn qp1_request_service(payload: &[u8]) -> Option<u64> {
+    if dest_qpn(payload)? != QP1 {
+        return None;
+    }
+    match qp1_kind(payload)? {
+        Qp1Kind::Request(sid) => Some(sid),
+        _ => None,
+    }
+}
+
 /// Why a [`SteerTable`] cannot be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -765,8 +777,23 @@ mod tests {
                 &with(m.clone(), 52, &0x0000_0001_0106_4e20u64.to_be_bytes()),
                 FB,
             );
-            check(&t, &p, &with(m, 52, &0x0106_4e21u64.to_be_bytes()), FB);
+            check(
+                &t,
+                &p,
+                &with(m.clone(), 52, &0x0106_4e21u64.to_be_bytes()),
+                FB,
+            );
+            // What a member handed a REQ by a stale table looks up.
+            let req = with(m, 52, &0x0106_4e20u64.to_be_bytes());
+            assert_eq!(qp1_request_service(&req), Some(0x0106_4e20));
+            assert_eq!(qp1_request_service(&req[..59]), None, "short");
+            assert_eq!(qp1_answer_slot(&req), None);
         }
+        // Answers and data packets name no service.
+        let rep = with(mad(7, 0x03, 0x13, 0), 48, &[2, 0, 0, 9]);
+        assert_eq!(qp1_request_service(&rep), None);
+        assert_eq!(qp1_answer_slot(&rep), Some(2));
+        assert_eq!(qp1_request_service(&bth(0x01_0005, 300)), None);
         // A listener whose member is gone is ignored.
         let t2 = SteerTable {
             listeners: vec![(5, 9)],

@@ -11,6 +11,17 @@ use softrdma_udp::RecvBatch;
 use softrdma_udp::steer::{dest_qpn, member_slot, parse_probe, qp1_answer_slot};
 use std::sync::Arc;
 
+/// What [`Shared::notice`] decided for one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// The host device's own (a probe, a doorbell for this member).
+    Take,
+    /// For the member holding this slot.
+    Forward(u8),
+    /// For this process's transport or CM.
+    Deliver,
+}
+
 /// What the receive path noticed about the host device in one burst.
 #[derive(Debug, Default)]
 pub(super) struct Noticed {
@@ -20,31 +31,50 @@ pub(super) struct Noticed {
 }
 
 impl Shared {
-    /// Whether `pkt` is the host device's business rather than the
-    /// transport's: a probe is taken (true); a packet for another member's
-    /// QP is counted and left to the transport, which drops it.
-    pub(super) fn notice(&self, pkt: &[u8], n: &mut Noticed) -> bool {
-        let Some(h) = &self.host else { return false };
+    /// What to do with `pkt`, just received: take it (a probe, a doorbell,
+    /// both the host device's business), hand it to another member (a
+    /// stale table delivered it here: see `forward.rs`), or deliver it
+    /// here. A datagram already forwarded (`forwarded`) is never forwarded
+    /// again: if it is not ours either, the transport drops and counts it.
+    pub(super) fn notice(&self, pkt: &[u8], n: &mut Noticed, forwarded: bool) -> Verdict {
+        let Some(h) = &self.host else {
+            return Verdict::Deliver;
+        };
+        let me = h.slot();
+        let elsewhere = |slot: u8| {
+            if forwarded || self.forward.is_none() {
+                None
+            } else {
+                Some(Verdict::Forward(slot))
+            }
+        };
         if super::shm::ShmPath::is_doorbell(pkt) {
-            return true;
+            // A doorbell lost here would leave its receiver asleep over a
+            // lane with datagrams in it.
+            return dest_qpn(pkt)
+                .map(member_slot)
+                .filter(|&s| s != me && s != 0)
+                .and_then(elsewhere)
+                .unwrap_or(Verdict::Take);
         }
         if parse_probe(pkt).is_some() {
-            return true;
+            return Verdict::Take;
         }
         if let Some(qpn) = dest_qpn(pkt)
             && qpn != GSI_QPN
             && qpn != MULTICAST_QPN
-            && member_slot(qpn) != h.slot()
+            && member_slot(qpn) != me
         {
             n.misrouted = true;
+            return elsewhere(member_slot(qpn)).unwrap_or(Verdict::Deliver);
         }
         // A CM answer (REP, REJ, DREQ, ...) for another member: the CM here
-        // ignores it, and its asker would only retransmit into the same
-        // stale table.
-        if qp1_answer_slot(pkt).is_some_and(|s| s != 0 && s != h.slot()) {
+        // would ignore it.
+        if let Some(s) = qp1_answer_slot(pkt).filter(|&s| s != 0 && s != me) {
             n.misrouted = true;
+            return elsewhere(s).unwrap_or(Verdict::Deliver);
         }
-        false
+        Verdict::Deliver
     }
 
     /// Answers the probes of a received batch before anything takes the

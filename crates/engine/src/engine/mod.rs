@@ -29,6 +29,7 @@ mod addrs;
 mod busy_poll;
 mod cm_ops;
 mod events;
+mod forward;
 mod membership;
 mod ops;
 mod policy;
@@ -49,6 +50,8 @@ const KEY_SOCKET: u8 = 1;
 const KEY_MCAST: u8 = 2;
 /// The netlink watch on the host's addresses (`addrs.rs`).
 const KEY_ADDRS: u8 = 3;
+/// Datagrams other members hand on (`forward.rs`).
+const KEY_FORWARD: u8 = 4;
 
 /// State behind the engine lock.
 #[derive(Debug)]
@@ -131,6 +134,9 @@ struct Shared {
     addr_watch: Option<softrdma_udp::AddrWatch>,
     /// The same-host path (None: off, or no host device).
     shm: Option<shm::ShmPath>,
+    /// Where other members hand on what a stale steering table delivered
+    /// to them, and how this one hands on (None: no host device).
+    forward: Option<softrdma_udp::Forwarder>,
     /// When a busy poller last read the device socket, and when the inbox
     /// last delivered (ns since `epoch`; `policy::poller_reads_socket`).
     socket_read_at: AtomicU64,
@@ -310,6 +316,7 @@ impl Engine {
                 .ok(),
             _ => None,
         };
+        let forward = Shared::open_forwarder(host.as_deref(), &poller);
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
@@ -362,6 +369,7 @@ impl Engine {
             more: Mutex::new(Arc::new(more)),
             addr_watch,
             shm,
+            forward,
             socket_read_at: AtomicU64::new(0),
             shm_rx_at: AtomicU64::new(0),
         });
@@ -813,6 +821,12 @@ impl Engine {
             .shm
             .as_ref()
             .map_or_else(Vec::new, |s| s.counters().to_vec())
+    }
+
+    /// The host device's forwarding counters (`host_forwarded`, ...): none
+    /// without a host device.
+    pub fn host_counters(&self) -> Vec<(&'static str, u64)> {
+        self.shared.forward_counters()
     }
 
     /// Transport and socket counters.

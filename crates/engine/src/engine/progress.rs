@@ -65,8 +65,12 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         let events = poller.wait(when);
         s.sleeping_until.store(0, Ordering::SeqCst);
         s.shm_awake();
-        if events.is_ok_and(|e| e.readable & (1 << super::KEY_ADDRS) != 0) {
+        let readable = events.map_or(0, |e| e.readable);
+        if readable & (1 << super::KEY_ADDRS) != 0 {
             s.on_addr_change();
+        }
+        if readable & (1 << super::KEY_FORWARD) != 0 {
+            s.rx_forwarded();
         }
         let now = s.now().as_nanos();
         let notifies = s.notifies.load(Ordering::Relaxed);

@@ -2,6 +2,8 @@
 //! sockets, QP1 (CM) packets and ICMP "port unreachable" reports, kept apart
 //! from the transmit path and the public API.
 
+use super::forward::{ForwardTo, Pending};
+use super::membership::{Noticed, Verdict};
 use super::{BATCH, Core, Shared};
 use crate::cm::EpQps;
 use crate::memory::HostMemory;
@@ -9,6 +11,16 @@ use softrdma_transport::{Datagram, Instant};
 use softrdma_udp::{RecvBatch, RoceSocket};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+/// One datagram's context for [`Shared::rx_one`].
+pub(super) struct RxOne<'a> {
+    pub(super) noticed: &'a mut Noticed,
+    /// Request packets handled (`Shared::rx_requests`).
+    pub(super) requests: &'a mut u64,
+    /// Where datagrams for other members go; None for datagrams another
+    /// member forwarded here (never forwarded twice).
+    pub(super) forwards: Option<&'a mut Vec<Pending>>,
+}
 
 /// Received datagrams processed between two sends of their answers.
 const ACK_CHUNK: usize = 32;
@@ -96,7 +108,8 @@ impl Shared {
         requests: &mut u64,
     ) -> usize {
         let mut total = 0;
-        let mut noticed = super::membership::Noticed::default();
+        let mut noticed = Noticed::default();
+        let mut forwards = Vec::new();
         let local = socket.local_addr();
         loop {
             match socket.recv_batch(rx) {
@@ -120,17 +133,12 @@ impl Shared {
                             payload: d.data,
                         };
                         total += 1;
-                        if self.notice(d.data, &mut noticed) {
-                            continue;
-                        }
-                        let gsi = crate::cm::is_gsi(d.data);
-                        if gsi {
-                            self.shm_poll_locked(&mut core, now, usize::MAX, requests);
-                        }
-                        *requests += u64::from(self.deliver(&mut core, now, &dg, None));
-                        if gsi && core.cm.take_misrouted() {
-                            noticed.misrouted = true;
-                        }
+                        let mut one = RxOne {
+                            noticed: &mut noticed,
+                            requests,
+                            forwards: Some(&mut forwards),
+                        };
+                        self.rx_one(&mut core, now, &dg, &mut one);
                     }
                     self.after(&mut core);
                 }
@@ -148,8 +156,49 @@ impl Shared {
                 break;
             }
         }
+        self.forward_all(forwards);
         self.after_notice(noticed, index);
         total
+    }
+
+    /// Handles one datagram off a socket (or handed on by another member,
+    /// `one.forwards` None): the host device's business, another member's
+    /// (queued in `one.forwards`, sent once the lock is let go), or this
+    /// process's.
+    pub(super) fn rx_one(
+        &self,
+        core: &mut Core,
+        now: Instant,
+        dg: &Datagram<'_>,
+        one: &mut RxOne<'_>,
+    ) {
+        let forwarded = one.forwards.is_none();
+        match self.notice(dg.payload, one.noticed, forwarded) {
+            Verdict::Take => return,
+            Verdict::Forward(slot) => {
+                if let Some(f) = one.forwards.as_deref_mut() {
+                    f.extend(Pending::new(ForwardTo::Slot(slot), dg));
+                }
+                return;
+            }
+            Verdict::Deliver => {}
+        }
+        let gsi = crate::cm::is_gsi(dg.payload);
+        if gsi {
+            self.shm_poll_locked(core, now, usize::MAX, one.requests);
+        }
+        *one.requests += u64::from(self.deliver(core, now, dg, None));
+        if gsi && core.cm.take_misrouted() {
+            one.noticed.misrouted = true;
+            // A REQ for a port another member holds: to its listener, if
+            // it has one yet (else the client's retransmission finds it).
+            if let (Some(f), Some(sid)) = (
+                one.forwards.as_deref_mut(),
+                softrdma_udp::steer::qp1_request_service(dg.payload),
+            ) {
+                f.extend(Pending::new(ForwardTo::Listener(sid), dg));
+            }
+        }
     }
 
     /// Receives what arrived on multicast group sockets.

@@ -1,0 +1,156 @@
+//! Datagrams a stale steering table delivered to the wrong member: handed
+//! on to their owner (`softrdma_udp::forward`), and taken from others.
+//!
+//! After a member dies the kernel moves the last socket of the reuseport
+//! group into its hole, and until a reconciliation (`host.rs`) rebuilds the
+//! table, datagrams for the moved member reach another one. Dropped, UD
+//! datagrams and CM answers were lost and RC waited for a retransmission
+//! timeout; handed on, they arrive a unix-socket hop late. A handed-on
+//! datagram is never handed on again.
+
+use super::membership::Noticed;
+use super::rx::RxOne;
+use super::{KEY_FORWARD, Shared};
+use softrdma_transport::Datagram;
+use softrdma_udp::forward::{self, Forwarder};
+use std::sync::atomic::Ordering;
+
+/// Whom a datagram is handed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ForwardTo {
+    /// The holder of a member slot.
+    Slot(u8),
+    /// The member listening on this rdma_cm ServiceID (looked up in the
+    /// registry once the engine lock is let go).
+    Listener(u64),
+}
+
+/// A datagram waiting to be handed on, in its envelope.
+#[derive(Debug)]
+pub(super) struct Pending {
+    to: ForwardTo,
+    envelope: Vec<u8>,
+}
+
+impl Pending {
+    /// `dg` in its envelope for `to` (None if its addresses cannot be put
+    /// in one).
+    pub(super) fn new(to: ForwardTo, dg: &Datagram<'_>) -> Option<Pending> {
+        Some(Pending {
+            to,
+            envelope: forward::encode(dg.src, dg.dst_ip, dg.payload)?,
+        })
+    }
+}
+
+impl Shared {
+    /// Binds this member's forwarding socket and watches it.
+    pub(super) fn open_forwarder(
+        host: Option<&crate::host::HostMember>,
+        poller: &softrdma_udp::Poller,
+    ) -> Option<Forwarder> {
+        let h = host?;
+        let f = Forwarder::bind(&h.registry().forward_path(h.slot()))
+            .and_then(|f| {
+                poller.add_fd(
+                    std::os::fd::AsFd::as_fd(&f),
+                    KEY_FORWARD,
+                    softrdma_udp::Interest::Readable,
+                )?;
+                Ok(f)
+            })
+            .inspect_err(|e| {
+                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                    eprintln!(
+                        "softrdma: no forwarding socket ({e}); misrouted datagrams are dropped"
+                    );
+                }
+            });
+        f.ok()
+    }
+
+    /// Hands `pending` on (outside the engine lock: the registry is read to
+    /// find a listener, and a full queue waits briefly). What cannot be
+    /// handed on is dropped and counted.
+    pub(super) fn forward_all(&self, pending: Vec<Pending>) {
+        let (Some(f), Some(h)) = (&self.forward, &self.host) else {
+            return;
+        };
+        for p in pending {
+            let slot = match p.to {
+                ForwardTo::Slot(s) => Some(s),
+                ForwardTo::Listener(sid) => {
+                    let dst = forward::decode(&p.envelope).map(|d| d.dst_ip);
+                    dst.and_then(|ip| h.registry().listeners(ip).ok())
+                        .and_then(|ls| {
+                            ls.into_iter()
+                                .find(|&(space, port, _)| {
+                                    softrdma_wire::cm::service_id(space, port) == sid
+                                })
+                                .map(|(_, _, slot)| slot)
+                        })
+                        // Bound but not listening yet: the client retransmits.
+                        .filter(|&s| s != h.slot())
+                }
+            };
+            match slot {
+                Some(s) => {
+                    let _ = f.forward(s, &h.registry().forward_path(s), &p.envelope);
+                }
+                None => {
+                    f.stats().failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Takes what other members handed on: each datagram as if it had
+    /// arrived on the socket of its group address. Returns datagrams taken.
+    pub(super) fn rx_forwarded(&self) -> usize {
+        let Some(f) = &self.forward else { return 0 };
+        let mut buf = Vec::new();
+        let mut total = 0;
+        let mut noticed = Noticed::default();
+        let mut requests = 0;
+        while let Ok(Some(e)) = f.recv(&mut buf) {
+            let Some(fw) = forward::decode(e) else {
+                continue;
+            };
+            let dg = Datagram {
+                src: fw.src,
+                dst_ip: fw.dst_ip,
+                payload: fw.payload,
+            };
+            let mut core = self.lock();
+            let now = self.now();
+            let mut one = RxOne {
+                noticed: &mut noticed,
+                requests: &mut requests,
+                forwards: None,
+            };
+            self.rx_one(&mut core, now, &dg, &mut one);
+            self.after(&mut core);
+            total += 1;
+        }
+        if total > 0 {
+            self.rx_requests.fetch_add(requests, Ordering::Relaxed);
+            self.send_soon();
+        }
+        total
+    }
+
+    /// The forwarding counters: `host_forwarded` (handed on),
+    /// `host_forward_failed` (dropped: no such member, its queue stayed
+    /// full), `host_forwarded_in` (taken from others). None without a host
+    /// device.
+    pub(super) fn forward_counters(&self) -> Vec<(&'static str, u64)> {
+        self.forward.as_ref().map_or_else(Vec::new, |f| {
+            let s = f.stats();
+            vec![
+                ("host_forwarded", s.sent.load(Ordering::Relaxed)),
+                ("host_forward_failed", s.failed.load(Ordering::Relaxed)),
+                ("host_forwarded_in", s.received.load(Ordering::Relaxed)),
+            ]
+        })
+    }
+}
