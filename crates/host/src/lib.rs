@@ -144,6 +144,12 @@ impl<'a> RegistryGuard<'a> {
 
 impl Drop for RegistryGuard<'_> {
     fn drop(&mut self) {
+        // Unlocked explicitly, not by closing: a child forked while this
+        // was held shares the open file description (and so the lock) for
+        // as long as it lives, and would wait for it forever when it joins
+        // (pyverbs' rdmacm tests fork while a sweep of the progress thread
+        // holds it).
+        let _ = fsutil::flock(&self._file, libc::LOCK_UN);
         let _ = GUARDS_HERE.try_with(|h| {
             let mut h = h.borrow_mut();
             if let Some(i) = h.iter().rposition(|d| *d == self.registry.dir) {

@@ -194,6 +194,23 @@ fn a_thread_asking_again_for_the_lock_it_holds_gets_edeadlk() {
 }
 
 #[test]
+fn a_copy_of_the_lock_fd_a_forked_child_keeps_does_not_hold_the_lock() {
+    // fork(2) while a thread holds the lock: the child's copy of the fd
+    // shares the open file description. Released, the lock must be free
+    // although that copy stays open (the child joining would otherwise
+    // wait for it forever).
+    let t = TestDir::new("forkcopy");
+    let reg = t.registry();
+    let g = reg.lock().unwrap();
+    let childs_copy = g._file.try_clone().unwrap();
+    drop(g);
+    let again = reg.try_lock().unwrap();
+    assert!(again.is_some(), "free once released");
+    drop(again);
+    drop(childs_copy);
+}
+
+#[test]
 fn slots_prefer_never_used_and_keep_generations() {
     let t = TestDir::new("slots");
     let reg = t.registry();
