@@ -112,8 +112,8 @@ pub fn decode(e: &[u8]) -> Option<Forwarded<'_>> {
 pub struct ForwardStats {
     /// Datagrams handed to another member.
     pub sent: AtomicU64,
-    /// Datagrams that could not be handed over (no such member, its queue
-    /// stayed full): dropped.
+    /// Datagrams that could not be handed over (nobody bound there, the
+    /// queue stayed full); the caller decides what becomes of them.
     pub failed: AtomicU64,
     /// Envelopes received from other members.
     pub received: AtomicU64,

@@ -30,6 +30,9 @@ pub(super) enum ForwardTo {
 pub(super) struct Pending {
     to: ForwardTo,
     envelope: Vec<u8>,
+    /// Delivered here if no live member takes it (not doorbells, and not
+    /// what this process's CM saw already).
+    here_if_nobody: bool,
 }
 
 impl Pending {
@@ -39,6 +42,8 @@ impl Pending {
         Some(Pending {
             to,
             envelope: forward::encode(dg.src, dg.dst_ip, dg.payload)?,
+            here_if_nobody: matches!(to, ForwardTo::Slot(_))
+                && !super::shm::ShmPath::is_doorbell(dg.payload),
         })
     }
 }
@@ -70,12 +75,15 @@ impl Shared {
     }
 
     /// Hands `pending` on (outside the engine lock: the registry is read to
-    /// find a listener, and a full queue waits briefly). What cannot be
-    /// handed on is dropped and counted.
+    /// find a listener, and a full queue waits briefly). What no live
+    /// member takes (its slot is free, or a dead member's: a stale QPN, a
+    /// garbage BTH) is delivered here after all, where the transport drops
+    /// and counts it as it would have without forwarding.
     pub(super) fn forward_all(&self, pending: Vec<Pending>) {
         let (Some(f), Some(h)) = (&self.forward, &self.host) else {
             return;
         };
+        let mut here = Vec::new();
         for p in pending {
             let slot = match p.to {
                 ForwardTo::Slot(s) => Some(s),
@@ -89,19 +97,43 @@ impl Shared {
                                 })
                                 .map(|(_, _, slot)| slot)
                         })
-                        // Bound but not listening yet: the client retransmits.
                         .filter(|&s| s != h.slot())
                 }
             };
-            match slot {
-                Some(s) => {
-                    let _ = f.forward(s, &h.registry().forward_path(s), &p.envelope);
-                }
-                None => {
-                    f.stats().failed.fetch_add(1, Ordering::Relaxed);
-                }
+            // No listener yet: the port's holder has not called listen, and
+            // the client's retransmission finds it once it has.
+            if let Some(s) = slot
+                && f.forward(s, &h.registry().forward_path(s), &p.envelope)
+                    .is_err()
+                && p.here_if_nobody
+            {
+                here.push(p.envelope);
             }
         }
+        if !here.is_empty() {
+            self.deliver_here(&here);
+        }
+    }
+
+    /// Delivers envelopes nobody took to this process's transport.
+    fn deliver_here(&self, envelopes: &[Vec<u8>]) {
+        let mut core = self.lock();
+        let now = self.now();
+        let mut requests = 0;
+        for e in envelopes {
+            if let Some(fw) = forward::decode(e) {
+                let dg = Datagram {
+                    src: fw.src,
+                    dst_ip: fw.dst_ip,
+                    payload: fw.payload,
+                };
+                requests += u64::from(self.deliver(&mut core, now, &dg, None));
+            }
+        }
+        self.after(&mut core);
+        drop(core);
+        self.rx_requests.fetch_add(requests, Ordering::Relaxed);
+        self.send_soon();
     }
 
     /// Takes what other members handed on: each datagram as if it had
