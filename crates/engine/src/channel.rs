@@ -8,18 +8,40 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, Weak};
 
+/// The device's side of a blocking [`CompChannel::get_event`]: the waiting
+/// thread itself receives the device's packets until its channel fires, so
+/// a completion costs one wake-up (the packet's, of the thread that wants
+/// it) instead of two (the progress thread's, then the channel's).
+pub(crate) trait Receiver: Send + Sync + std::fmt::Debug {
+    /// Waits until `efd` is readable (without consuming it), receiving the
+    /// device's packets meanwhile. `Ok(false)`: this thread cannot receive
+    /// here (another one does, or this is a forked child): the caller
+    /// blocks in `read(2)` as before. A signal handler ends the wait with
+    /// `Interrupted`.
+    fn wait_receiving(&self, efd: &EventFd) -> io::Result<bool>;
+}
+
 /// A completion channel: CQs armed with it queue themselves here when they fire.
 #[derive(Debug)]
 pub struct CompChannel {
     efd: EventFd,
     pending: Mutex<VecDeque<CqHandle>>,
+    receiver: Option<Weak<dyn Receiver>>,
 }
 
 impl CompChannel {
+    /// A channel whose waits only block (tests).
+    #[cfg(test)]
     pub(crate) fn new() -> io::Result<CompChannel> {
+        Self::with_receiver(None)
+    }
+
+    /// A channel whose blocking waits receive through `receiver`.
+    pub(crate) fn with_receiver(receiver: Option<Weak<dyn Receiver>>) -> io::Result<CompChannel> {
         Ok(CompChannel {
             efd: EventFd::with_options(EventFdOptions::default().semaphore(true).blocking(true))?,
             pending: Mutex::new(VecDeque::new()),
+            receiver,
         })
     }
 
@@ -34,6 +56,13 @@ impl CompChannel {
     /// `ibv_get_cq_event` does.
     pub fn get_event(&self) -> io::Result<CqHandle> {
         loop {
+            // Blocking (a non-blocking fd reads at once, or fails): the
+            // device's packets are received in this thread meanwhile.
+            if let Some(r) = self.receiver.as_ref().and_then(Weak::upgrade)
+                && !self.efd.is_nonblocking()?
+            {
+                r.wait_receiving(&self.efd)?;
+            }
             self.efd.read_interruptible()?;
             if let Some(cq) = self.pending.lock().expect("channel lock").pop_front() {
                 return Ok(cq);

@@ -45,6 +45,7 @@ impl Engine {
             .chain(k.named())
             .chain(self.shm_counters())
             .chain(self.host_counters())
+            .chain(self.waiter_counters())
         {
             let _ = writeln!(out, "{name} {v}");
         }

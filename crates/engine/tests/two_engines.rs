@@ -6,6 +6,7 @@ use softrdma_engine::transport::{
 };
 use softrdma_engine::{Engine, EngineConfig};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn port() -> u16 {
@@ -180,4 +181,124 @@ fn rc_send_and_write_between_engines() {
     assert_eq!(&b.buf[..50_000], &a.buf[..50_000]);
     assert_eq!(&b.buf[200_000..300_000], &a.buf[..100_000]);
     let _ = &mut b;
+}
+
+/// A SEND to `s` of `len` bytes of `a`'s buffer, and a receive for it.
+fn send_one(a: &Side, b: &Side, len: u32) {
+    b.e.post_recv(
+        b.qpn,
+        RecvWr {
+            wr_id: 7,
+            sgl: vec![Sge {
+                addr: b.buf.as_ptr() as u64,
+                length: 65536,
+                lkey: b.lkey,
+            }],
+        },
+    )
+    .unwrap();
+    let mut wr = SendWr::new(8, WrOpcode::Send);
+    wr.sgl = vec![Sge {
+        addr: a.buf.as_ptr() as u64,
+        length: len,
+        lkey: a.lkey,
+    }];
+    a.e.post_send(a.qpn, wr).unwrap();
+}
+
+fn rx_by_waiter(e: &Engine) -> u64 {
+    e.waiter_counters()
+        .into_iter()
+        .find(|(n, _)| *n == "rx_by_waiter")
+        .map_or(0, |(_, v)| v)
+}
+
+/// Event mode costs one wake-up per completion: the thread blocked in
+/// `get_event` receives the SEND itself (the progress thread would wake
+/// first, then wake it).
+#[test]
+fn a_thread_blocked_for_its_completion_event_receives_the_packet_itself() {
+    let p = port();
+    let mut a = side([127, 0, 0, 4], p);
+    let b = side([127, 0, 0, 5], p);
+    connect(&a, &b);
+    connect(&b, &a);
+    a.buf[..300].fill(0x5a);
+    let ch = b.e.create_comp_channel().unwrap();
+    b.e.set_cq_channel(b.cq, Some(Arc::clone(&ch)));
+    b.e.req_notify_cq(b.cq, false).unwrap();
+    let before = rx_by_waiter(&b.e);
+    let waiter = {
+        let ch = Arc::clone(&ch);
+        std::thread::spawn(move || ch.get_event())
+    };
+    // Let it block (a send before that is received on the way in anyway).
+    std::thread::sleep(Duration::from_millis(50));
+    send_one(&a, &b, 300);
+    assert_eq!(waiter.join().unwrap().unwrap(), b.cq);
+    let w = wait_wc(&b, 1);
+    assert_eq!((w[0].status, w[0].byte_len), (WcStatus::Success, 300));
+    assert!(b.buf[..300].iter().all(|&x| x == 0x5a));
+    assert!(
+        rx_by_waiter(&b.e) > before,
+        "the waiting thread received the SEND: {:?}",
+        b.e.waiter_counters()
+    );
+}
+
+extern "C" fn on_signal(_: libc::c_int) {}
+
+/// A signal ends a receiving wait with `Interrupted` (qperf's `SIGALRM`),
+/// and the progress thread has the socket again afterwards: a SEND arriving
+/// with nobody waiting completes.
+#[test]
+fn a_signal_ends_a_receiving_wait_and_the_progress_thread_takes_over() {
+    // SAFETY: a zeroed sigaction with a handler that does nothing, and no
+    // SA_RESTART, installed for a signal only this test sends.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
+    }
+    let p = port();
+    let a = side([127, 0, 0, 6], p);
+    let b = side([127, 0, 0, 7], p);
+    connect(&a, &b);
+    connect(&b, &a);
+    let ch = b.e.create_comp_channel().unwrap();
+    b.e.set_cq_channel(b.cq, Some(Arc::clone(&ch)));
+    b.e.req_notify_cq(b.cq, false).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let ch = Arc::clone(&ch);
+        std::thread::spawn(move || {
+            // SAFETY: pthread_self has no preconditions.
+            tx.send(unsafe { libc::pthread_self() }).unwrap();
+            ch.get_event().map_err(|e| e.kind())
+        })
+    };
+    let t = rx.recv().unwrap();
+    for _ in 0..250 {
+        std::thread::sleep(Duration::from_millis(20));
+        if waiter.is_finished() {
+            break;
+        }
+        // SAFETY: `t` is the waiter's thread, alive until joined below.
+        assert_eq!(unsafe { libc::pthread_kill(t, libc::SIGUSR2) }, 0);
+    }
+    assert_eq!(waiter.join().unwrap(), Err(std::io::ErrorKind::Interrupted));
+    let before = rx_by_waiter(&b.e);
+    send_one(&a, &b, 100);
+    // B's application does not poll: only the progress thread can place it
+    // (then wait_wc's polls find it done).
+    let t0 = Instant::now();
+    while b.e.stats().0.rx_packets == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "nobody received");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let w = wait_wc(&b, 1);
+    assert_eq!(w[0].status, WcStatus::Success);
+    assert_eq!(rx_by_waiter(&b.e), before, "nobody was waiting");
+    assert_eq!(ch.get_event().unwrap(), b.cq, "the event is there");
 }

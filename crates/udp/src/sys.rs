@@ -627,7 +627,8 @@ pub(crate) enum EpollTimeout {
     Zero,
 }
 
-/// Waits on `epfd`; returns the number of entries of `events` filled (0 on timeout or EINTR).
+/// Waits on `epfd`; returns the number of entries of `events` filled (0 on timeout), or
+/// `Interrupted` if a signal handler ran.
 ///
 /// `epoll_pwait2` is called through `syscall(2)` rather than glibc's wrapper so the binary
 /// does not require glibc ≥ 2.35; `ENOSYS` tells the caller the kernel is older.
@@ -670,11 +671,7 @@ pub(crate) fn epoll_wait(
             r as libc::c_int
         }
     };
-    match cvt(r) {
-        Ok(n) => Ok(n as usize),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-        Err(e) => Err(e),
-    }
+    cvt(r).map(|n| n as usize)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -453,6 +453,17 @@ impl Poller {
     /// on return, so it is never early; spurious kernel wake-ups (signals, a stale timer) are
     /// absorbed. A deadline in the past makes this a non-blocking poll.
     pub fn wait(&self, deadline: Option<Instant>) -> io::Result<Events> {
+        self.wait_inner(deadline, false)
+    }
+
+    /// Like [`Poller::wait`], but a signal handler (installed without
+    /// `SA_RESTART`) interrupting the wait ends it with `Interrupted`, as it
+    /// ends the `read(2)` of a blocking event call.
+    pub fn wait_interruptible(&self, deadline: Option<Instant>) -> io::Result<Events> {
+        self.wait_inner(deadline, true)
+    }
+
+    fn wait_inner(&self, deadline: Option<Instant>, interruptible: bool) -> io::Result<Events> {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
         loop {
             let timeout = match deadline {
@@ -473,7 +484,10 @@ impl Poller {
                     _ => EpollTimeout::Zero,
                 },
             };
-            let n = sys::epoll_wait(self.epfd.as_fd(), &mut evs, timeout)?;
+            let n = match sys::epoll_wait(self.epfd.as_fd(), &mut evs, timeout) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted && !interruptible => 0,
+                r => r?,
+            };
             let mut out = Events::default();
             for ev in &evs[..n] {
                 let (bits, key) = (ev.events, ev.u64);

@@ -40,6 +40,7 @@ impl Shared {
         let want = policy::watch_socket(
             self.last_call.load(Ordering::Relaxed),
             self.now().as_nanos(),
+            self.waiters.load(Ordering::Relaxed) > 0,
         );
         if *w != want {
             // Only the device socket: a busy poller reads no other (the

@@ -34,6 +34,7 @@ mod membership;
 mod ops;
 mod policy;
 mod progress;
+mod receiving;
 mod rx;
 mod shm;
 mod tx;
@@ -137,6 +138,13 @@ struct Shared {
     /// Where other members hand on what a stale steering table delivered
     /// to them, and how this one hands on (None: no host device).
     forward: Option<softrdma_udp::Forwarder>,
+    /// The epoll set of a thread that receives while it waits for a
+    /// completion event (`receiving.rs`; None if it could not be made), the
+    /// lock that lets one thread at a time do so, and how many do (0 or 1).
+    waiter_poller: Option<receiving::WaiterPoller>,
+    waiter_lock: Mutex<()>,
+    waiters: std::sync::atomic::AtomicUsize,
+    rx_by_waiter: AtomicU64,
     /// When a busy poller last read the device socket, and when the inbox
     /// last delivered (ns since `epoch`; `policy::poller_reads_socket`).
     socket_read_at: AtomicU64,
@@ -317,6 +325,7 @@ impl Engine {
             _ => None,
         };
         let forward = Shared::open_forwarder(host.as_deref(), &poller);
+        let waiter_poller = receiving::WaiterPoller::new(&socket).ok();
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
@@ -370,6 +379,10 @@ impl Engine {
             addr_watch,
             shm,
             forward,
+            waiter_poller,
+            waiter_lock: Mutex::new(()),
+            waiters: std::sync::atomic::AtomicUsize::new(0),
+            rx_by_waiter: AtomicU64::new(0),
             socket_read_at: AtomicU64::new(0),
             shm_rx_at: AtomicU64::new(0),
         });
@@ -774,7 +787,8 @@ impl Engine {
 
     /// Creates a completion channel.
     pub fn create_comp_channel(&self) -> io::Result<Arc<CompChannel>> {
-        Ok(Arc::new(CompChannel::new()?))
+        let receiver: std::sync::Weak<dyn crate::channel::Receiver> = self.shared.me.clone();
+        Ok(Arc::new(CompChannel::with_receiver(Some(receiver))?))
     }
 
     /// Attaches a CQ to a channel (or detaches it with `None`).
@@ -827,6 +841,12 @@ impl Engine {
     /// without a host device.
     pub fn host_counters(&self) -> Vec<(&'static str, u64)> {
         self.shared.forward_counters()
+    }
+
+    /// What threads blocked for completion events received themselves
+    /// (`rx_by_waiter`).
+    pub fn waiter_counters(&self) -> Vec<(&'static str, u64)> {
+        self.shared.waiter_counters().to_vec()
     }
 
     /// Transport and socket counters.

@@ -137,9 +137,11 @@ pub(super) fn app_spinning(last_call: u64, now: u64) -> bool {
 }
 
 /// Whether the progress thread should watch the socket (have it in its epoll
-/// set): unless an application thread is busy with the device.
-pub(super) fn watch_socket(last_call: u64, now: u64) -> bool {
-    !app_spinning(last_call, now)
+/// set): unless an application thread is busy with the device, or one
+/// blocked for a completion event receives itself (`waiter`, see
+/// `receiving.rs`).
+pub(super) fn watch_socket(last_call: u64, now: u64, waiter: bool) -> bool {
+    !waiter && !app_spinning(last_call, now)
 }
 
 /// Whether a post or send at `now` counts as the application being busy with

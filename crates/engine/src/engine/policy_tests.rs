@@ -12,7 +12,7 @@ const NONE: u64 = u64::MAX;
 fn an_application_that_polled_50us_ago_keeps_the_socket() {
     let now = 10 * MS;
     assert!(app_spinning(now - 50 * US, now));
-    assert!(!watch_socket(now - 50 * US, now));
+    assert!(!watch_socket(now - 50 * US, now, false));
 }
 
 #[test]
@@ -21,8 +21,8 @@ fn spin_window_boundary() {
     assert!(app_spinning(t, t + SPIN_WINDOW_NS - 1));
     assert!(!app_spinning(t, t + SPIN_WINDOW_NS));
     assert!(!app_spinning(t, t + SPIN_WINDOW_NS + 1));
-    assert!(watch_socket(t, t + SPIN_WINDOW_NS));
-    assert!(!watch_socket(t, t + SPIN_WINDOW_NS - 1));
+    assert!(watch_socket(t, t + SPIN_WINDOW_NS, false));
+    assert!(!watch_socket(t, t + SPIN_WINDOW_NS - 1, false));
     // A call stamped after `now` (another thread's clock read) spins.
     assert!(app_spinning(t + 1, t));
 }
@@ -30,10 +30,20 @@ fn spin_window_boundary() {
 #[test]
 fn an_application_that_announced_it_blocks_gives_the_socket_back_at_once() {
     // `before_block` stores 0: any time past the window watches.
-    assert!(watch_socket(0, SPIN_WINDOW_NS));
-    assert!(!watch_socket(0, SPIN_WINDOW_NS - 1));
-    assert!(watch_socket(0, 3 * MS));
+    assert!(watch_socket(0, SPIN_WINDOW_NS, false));
+    assert!(!watch_socket(0, SPIN_WINDOW_NS - 1, false));
+    assert!(watch_socket(0, 3 * MS, false));
     assert!(!app_spinner(0, 20 * MS));
+}
+
+#[test]
+fn a_thread_receiving_for_its_completion_event_keeps_the_socket() {
+    // Long after any poll, while it waits: the progress thread leaves the
+    // socket to it (two readers would both wake for every packet).
+    assert!(!watch_socket(0, 3 * MS, true));
+    assert!(!watch_socket(3 * MS, 3 * MS, true));
+    // Gone, the progress thread takes it back.
+    assert!(watch_socket(0, 3 * MS, false));
 }
 
 #[test]

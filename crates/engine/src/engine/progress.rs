@@ -45,7 +45,10 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
                 },
             }
         };
-        let sleep = policy.sleep(now, watching, last_poll, timers);
+        // A thread blocked for a completion event receives itself: the
+        // timers and the rest are this thread's, at the pace of watching.
+        let attended = watching || s.receiving_waiter();
+        let sleep = policy.sleep(now, attended, last_poll, timers);
         // Back from standby: requests that waited for the application to
         // poll mean it leaves between polls; from now on it hands the socket
         // back whenever it leaves (`Shared::leave`).
@@ -64,7 +67,7 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
             (deadline != u64::MAX).then(|| s.epoch + std::time::Duration::from_nanos(deadline));
         let events = poller.wait(when);
         s.sleeping_until.store(0, Ordering::SeqCst);
-        s.shm_awake();
+        s.shm_awake_if_watching();
         let readable = events.map_or(0, |e| e.readable);
         if readable & (1 << super::KEY_ADDRS) != 0 {
             s.on_addr_change();
@@ -90,13 +93,13 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         // is still in the middle of a burst (it sends it itself).
         if policy.flush(
             now,
-            watching,
+            attended,
             s.tx_pending.load(Ordering::Relaxed),
             s.pending_since.load(Ordering::Relaxed),
         ) {
             s.flush_pending();
         }
-        if policy.fire_timers(now, watching) {
+        if policy.fire_timers(now, attended) {
             s.handle_timers();
         }
         s.shm_sweep();

@@ -547,10 +547,16 @@ impl Shared {
         self.shm.as_ref().is_none_or(|s| !s.inbox.want_doorbell())
     }
 
-    /// Awake again: senders stop ringing.
-    pub(super) fn shm_awake(&self) {
+    /// The progress thread is awake again: senders stop ringing, unless a
+    /// thread waiting for a completion event has the socket (and sleeps on
+    /// it, with the flag up: `receiving.rs`). Decided under the lock that
+    /// hands the socket over, so the flag never drops under a sleeper.
+    pub(super) fn shm_awake_if_watching(&self) {
         if let Some(s) = &self.shm {
-            s.inbox.awake();
+            let w = self.watching.lock().unwrap_or_else(|p| p.into_inner());
+            if *w {
+                s.inbox.awake();
+            }
         }
     }
 }

@@ -1,0 +1,123 @@
+//! A thread blocked for a completion event receives the device's packets
+//! itself (`channel::Receiver`).
+//!
+//! Before, a packet woke the progress thread, which processed it and wrote
+//! the channel's eventfd, which woke the application thread: two wake-ups
+//! per completion, 30–70 µs each across vCPUs here (reference/baselines.md),
+//! so `ib_send_lat -e` took 1.5× qperf's `tcp_lat`. Now the waiting thread
+//! sleeps on its channel and on the device socket at once, and the progress
+//! thread leaves the socket to it (`policy::watch_socket`) while it waits:
+//! the packet wakes the thread that wants the completion, which processes
+//! it, sends the ACK, and returns. The progress thread keeps the timers and
+//! the other sockets. One thread receives this way at a time; others block
+//! in `read(2)` as before.
+
+use super::rx::Rx;
+use super::{KEY_SOCKET, Shared};
+use crate::channel::Receiver;
+use softrdma_udp::{EventFd, Interest, Poller};
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+
+/// The channel's key in the waiter's epoll set.
+const KEY_CHANNEL: u8 = 5;
+
+/// The epoll set a receiving waiter sleeps in: the device socket, and the
+/// channel it waits for (added for the wait).
+#[derive(Debug)]
+pub(super) struct WaiterPoller {
+    poller: Poller,
+    /// The process that opened it: a forked child has the parent's engine
+    /// without its threads, and must not read its socket.
+    pid: u32,
+}
+
+impl WaiterPoller {
+    pub(super) fn new(socket: &softrdma_udp::RoceSocket) -> io::Result<WaiterPoller> {
+        let poller = Poller::new()?;
+        poller.add_socket(socket, KEY_SOCKET)?;
+        Ok(WaiterPoller {
+            poller,
+            pid: std::process::id(),
+        })
+    }
+}
+
+impl Receiver for Shared {
+    fn wait_receiving(&self, efd: &EventFd) -> io::Result<bool> {
+        let Some(w) = self.waiter_poller.as_ref() else {
+            return Ok(false);
+        };
+        if w.pid != std::process::id() {
+            return Ok(false);
+        }
+        let Ok(_one) = self.waiter_lock.try_lock() else {
+            return Ok(false);
+        };
+        w.poller
+            .add_fd(efd.as_fd(), KEY_CHANNEL, Interest::Readable)?;
+        let _taken = Taken::new(self, &w.poller, efd);
+        self.receive_until_readable(&w.poller).map(|()| true)
+    }
+}
+
+/// The socket taken from the progress thread for one wait; given back when
+/// dropped, however the wait ends (a signal, or a thread cancelled in
+/// `epoll_wait`, which unwinds).
+struct Taken<'a> {
+    s: &'a Shared,
+    poller: &'a Poller,
+    efd: &'a EventFd,
+}
+
+impl<'a> Taken<'a> {
+    fn new(s: &'a Shared, poller: &'a Poller, efd: &'a EventFd) -> Taken<'a> {
+        s.waiters.fetch_add(1, Ordering::SeqCst);
+        // The progress thread lets go of the socket (under the lock its own
+        // updates take) before this thread sleeps on it.
+        s.update_watch(&s.poller);
+        Taken { s, poller, efd }
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        self.s.waiters.fetch_sub(1, Ordering::SeqCst);
+        // Back to the progress thread; it is woken if datagrams wait in the
+        // inbox (the doorbell flag stays raised: senders ring it).
+        self.s.update_watch(&self.s.poller);
+        let _ = self.poller.remove_fd(self.efd.as_fd(), KEY_CHANNEL);
+    }
+}
+
+impl Shared {
+    /// Receives until the channel in `poller` is readable.
+    fn receive_until_readable(&self, poller: &Poller) -> io::Result<()> {
+        loop {
+            // What arrived before this thread took the socket, or since the
+            // last wake-up; answers are sent at once (`Rx::Progress`).
+            let got = self.rx_burst(Rx::Progress);
+            self.rx_by_waiter.fetch_add(got as u64, Ordering::Relaxed);
+            self.flush_pending();
+            // Same-host senders ring the doorbell only if the flag is up;
+            // if they pushed already, look again without sleeping.
+            let deadline = (!self.shm_may_sleep()).then(std::time::Instant::now);
+            let ev = poller.wait_interruptible(deadline)?;
+            if ev.readable & (1 << KEY_CHANNEL) != 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether a thread blocked for a completion event receives now.
+    pub(super) fn receiving_waiter(&self) -> bool {
+        self.waiters.load(Ordering::Relaxed) > 0
+    }
+
+    /// `rx_by_waiter`: datagrams (and lane datagrams) a thread blocked for
+    /// a completion event received itself.
+    pub(super) fn waiter_counters(&self) -> [(&'static str, u64); 1] {
+        [("rx_by_waiter", self.rx_by_waiter.load(Ordering::Relaxed))]
+    }
+}
