@@ -22,10 +22,12 @@
 use softrdma_cm::{CmError, IdHandle, PortAuthority};
 use softrdma_host::{GroupState, Member, PortLease, Registry};
 use softrdma_udp::RoceSocket;
+use softrdma_udp::fork_private::ForkPrivate;
 use softrdma_udp::steer::{SteerProgram, SteerTable, probe_datagram};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -48,6 +50,10 @@ const RECONCILE_GAP: Duration = Duration::from_millis(50);
 #[derive(Debug)]
 pub(crate) struct HostMember {
     registry: Arc<Registry>,
+    /// The slot file's descriptor is not a forked child's to keep (the
+    /// slot would live on with it); first, so it is forgotten before the
+    /// file closes.
+    _fork_private: Arc<ForkPrivate>,
     member: Arc<Member>,
     /// The group's address (the device address and UDP port).
     addr: SocketAddr,
@@ -71,8 +77,9 @@ impl HostMember {
     ) -> io::Result<(HostMember, RoceSocket, bool)> {
         let registry = Arc::new(registry);
         let member = Arc::new(registry.join()?);
+        let private = Arc::new(ForkPrivate::new(member.as_raw_fd()));
         let changed = Arc::new(AtomicBool::new(false));
-        HostMember::join_group(registry, member, changed, addr, open)
+        HostMember::join_group(registry, private, member, changed, addr, open)
     }
 
     /// Joins the group at another address of the host with the same member
@@ -86,6 +93,7 @@ impl HostMember {
     ) -> io::Result<(HostMember, RoceSocket, bool)> {
         HostMember::join_group(
             Arc::clone(&self.registry),
+            Arc::clone(&self._fork_private),
             Arc::clone(&self.member),
             Arc::clone(&self.listeners_changed),
             addr,
@@ -95,6 +103,7 @@ impl HostMember {
 
     fn join_group(
         registry: Arc<Registry>,
+        fork_private: Arc<ForkPrivate>,
         member: Arc<Member>,
         listeners_changed: Arc<AtomicBool>,
         addr: SocketAddr,
@@ -102,6 +111,7 @@ impl HostMember {
     ) -> io::Result<(HostMember, RoceSocket, bool)> {
         let me = HostMember {
             registry,
+            _fork_private: fork_private,
             member,
             addr,
             reconciling: AtomicBool::new(false),
@@ -368,7 +378,9 @@ const MAX_ROUNDS: usize = 3;
 pub(crate) struct HostPorts {
     registry: Arc<Registry>,
     member: Arc<Member>,
-    leases: HashMap<IdHandle, PortLease>,
+    /// Each lease with its registration as fork-private (a child keeping
+    /// the lease file would keep the port taken; dropped first).
+    leases: HashMap<IdHandle, (ForkPrivate, PortLease)>,
     /// Set when a listener appears: REQs for it must be steered here.
     listeners_changed: Arc<AtomicBool>,
 }
@@ -383,12 +395,12 @@ impl PortAuthority for HostPorts {
                 _ => CmError::Invalid(format!("cannot reserve port {addr}: {e}")),
             })?;
         let port = l.port();
-        self.leases.insert(id, l);
+        self.leases.insert(id, (ForkPrivate::new(l.as_raw_fd()), l));
         Ok(port)
     }
 
     fn listen(&mut self, id: IdHandle) -> Result<(), CmError> {
-        if let Some(l) = self.leases.get(&id) {
+        if let Some((_, l)) = self.leases.get(&id) {
             l.set_listening(true)
                 .map_err(|e| CmError::Invalid(format!("cannot listen: {e}")))?;
             self.listeners_changed.store(true, Ordering::Release);

@@ -189,6 +189,13 @@ pub struct Member {
     file: File,
 }
 
+impl std::os::fd::AsRawFd for Member {
+    /// The locked slot file (what keeps the slot alive).
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 /// A live member as seen by [`Registry::members`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MemberInfo {
@@ -223,6 +230,13 @@ pub struct PortLease {
     slot: u8,
     generation: u64,
     listening: AtomicBool,
+}
+
+impl std::os::fd::AsRawFd for PortLease {
+    /// The locked lease file (what keeps the port taken).
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
 }
 
 /// Which member slot sits at which index of the `SO_REUSEPORT` group bound to one

@@ -23,7 +23,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -123,6 +123,8 @@ pub struct ForwardStats {
 /// forward to them.
 #[derive(Debug)]
 pub struct Forwarder {
+    /// First: forgotten before `inbox` closes.
+    _fork_private: crate::fork_private::ForkPrivate,
     inbox: UnixDatagram,
     path: PathBuf,
     /// Connected sockets, one per member slot forwarded to: a connected unix
@@ -146,6 +148,7 @@ impl Forwarder {
         let inbox = UnixDatagram::bind(path)?;
         inbox.set_nonblocking(true)?;
         Ok(Forwarder {
+            _fork_private: crate::fork_private::ForkPrivate::new(inbox.as_raw_fd()),
             inbox,
             path: path.to_path_buf(),
             links: Mutex::new(Vec::new()),

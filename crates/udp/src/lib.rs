@@ -114,6 +114,7 @@ macro_rules! setters {
 
 pub mod addr;
 mod cmsg;
+pub mod fork_private;
 pub mod forward;
 mod host_addrs;
 mod probe;

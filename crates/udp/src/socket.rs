@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use crate::addr::{AddrConfig, BindError};
@@ -276,6 +276,13 @@ pub struct RoceSocket {
     err_pending: std::sync::atomic::AtomicBool,
 }
 
+impl Drop for RoceSocket {
+    fn drop(&mut self) {
+        // Before the descriptor closes and its number can be reused.
+        crate::fork_private::unregister(self.fd.as_raw_fd());
+    }
+}
+
 impl_as_fd!(RoceSocket);
 
 impl RoceSocket {
@@ -305,6 +312,7 @@ impl RoceSocket {
             source,
         })?;
         let gso_on = caps.gso && cfg.gso != GsoPolicy::Off;
+        crate::fork_private::register(fd.as_raw_fd());
         Ok(RoceSocket {
             fd,
             local,
@@ -366,6 +374,7 @@ impl RoceSocket {
             }
         }
         let local = sys::local_addr(fd.as_fd())?;
+        crate::fork_private::register(fd.as_raw_fd());
         Ok(RoceSocket {
             fd,
             local,

@@ -61,6 +61,69 @@ pub(crate) fn replace_with_dev_null(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Registers `child` to run in the child of every later `fork(2)`.
+pub(crate) fn at_fork_in_child(child: extern "C" fn()) {
+    // SAFETY: `child` is a plain function that lives forever; no prepare or
+    // parent handler.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+}
+
+/// Points each of `fds` (negative entries skipped) at `/dev/null`. Only
+/// async-signal-safe calls (open, dup3, close): it runs in a forked child.
+pub(crate) fn point_at_dev_null(fds: impl Iterator<Item = RawFd>) {
+    // SAFETY: a NUL-terminated literal path; open creates no Rust object.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if null < 0 {
+        return;
+    }
+    for fd in fds.filter(|&fd| fd >= 0) {
+        // SAFETY: dup3 only changes what the number `fd` refers to; whoever
+        // owns the number still closes it once.
+        unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) };
+    }
+    // SAFETY: `null` was opened above and is not used after this.
+    unsafe { libc::close(null) };
+}
+
+/// Test helper: forks; the child checks, for each `(fd, at_null)`, whether
+/// `fd` refers to `/dev/null` as expected, and exits 0 if all do (1 if
+/// not). Returns the child's exit status (-1 if it could not run).
+#[cfg(test)]
+pub(crate) fn fork_and_check(expect: &[(RawFd, bool)]) -> i32 {
+    let stat_of = |fd: RawFd| -> Option<(u64, u64)> {
+        // SAFETY: all-zero bytes are a valid `stat`; fstat writes into this
+        // buffer only, and a bad fd only fails.
+        let mut st: libc::stat = unsafe { mem::zeroed() };
+        // SAFETY: as above.
+        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_rdev, st.st_ino))
+    };
+    // Read before fork: the child only calls fstat and _exit.
+    let null = std::fs::File::open("/dev/null").ok();
+    let Some(null_id) = null.as_ref().and_then(|f| stat_of(f.as_raw_fd())) else {
+        return -1;
+    };
+    // SAFETY: the child runs only async-signal-safe calls (fstat, _exit).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let ok = expect
+            .iter()
+            .all(|&(fd, at_null)| (stat_of(fd) == Some(null_id)) == at_null);
+        // SAFETY: ends the child without running the parent's exit hooks.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    if pid < 0 {
+        return -1;
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Socket addresses in the kernel ABI
 // ---------------------------------------------------------------------------------------------

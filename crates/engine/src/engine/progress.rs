@@ -27,7 +27,11 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         let now = s.now().as_nanos();
         let watching = s.update_watch(poller);
         let last_poll = s.last_poll.load(Ordering::Relaxed);
-        let timers = if watching {
+        // A thread blocked for a completion event receives itself (see
+        // `receiving.rs`): the timers and the rest are this thread's, at the
+        // pace of watching (no standby ticks: the timers must be read).
+        let waiter = s.receiving_waiter();
+        let timers = if watching || waiter {
             // The CM's deadlines (MAD retransmission, time-wait) count too.
             earliest(&s.lock()).map_or(u64::MAX, |t| t.as_nanos())
         } else {
@@ -45,9 +49,7 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
                 },
             }
         };
-        // A thread blocked for a completion event receives itself: the
-        // timers and the rest are this thread's, at the pace of watching.
-        let attended = watching || s.receiving_waiter();
+        let attended = watching || waiter;
         let sleep = policy.sleep(now, attended, last_poll, timers);
         // Back from standby: requests that waited for the application to
         // poll mean it leaves between polls; from now on it hands the socket
