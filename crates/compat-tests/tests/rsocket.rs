@@ -467,3 +467,47 @@ fn preload_python_udp_echo() {
         "python UDP echo under librspreload failed:\n===== client =====\n{client}\n===== server =====\n{server}"
     );
 }
+
+/// Keepalive (`SO_KEEPALIVE`, `TCP_KEEPIDLE` 1 s) finds a peer that stopped
+/// answering (`py/rs_keepalive.py`: the server stops itself with SIGSTOP
+/// after accepting 3 connections): `rpoll` reports the connection with
+/// keepalive broken (`POLLERR`), `SO_ERROR` is `ETIMEDOUT`, a reader blocked
+/// in `rrecv` on another such connection wakes with `ETIMEDOUT`, and the
+/// connection without keepalive stays quiet. Both processes have a device of
+/// their own (`SOFTRDMA_HOST=0`), so the stopped one is no member of the
+/// host device that the tests running beside it share.
+#[test]
+fn keepalive_detects_a_hung_peer() {
+    let (s, c) = (host(), host());
+    let port = unique_tcp_port().to_string();
+    let addr = s.addr.to_string();
+    let script = py("rs_keepalive.py").display().to_string();
+    let label = format!("{LABEL}-keepalive");
+    let mut server = s.command(
+        "python3",
+        &label,
+        &strings(&[&script, "server", &addr, &port]),
+    );
+    server.env("SOFTRDMA_HOST", "0");
+    let mut client = c.command(
+        "python3",
+        &label,
+        &strings(&[&script, "client", &addr, &port]),
+    );
+    client.env("SOFTRDMA_HOST", "0");
+    let out = run_after_ready(
+        &mut server,
+        |o| o.contains("listening"),
+        &mut client,
+        false,
+        Duration::from_secs(60),
+    );
+    let client = out.client.as_ref().map(|c| c.stdout.as_str()).unwrap_or("");
+    assert!(
+        out.client.as_ref().and_then(|c| c.code()) == Some(0) && client.contains("all ok"),
+        "keepalive test failed:\n{out}"
+    );
+    assert!(client.contains("ok rpoll: A broken"), "{out}");
+    assert!(client.contains("woke with ETIMEDOUT"), "{out}");
+    assert!(out.server.stdout.contains("stopping"), "{out}");
+}

@@ -378,7 +378,8 @@ impl Conn {
         }
     }
 
-    fn fail(&mut self, e: c_int) {
+    /// Marks the connection broken with `e` (the first error wins).
+    pub(super) fn fail(&mut self, e: c_int) {
         if self.state & CONNECTED != 0 {
             self.state = ERROR;
             self.err = e;
@@ -448,7 +449,7 @@ impl Conn {
                         }
                     }
                     if wc.status != IBV_WC_SUCCESS {
-                        self.fail(libc::EIO);
+                        self.fail(status_errno(wc.status));
                     }
                 }
             }
@@ -649,6 +650,17 @@ impl Conn {
     #[allow(dead_code)]
     pub(super) fn id(&self) -> *mut rdma_cm_id {
         self.v.id
+    }
+}
+
+/// The errno a failed send completion leaves on the socket: a peer that
+/// stopped answering (the transport's retries ran out, as a keepalive to a
+/// hung peer does) is `ETIMEDOUT`, as TCP's keepalive gives; anything else
+/// `EIO`, as rdma-core.
+fn status_errno(status: ibv_wc_status) -> c_int {
+    match status {
+        IBV_WC_RETRY_EXC_ERR | IBV_WC_RNR_RETRY_EXC_ERR => libc::ETIMEDOUT,
+        _ => libc::EIO,
     }
 }
 

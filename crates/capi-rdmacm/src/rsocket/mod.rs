@@ -22,6 +22,7 @@ use crate::guard::{ffi_guard, ret};
 mod conn;
 mod connect;
 mod dgram;
+mod keepalive;
 mod listen;
 mod ops;
 mod opts;

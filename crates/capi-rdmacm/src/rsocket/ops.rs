@@ -215,6 +215,11 @@ pub(super) fn recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Res<usize> {
             }
         }
         let c = conn(&mut g);
+        // A broken connection reports its error once, as a socket does
+        // (`SO_ERROR` takes it too); afterwards reads see the end.
+        if c.state == conn::ERROR && !c.have_rdata() && c.err != 0 && done == 0 {
+            return Err(core::mem::take(&mut c.err));
+        }
         if flags & libc::MSG_PEEK != 0 {
             return Ok(c.read(buf, true));
         }
@@ -234,6 +239,10 @@ pub(super) fn send(fd: c_int, buf: &[u8], flags: c_int) -> Res<usize> {
     let mut g = s.lock();
     connected(&mut g)?;
     let nb = nonblocking(&g, flags);
+    let c = conn(&mut g);
+    if c.state == conn::ERROR && c.err != 0 {
+        return Err(core::mem::take(&mut c.err));
+    }
     if conn(&mut g).state & conn::WRITABLE == 0 {
         return Err(libc::EPIPE);
     }
@@ -393,6 +402,7 @@ pub(super) fn close(fd: c_int) -> Res<()> {
         return dgram::close(fd);
     }
     let s = sock::remove(fd)?;
+    super::keepalive::remove(fd);
     let connected_now = {
         let mut g = s.lock();
         settle(&mut g);
