@@ -511,3 +511,61 @@ fn keepalive_detects_a_hung_peer() {
     assert!(client.contains("woke with ETIMEDOUT"), "{out}");
     assert!(out.server.stdout.contains("stopping"), "{out}");
 }
+
+/// librspreload's fork mode (`RDMAV_FORK_SAFE=1`, rdma-core's own scheme in
+/// `preload.c`): a forking Python echo server (`py/rs_fork_echo.py`) whose
+/// sockets start as kernel TCP sockets; each connection moves to an
+/// rsocket at its first read or write, in the forked child (the child
+/// listens on the same port as an rsocket, tells the client over TCP, and
+/// accepts). 3 connections of 2 MB each, byte-exact, both ends rsockets.
+#[test]
+fn preload_fork_mode_echo() {
+    assert!(
+        Path::new(PRELOAD).is_file(),
+        "{PRELOAD} missing (package librdmacm1)"
+    );
+    let (s, c) = (host(), host());
+    let addr = s.addr.to_string();
+    let port = unique_tcp_port().to_string();
+    let script = py("rs_fork_echo.py").display().to_string();
+    let label = format!("{LABEL}-fork");
+    let mut server = s.command(
+        "python3",
+        &label,
+        &strings(&[&script, "server", &addr, &port, "3"]),
+    );
+    server
+        .env("LD_PRELOAD", PRELOAD)
+        .env("RDMAV_FORK_SAFE", "1");
+    let mut client = c.command(
+        "python3",
+        &label,
+        &strings(&[&script, "client", &addr, &port, "3", "2000000"]),
+    );
+    client
+        .env("LD_PRELOAD", PRELOAD)
+        .env("RDMAV_FORK_SAFE", "1");
+    let out = run_after_ready(
+        &mut server,
+        |o| o.contains("listening"),
+        &mut client,
+        true,
+        TIMEOUT,
+    );
+    assert_ok("forking echo under librspreload's fork mode", &out);
+    assert!(
+        out.server.stdout.contains("listening kernel socket"),
+        "{out}"
+    );
+    assert!(out.server.stdout.contains("all served"), "{out}");
+    let client = out.client.as_ref().map(|c| c.stdout.as_str()).unwrap_or("");
+    for k in 0..3 {
+        assert!(
+            out.server
+                .stdout
+                .contains(&format!("child {k} served 2000000 rsocket")),
+            "{out}"
+        );
+        assert!(client.contains(&format!("echo {k} ok rsocket")), "{out}");
+    }
+}
