@@ -58,6 +58,8 @@ pub(super) struct Inner {
     pub(super) fd_flags: c_int,
     /// `SO_ERROR`.
     pub(super) err: c_int,
+    /// Recent waits of this socket's calls, averaged ([`spin_for`]).
+    pub(super) recent_wait: Duration,
 }
 
 // SAFETY: the cm_id is used under this mutex (or by the one thread the
@@ -91,6 +93,7 @@ impl RSock {
                 nonblock,
                 fd_flags: 0,
                 err: 0,
+                recent_wait: Duration::ZERO,
             }),
         })
     }
@@ -139,17 +142,43 @@ pub(super) fn settle(g: &mut Inner) {
     }
 }
 
-/// Microseconds a waiter polls the CQ before it sleeps
-/// (`SOFTRDMA_RS_SPIN_US`, default 50; rdma-core's `polling_time` is 10).
-pub(super) fn spin() -> Duration {
-    static S: OnceLock<Duration> = OnceLock::new();
-    *S.get_or_init(|| {
-        let us = std::env::var("SOFTRDMA_RS_SPIN_US")
+/// How long a waiter polls before it sleeps when its recent waits were
+/// short: it polls the device itself (busy poll) meanwhile, so a sleep and
+/// the wake-up after it (tens of µs between cores here) are saved whenever
+/// the wait ends within it.
+///
+/// Chosen by same-run A/B runs of `rstream -T b` (BENCHMARKS.md, "Issue 19",
+/// second round): 64-byte blocking ping-pong 43 → 19 µs median one-way and a
+/// 64 KiB blocking stream's context switches 9,700–16,100 → 3,900–5,800,
+/// against 50 µs.
+pub(super) const SPIN_LONG: Duration = Duration::from_micros(1000);
+/// How long a waiter polls when its recent waits were longer than
+/// [`SPIN_LONG`] (an idle peer: spinning would only burn the CPU).
+///
+/// rdma-core's `polling_time` default is 10 µs; 50 is what this layer used
+/// before (BENCHMARKS.md, "Issue 19", first round).
+pub(super) const SPIN_SHORT: Duration = Duration::from_micros(50);
+
+/// The spin for a waiter whose recent waits averaged `recent`
+/// (`SOFTRDMA_RS_SPIN_US` fixes it instead).
+pub(super) fn spin_for(recent: Duration) -> Duration {
+    static S: OnceLock<Option<Duration>> = OnceLock::new();
+    let fixed = *S.get_or_init(|| {
+        std::env::var("SOFTRDMA_RS_SPIN_US")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(50);
-        Duration::from_micros(us)
+            .map(Duration::from_micros)
+    });
+    fixed.unwrap_or(if recent <= SPIN_LONG {
+        SPIN_LONG
+    } else {
+        SPIN_SHORT
     })
+}
+
+/// A running average of wait times (weight 1/4 for the newest).
+pub(super) fn average_wait(old: Duration, new: Duration) -> Duration {
+    (old * 3 + new) / 4
 }
 
 /// `poll(2)` on one fd for `ms` (EINTR counts as a wake-up).
@@ -175,6 +204,7 @@ pub(super) fn wait_conn<'a>(
     test: fn(&Conn) -> bool,
 ) -> (MutexGuard<'a, Inner>, Res<()>) {
     let start = Instant::now();
+    let spin = spin_for(g.recent_wait);
     loop {
         let Phase::Connected(c) = &mut g.phase else {
             return (g, Err(libc::ENOTCONN));
@@ -183,6 +213,7 @@ pub(super) fn wait_conn<'a>(
         c.poll_cq();
         if test(c) {
             c.update_credits();
+            g.recent_wait = average_wait(g.recent_wait, start.elapsed());
             return (g, Ok(()));
         }
         if nonblock {
@@ -192,7 +223,7 @@ pub(super) fn wait_conn<'a>(
         if limit.is_some_and(|l| start.elapsed() > l) {
             return (g, Err(libc::ETIMEDOUT));
         }
-        if start.elapsed() < spin() {
+        if start.elapsed() < spin {
             drop(g);
             std::hint::spin_loop();
             g = s.lock();
