@@ -682,3 +682,16 @@ impl Drop for Conn {
         self.v.destroy(&mut self.mrs);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_that_stopped_answering_is_etimedout() {
+        assert_eq!(status_errno(IBV_WC_RETRY_EXC_ERR), libc::ETIMEDOUT);
+        assert_eq!(status_errno(IBV_WC_RNR_RETRY_EXC_ERR), libc::ETIMEDOUT);
+        assert_eq!(status_errno(IBV_WC_WR_FLUSH_ERR), libc::EIO);
+        assert_eq!(status_errno(IBV_WC_REM_ACCESS_ERR), libc::EIO);
+    }
+}

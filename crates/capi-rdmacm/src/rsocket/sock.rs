@@ -242,3 +242,35 @@ pub(super) fn wait_conn<'a>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spin_is_long_only_while_recent_waits_were_short() {
+        // (SOFTRDMA_RS_SPIN_US is not set in the test environment.)
+        assert_eq!(spin_for(Duration::ZERO), SPIN_LONG);
+        assert_eq!(spin_for(Duration::from_micros(999)), SPIN_LONG);
+        assert_eq!(spin_for(SPIN_LONG), SPIN_LONG);
+        assert_eq!(spin_for(Duration::from_micros(1001)), SPIN_SHORT);
+        assert_eq!(spin_for(Duration::from_secs(5)), SPIN_SHORT);
+    }
+
+    #[test]
+    fn average_weighs_the_newest_wait_a_quarter() {
+        let us = Duration::from_micros;
+        assert_eq!(average_wait(us(0), us(400)), us(100));
+        assert_eq!(average_wait(us(400), us(0)), us(300));
+        // An idle stretch (a 10 ms wait) pushes a socket to the short spin;
+        // three quick waits after it bring the long one back.
+        let mut a = average_wait(us(20), us(10_000));
+        assert_eq!(spin_for(a), SPIN_SHORT);
+        for _ in 0..3 {
+            a = average_wait(a, us(20));
+        }
+        assert!(a > SPIN_LONG, "{a:?}");
+        a = average_wait(a, us(20));
+        assert_eq!(spin_for(a), SPIN_LONG, "{a:?}");
+    }
+}
