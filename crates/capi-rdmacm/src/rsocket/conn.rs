@@ -24,7 +24,7 @@ pub(super) const DISCONNECTED: u32 = 0x1000;
 pub(super) const ERROR: u32 = 0x2000;
 
 /// Sizes chosen before connecting (socket options).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Sizes {
     pub(super) sbuf: u32,
     pub(super) rbuf: u32,

@@ -5,7 +5,7 @@ use core::ffi::c_int;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::conn::{self, Conn, Sizes};
+use super::conn::{self, Conn};
 use super::dgram;
 use super::listen::Listener;
 use super::proto::{CTRL_DISCONNECT, CTRL_SHUTDOWN, MAX_TRANSFER, OLAP_START};
@@ -51,7 +51,7 @@ pub(super) fn socket(domain: c_int, type_: c_int, protocol: c_int) -> Res<c_int>
     let s = RSock::new(
         id,
         Phase::Init,
-        Sizes::default(),
+        super::config::get().sizes,
         type_ & libc::SOCK_NONBLOCK != 0,
     );
     if type_ & libc::SOCK_CLOEXEC != 0 {

@@ -160,7 +160,8 @@ pub(super) const SPIN_LONG: Duration = Duration::from_micros(1000);
 pub(super) const SPIN_SHORT: Duration = Duration::from_micros(50);
 
 /// The spin for a waiter whose recent waits averaged `recent`
-/// (`SOFTRDMA_RS_SPIN_US` fixes it instead).
+/// (`SOFTRDMA_RS_SPIN_US`, else rdma-core's `polling_time` file, fixes it
+/// instead).
 pub(super) fn spin_for(recent: Duration) -> Duration {
     static S: OnceLock<Option<Duration>> = OnceLock::new();
     let fixed = *S.get_or_init(|| {
@@ -168,6 +169,7 @@ pub(super) fn spin_for(recent: Duration) -> Duration {
             .ok()
             .and_then(|v| v.parse().ok())
             .map(Duration::from_micros)
+            .or(super::config::get().polling_time)
     });
     fixed.unwrap_or(if recent <= SPIN_LONG {
         SPIN_LONG
@@ -256,7 +258,8 @@ mod tests {
 
     #[test]
     fn spin_is_long_only_while_recent_waits_were_short() {
-        // (SOFTRDMA_RS_SPIN_US is not set in the test environment.)
+        // (Neither SOFTRDMA_RS_SPIN_US nor a polling_time file is set in
+        // the test environment.)
         assert_eq!(spin_for(Duration::ZERO), SPIN_LONG);
         assert_eq!(spin_for(Duration::from_micros(999)), SPIN_LONG);
         assert_eq!(spin_for(SPIN_LONG), SPIN_LONG);
