@@ -378,9 +378,11 @@ impl Conn {
     /// polls until that thread's next poll (a burst then leaves in one
     /// batch), and a reader that returns to its program may not poll again
     /// for a while; polling the CQ here sends it (and the acknowledgements
-    /// due) now. rdma-core's post reaches the NIC at once anyway. Measured:
-    /// BENCHMARKS.md, "Issue 19", second round (context switches of a
-    /// 64 KiB blocking stream 9,700–16,100 → 1,100–6,900).
+    /// due) now. rdma-core's post reaches the NIC at once anyway. Measured
+    /// together with the spin (BENCHMARKS.md, "Issue 19", second round, the
+    /// before/after pairs); alone, in a 3-run A/B at load 3–4, it cut a
+    /// 64 KiB blocking stream's context switches from 9,700–16,100 to
+    /// 1,500–6,900.
     pub(super) fn update_credits(&mut self) {
         if self.give_credits() {
             self.send_credits();

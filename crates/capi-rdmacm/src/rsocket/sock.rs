@@ -147,10 +147,10 @@ pub(super) fn settle(g: &mut Inner) {
 /// the wake-up after it (tens of µs between cores here) are saved whenever
 /// the wait ends within it.
 ///
-/// Chosen by same-run A/B runs of `rstream -T b` (BENCHMARKS.md, "Issue 19",
-/// second round): 64-byte blocking ping-pong 43 → 19 µs median one-way and a
-/// 64 KiB blocking stream's context switches 9,700–16,100 → 3,900–5,800,
-/// against 50 µs.
+/// Chosen by same-run pairs of `rstream -T b` (BENCHMARKS.md, "Issue 19",
+/// second round, the before/after pairs): with the yielding spin, 64-byte
+/// ping-pong 94.5 → 15.5 µs one-way and a 64 KiB stream's context switches
+/// 15,372 → 5,387 (median) against 50 µs, at load 5–9.
 pub(super) const SPIN_LONG: Duration = Duration::from_micros(1000);
 /// How long a waiter polls when its recent waits were longer than
 /// [`SPIN_LONG`] (an idle peer: spinning would only burn the CPU).
