@@ -31,7 +31,9 @@ struct Entry {
 struct Svc {
     list: Mutex<Vec<Entry>>,
     changed: Condvar,
-    started: OnceLock<()>,
+    /// The process that started the thread (a forked child has no thread
+    /// and starts its own, forgetting its parent's sockets).
+    started_by: Mutex<Option<u32>>,
 }
 
 fn svc() -> &'static Svc {
@@ -53,15 +55,22 @@ fn period(secs: c_int) -> Duration {
 /// it holds a socket's).
 pub(super) fn add(s: &Arc<RSock>, secs: c_int) {
     let svc = svc();
-    svc.started.get_or_init(|| {
-        let r = std::thread::Builder::new()
-            .name("rsocket-keepalive".into())
-            .spawn(run);
-        // Without the thread, keepalives are not sent (as if the option
-        // were off); nothing else depends on it.
-        drop(r);
-    });
     let mut l = list(svc);
+    {
+        let mut by = svc.started_by.lock().unwrap_or_else(|e| e.into_inner());
+        let me = std::process::id();
+        if *by != Some(me) {
+            l.clear();
+            // Without the thread, keepalives are not sent (as if the option
+            // were off); nothing else depends on it.
+            let r = std::thread::Builder::new()
+                .name("rsocket-keepalive".into())
+                .spawn(run);
+            if r.is_ok() {
+                *by = Some(me);
+            }
+        }
+    }
     l.retain(|e| e.fd != s.fd);
     l.push(Entry {
         fd: s.fd,
