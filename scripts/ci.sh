@@ -36,7 +36,7 @@ step "the compat suite and rdmalib again over the same-host lanes (SOFTRDMA_SHM=
 # The run above used UDP over loopback between processes of this host (the
 # default for now); these go through shared memory instead.
 SOFTRDMA_SHM=1 cargo test --no-fail-fast -p softrdma-compat-tests \
-    --test pingpong --test perftest --test rdmacm
+    --test pingpong --test perftest --test rdmacm --test rsocket
 SOFTRDMA_SHM=1 cargo test --no-fail-fast -p softrdma-rdmalib
 SOFTRDMA_SHM=1 cargo test --no-fail-fast -p softrdma --test faults_kill
 

@@ -467,3 +467,105 @@ fn preload_python_udp_echo() {
         "python UDP echo under librspreload failed:\n===== client =====\n{client}\n===== server =====\n{server}"
     );
 }
+
+/// Keepalive (`SO_KEEPALIVE`, `TCP_KEEPIDLE` 1 s) finds a peer that stopped
+/// answering (`py/rs_keepalive.py`: the server stops itself with SIGSTOP
+/// after accepting 3 connections): `rpoll` reports the connection with
+/// keepalive broken (`POLLERR`), `SO_ERROR` is `ETIMEDOUT`, a reader blocked
+/// in `rrecv` on another such connection wakes with `ETIMEDOUT`, and the
+/// connection without keepalive stays quiet. Both processes have a device of
+/// their own (`SOFTRDMA_HOST=0`), so the stopped one is no member of the
+/// host device that the tests running beside it share.
+#[test]
+fn keepalive_detects_a_hung_peer() {
+    let (s, c) = (host(), host());
+    let port = unique_tcp_port().to_string();
+    let addr = s.addr.to_string();
+    let script = py("rs_keepalive.py").display().to_string();
+    let label = format!("{LABEL}-keepalive");
+    let mut server = s.command(
+        "python3",
+        &label,
+        &strings(&[&script, "server", &addr, &port]),
+    );
+    server.env("SOFTRDMA_HOST", "0");
+    let mut client = c.command(
+        "python3",
+        &label,
+        &strings(&[&script, "client", &addr, &port]),
+    );
+    client.env("SOFTRDMA_HOST", "0");
+    let out = run_after_ready(
+        &mut server,
+        |o| o.contains("listening"),
+        &mut client,
+        false,
+        Duration::from_secs(60),
+    );
+    let client = out.client.as_ref().map(|c| c.stdout.as_str()).unwrap_or("");
+    assert!(
+        out.client.as_ref().and_then(|c| c.code()) == Some(0) && client.contains("all ok"),
+        "keepalive test failed:\n{out}"
+    );
+    assert!(client.contains("ok rpoll: A broken"), "{out}");
+    assert!(client.contains("woke with ETIMEDOUT"), "{out}");
+    assert!(out.server.stdout.contains("stopping"), "{out}");
+}
+
+/// librspreload's fork mode (`RDMAV_FORK_SAFE=1`, rdma-core's own scheme in
+/// `preload.c`): a forking Python echo server (`py/rs_fork_echo.py`) whose
+/// sockets start as kernel TCP sockets; each connection moves to an
+/// rsocket at its first read or write, in the forked child (the child
+/// listens on the same port as an rsocket, tells the client over TCP, and
+/// accepts). 3 connections of 2 MB each, byte-exact, both ends rsockets.
+#[test]
+fn preload_fork_mode_echo() {
+    assert!(
+        Path::new(PRELOAD).is_file(),
+        "{PRELOAD} missing (package librdmacm1)"
+    );
+    let (s, c) = (host(), host());
+    let addr = s.addr.to_string();
+    let port = unique_tcp_port().to_string();
+    let script = py("rs_fork_echo.py").display().to_string();
+    let label = format!("{LABEL}-fork");
+    let mut server = s.command(
+        "python3",
+        &label,
+        &strings(&[&script, "server", &addr, &port, "3"]),
+    );
+    server
+        .env("LD_PRELOAD", PRELOAD)
+        .env("RDMAV_FORK_SAFE", "1");
+    let mut client = c.command(
+        "python3",
+        &label,
+        &strings(&[&script, "client", &addr, &port, "3", "2000000"]),
+    );
+    client
+        .env("LD_PRELOAD", PRELOAD)
+        .env("RDMAV_FORK_SAFE", "1");
+    let out = run_after_ready(
+        &mut server,
+        |o| o.contains("listening"),
+        &mut client,
+        true,
+        TIMEOUT,
+    );
+    assert_ok("forking echo under librspreload's fork mode", &out);
+    assert!(
+        out.server.stdout.contains("listening kernel socket"),
+        "{out}"
+    );
+    assert!(out.server.stdout.contains("all served"), "{out}");
+    let client = out.client.as_ref().map(|c| c.stdout.as_str()).unwrap_or("");
+    for k in 0..3 {
+        assert!(
+            out.server
+                .stdout
+                .contains(&format!("child {k} served 2000000 rsocket")),
+            "{out}"
+        );
+        assert!(client.contains(&format!("echo {k} ok rsocket")), "{out}");
+    }
+}

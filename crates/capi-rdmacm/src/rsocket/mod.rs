@@ -19,9 +19,11 @@ use libc::{fd_set, iovec, msghdr, nfds_t, off_t, pollfd, sockaddr, socklen_t, ti
 
 use crate::guard::{ffi_guard, ret};
 
+mod config;
 mod conn;
 mod connect;
 mod dgram;
+mod keepalive;
 mod listen;
 mod ops;
 mod opts;

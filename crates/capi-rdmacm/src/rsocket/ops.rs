@@ -5,7 +5,7 @@ use core::ffi::c_int;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::conn::{self, Conn, Sizes};
+use super::conn::{self, Conn};
 use super::dgram;
 use super::listen::Listener;
 use super::proto::{CTRL_DISCONNECT, CTRL_SHUTDOWN, MAX_TRANSFER, OLAP_START};
@@ -51,7 +51,7 @@ pub(super) fn socket(domain: c_int, type_: c_int, protocol: c_int) -> Res<c_int>
     let s = RSock::new(
         id,
         Phase::Init,
-        Sizes::default(),
+        super::config::get().sizes,
         type_ & libc::SOCK_NONBLOCK != 0,
     );
     if type_ & libc::SOCK_CLOEXEC != 0 {
@@ -215,6 +215,11 @@ pub(super) fn recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Res<usize> {
             }
         }
         let c = conn(&mut g);
+        // A broken connection reports its error once, as a socket does
+        // (`SO_ERROR` takes it too); afterwards reads see the end.
+        if c.state == conn::ERROR && !c.have_rdata() && c.err != 0 && done == 0 {
+            return Err(core::mem::take(&mut c.err));
+        }
         if flags & libc::MSG_PEEK != 0 {
             return Ok(c.read(buf, true));
         }
@@ -234,6 +239,10 @@ pub(super) fn send(fd: c_int, buf: &[u8], flags: c_int) -> Res<usize> {
     let mut g = s.lock();
     connected(&mut g)?;
     let nb = nonblocking(&g, flags);
+    let c = conn(&mut g);
+    if c.state == conn::ERROR && c.err != 0 {
+        return Err(core::mem::take(&mut c.err));
+    }
     if conn(&mut g).state & conn::WRITABLE == 0 {
         return Err(libc::EPIPE);
     }
@@ -393,6 +402,7 @@ pub(super) fn close(fd: c_int) -> Res<()> {
         return dgram::close(fd);
     }
     let s = sock::remove(fd)?;
+    super::keepalive::remove(fd);
     let connected_now = {
         let mut g = s.lock();
         settle(&mut g);

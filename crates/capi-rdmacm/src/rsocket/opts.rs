@@ -44,6 +44,11 @@ pub(super) fn set(fd: c_int, level: c_int, name: c_int, val: &[u8]) -> Res<()> {
         (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => {
             let on = int()? != 0;
             bit(&mut g.opts.so, name, on);
+            if on {
+                super::keepalive::add(&s, g.opts.keepalive_time);
+            } else {
+                super::keepalive::remove(fd);
+            }
         }
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
             let v = int()? as u32;
@@ -76,6 +81,7 @@ pub(super) fn set(fd: c_int, level: c_int, name: c_int, val: &[u8]) -> Res<()> {
                 return Err(libc::EINVAL);
             }
             g.opts.keepalive_time = v;
+            super::keepalive::modify(fd, v);
         }
         (libc::IPPROTO_TCP, libc::TCP_NODELAY) => {
             let on = int()? != 0;

@@ -5,7 +5,8 @@
 //! channel, accept queue, pending connect) beside the ordinary fds.
 
 use core::ffi::c_int;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::conn;
 use super::sock::{self, Phase, settle};
@@ -93,20 +94,27 @@ fn check(fds: &mut [libc::pollfd]) -> c_int {
     n
 }
 
+/// Recent `rpoll` waits of the process, averaged (µs; `sock::spin_for`).
+static RECENT_US: AtomicU64 = AtomicU64::new(0);
+
 pub(super) fn rpoll(fds: &mut [libc::pollfd], timeout: c_int) -> Result<c_int, c_int> {
     let start = Instant::now();
+    let spin = sock::spin_for(Duration::from_micros(RECENT_US.load(Ordering::Relaxed)));
     loop {
         let n = check(fds);
         if n > 0 || timeout == 0 {
+            if n > 0 {
+                let old = Duration::from_micros(RECENT_US.load(Ordering::Relaxed));
+                let avg = sock::average_wait(old, start.elapsed());
+                RECENT_US.store(avg.as_micros() as u64, Ordering::Relaxed);
+            }
             return Ok(n);
         }
         // A caller that waits at most a few milliseconds (udpong's 1 ms
         // retransmission poll) is after latency: keep polling, which also
         // moves the device's packets (busy poll), for all of it.
         let short = timeout > 0 && timeout <= SHORT_MS;
-        if start.elapsed() < sock::spin()
-            || (short && start.elapsed().as_millis() < timeout as u128)
-        {
+        if start.elapsed() < spin || (short && start.elapsed().as_millis() < timeout as u128) {
             std::thread::yield_now();
             continue;
         }

@@ -58,6 +58,8 @@ pub(super) struct Inner {
     pub(super) fd_flags: c_int,
     /// `SO_ERROR`.
     pub(super) err: c_int,
+    /// Recent waits of this socket's calls, averaged ([`spin_for`]).
+    pub(super) recent_wait: Duration,
 }
 
 // SAFETY: the cm_id is used under this mutex (or by the one thread the
@@ -91,6 +93,7 @@ impl RSock {
                 nonblock,
                 fd_flags: 0,
                 err: 0,
+                recent_wait: Duration::ZERO,
             }),
         })
     }
@@ -139,17 +142,45 @@ pub(super) fn settle(g: &mut Inner) {
     }
 }
 
-/// Microseconds a waiter polls the CQ before it sleeps
-/// (`SOFTRDMA_RS_SPIN_US`, default 50; rdma-core's `polling_time` is 10).
-pub(super) fn spin() -> Duration {
-    static S: OnceLock<Duration> = OnceLock::new();
-    *S.get_or_init(|| {
-        let us = std::env::var("SOFTRDMA_RS_SPIN_US")
+/// How long a waiter polls before it sleeps when its recent waits were
+/// short: it polls the device itself (busy poll) meanwhile, so a sleep and
+/// the wake-up after it (tens of µs between cores here) are saved whenever
+/// the wait ends within it.
+///
+/// Chosen by same-run pairs of `rstream -T b` (BENCHMARKS.md, "Issue 19",
+/// second round, the before/after pairs): with the yielding spin, 64-byte
+/// ping-pong 94.5 → 15.5 µs one-way and a 64 KiB stream's context switches
+/// 15,372 → 5,387 (median) against 50 µs, at load 5–9.
+pub(super) const SPIN_LONG: Duration = Duration::from_micros(1000);
+/// How long a waiter polls when its recent waits were longer than
+/// [`SPIN_LONG`] (an idle peer: spinning would only burn the CPU).
+///
+/// rdma-core's `polling_time` default is 10 µs; 50 is what this layer used
+/// before (BENCHMARKS.md, "Issue 19", first round).
+pub(super) const SPIN_SHORT: Duration = Duration::from_micros(50);
+
+/// The spin for a waiter whose recent waits averaged `recent`
+/// (`SOFTRDMA_RS_SPIN_US`, else rdma-core's `polling_time` file, fixes it
+/// instead).
+pub(super) fn spin_for(recent: Duration) -> Duration {
+    static S: OnceLock<Option<Duration>> = OnceLock::new();
+    let fixed = *S.get_or_init(|| {
+        std::env::var("SOFTRDMA_RS_SPIN_US")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(50);
-        Duration::from_micros(us)
+            .map(Duration::from_micros)
+            .or(super::config::get().polling_time)
+    });
+    fixed.unwrap_or(if recent <= SPIN_LONG {
+        SPIN_LONG
+    } else {
+        SPIN_SHORT
     })
+}
+
+/// A running average of wait times (weight 1/4 for the newest).
+pub(super) fn average_wait(old: Duration, new: Duration) -> Duration {
+    (old * 3 + new) / 4
 }
 
 /// `poll(2)` on one fd for `ms` (EINTR counts as a wake-up).
@@ -175,6 +206,7 @@ pub(super) fn wait_conn<'a>(
     test: fn(&Conn) -> bool,
 ) -> (MutexGuard<'a, Inner>, Res<()>) {
     let start = Instant::now();
+    let spin = spin_for(g.recent_wait);
     loop {
         let Phase::Connected(c) = &mut g.phase else {
             return (g, Err(libc::ENOTCONN));
@@ -183,6 +215,7 @@ pub(super) fn wait_conn<'a>(
         c.poll_cq();
         if test(c) {
             c.update_credits();
+            g.recent_wait = average_wait(g.recent_wait, start.elapsed());
             return (g, Ok(()));
         }
         if nonblock {
@@ -192,9 +225,16 @@ pub(super) fn wait_conn<'a>(
         if limit.is_some_and(|l| start.elapsed() > l) {
             return (g, Err(libc::ETIMEDOUT));
         }
-        if start.elapsed() < spin() {
+        if start.elapsed() < spin {
             drop(g);
-            std::hint::spin_loop();
+            // Yield, not a hot spin: on a machine with more runnable
+            // threads than CPUs the thread that will end this wait (the
+            // peer, or this process's progress thread) may be waiting for
+            // this very CPU. Measured (BENCHMARKS.md, "Issue 19", second
+            // round): at load 9 a hot 1000 µs spin made 64-byte ping-pong
+            // 4× slower than sleeping after 50 µs; yielding made it 6×
+            // faster.
+            std::thread::yield_now();
             g = s.lock();
             continue;
         }
@@ -209,5 +249,38 @@ pub(super) fn wait_conn<'a>(
         if woke && let Phase::Connected(c) = &mut g.phase {
             c.take_event();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spin_is_long_only_while_recent_waits_were_short() {
+        // (Neither SOFTRDMA_RS_SPIN_US nor a polling_time file is set in
+        // the test environment.)
+        assert_eq!(spin_for(Duration::ZERO), SPIN_LONG);
+        assert_eq!(spin_for(Duration::from_micros(999)), SPIN_LONG);
+        assert_eq!(spin_for(SPIN_LONG), SPIN_LONG);
+        assert_eq!(spin_for(Duration::from_micros(1001)), SPIN_SHORT);
+        assert_eq!(spin_for(Duration::from_secs(5)), SPIN_SHORT);
+    }
+
+    #[test]
+    fn average_weighs_the_newest_wait_a_quarter() {
+        let us = Duration::from_micros;
+        assert_eq!(average_wait(us(0), us(400)), us(100));
+        assert_eq!(average_wait(us(400), us(0)), us(300));
+        // An idle stretch (a 10 ms wait) pushes a socket to the short spin;
+        // three quick waits after it bring the long one back.
+        let mut a = average_wait(us(20), us(10_000));
+        assert_eq!(spin_for(a), SPIN_SHORT);
+        for _ in 0..3 {
+            a = average_wait(a, us(20));
+        }
+        assert!(a > SPIN_LONG, "{a:?}");
+        a = average_wait(a, us(20));
+        assert_eq!(spin_for(a), SPIN_LONG, "{a:?}");
     }
 }
