@@ -5,7 +5,9 @@
 //! slot is free (and its death seen by its peers) although the child still
 //! runs.
 
-use softrdma_engine::transport::{QpCap, QpInitAttr, QpType};
+mod common;
+
+use softrdma_engine::transport::QpType;
 use softrdma_engine::{Engine, EngineConfig};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -31,33 +33,13 @@ fn sleeping_child(d: Duration) -> libc::pid_t {
 
 #[test]
 fn a_forked_child_does_not_keep_the_parents_member_slot_alive() {
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let udp = common::free_udp_port();
     let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 71));
     let dev = SocketAddr::new(ip, udp);
     let e = Engine::start(EngineConfig::bound_to(dev)).unwrap();
     let pd = e.alloc_pd().unwrap();
     let (cq, _) = e.create_cq(4).unwrap();
-    let (qpn, _) = e
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Ud,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 1,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let qpn = common::create_qp(&e, QpType::Ud, pd, cq, 1, 1);
     // A member's QPNs carry its slot in bits 23..16.
     let slot = (qpn >> 16) as u8;
     let registry = softrdma_host::Registry::open_for_port(udp).unwrap();

@@ -8,9 +8,11 @@
 //! forwarding socket, and every one arrives, byte for byte (UD has no
 //! retransmission: a dropped datagram would be lost).
 
+mod common;
+
 use softrdma_engine::transport::{
-    Access, AddressVector, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    SendFlags, SendWr, Sge, UdDest, WcStatus, WrOpcode,
+    Access, AddressVector, QpAttr, QpAttrMask as M, QpState, QpType, RecvWr, SendFlags, SendWr,
+    Sge, UdDest, WcStatus, WrOpcode,
 };
 use softrdma_engine::{Engine, EngineConfig};
 use softrdma_udp::{RoceSocket, SocketConfig, SteerProgram, SteerTable};
@@ -34,23 +36,7 @@ fn ud(addr: SocketAddr) -> Ud {
     let mut buf = vec![0u8; 1 << 16];
     let pd = e.alloc_pd().unwrap();
     let (cq, _) = e.create_cq(256).unwrap();
-    let (qpn, _) = e
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Ud,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-        })
-        .unwrap();
+    let qpn = common::create_qp(&e, QpType::Ud, pd, cq, 64, 1);
     let ptr = buf.as_mut_ptr() as u64;
     let mr = e
         .reg_mr(pd, ptr, buf.len() as u64, ptr, Access::LOCAL_WRITE)
@@ -83,11 +69,7 @@ fn slot(u: &Ud) -> u8 {
 
 #[test]
 fn a_stale_table_delays_ud_datagrams_but_loses_none() {
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_udp_port();
     let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 61));
     let addr = SocketAddr::new(ip, port);
     let mut a = ud(addr);

@@ -1,19 +1,15 @@
 //! Two engines in one process over real UDP on loopback.
 
+mod common;
+
 use softrdma_engine::transport::{
-    Access, AddressVector, Mtu, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType,
-    RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
+    Access, AddressVector, Mtu, QpAttr, QpAttrMask as M, QpState, QpType, RecvWr, SendFlags,
+    SendWr, Sge, WcStatus, WrOpcode,
 };
 use softrdma_engine::{Engine, EngineConfig};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn port() -> u16 {
-    // A free UDP port on 127.0.0.1 is very likely free on 127.0.0.2/3 too.
-    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().port()
-}
 
 struct Side {
     e: Engine,
@@ -34,23 +30,7 @@ fn side(ip: [u8; 4], port: u16) -> Side {
     let ptr = buf.as_mut_ptr() as u64;
     let pd = e.alloc_pd().unwrap();
     let (cq, _) = e.create_cq(1024).unwrap();
-    let (qpn, _) = e
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 256,
-                max_recv_wr: 256,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 64,
-            },
-            sq_sig_all: true,
-        })
-        .unwrap();
+    let qpn = common::create_qp(&e, QpType::Rc, pd, cq, 256, 4);
     let mr = e
         .reg_mr(
             pd,
@@ -135,7 +115,7 @@ fn wait_wc(s: &Side, n: usize) -> Vec<softrdma_engine::transport::Wc> {
 
 #[test]
 fn rc_send_and_write_between_engines() {
-    let p = port();
+    let p = common::free_udp_port();
     let mut a = side([127, 0, 0, 2], p);
     let mut b = side([127, 0, 0, 3], p);
     connect(&a, &b);
@@ -218,7 +198,7 @@ fn rx_by_waiter(e: &Engine) -> u64 {
 /// first, then wake it).
 #[test]
 fn a_thread_blocked_for_its_completion_event_receives_the_packet_itself() {
-    let p = port();
+    let p = common::free_udp_port();
     let mut a = side([127, 0, 0, 4], p);
     let b = side([127, 0, 0, 5], p);
     connect(&a, &b);
@@ -246,22 +226,12 @@ fn a_thread_blocked_for_its_completion_event_receives_the_packet_itself() {
     );
 }
 
-extern "C" fn on_signal(_: libc::c_int) {}
-
 /// A signal ends a receiving wait with `Interrupted` (qperf's `SIGALRM`),
 /// and the progress thread has the socket again afterwards: a SEND arriving
 /// with nobody waiting completes.
 #[test]
 fn a_signal_ends_a_receiving_wait_and_the_progress_thread_takes_over() {
-    // SAFETY: a zeroed sigaction with a handler that does nothing, and no
-    // SA_RESTART, installed for a signal only this test sends.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
-    }
-    let p = port();
+    let p = common::free_udp_port();
     let a = side([127, 0, 0, 6], p);
     let b = side([127, 0, 0, 7], p);
     connect(&a, &b);
@@ -269,25 +239,11 @@ fn a_signal_ends_a_receiving_wait_and_the_progress_thread_takes_over() {
     let ch = b.e.create_comp_channel().unwrap();
     b.e.set_cq_channel(b.cq, Some(Arc::clone(&ch)));
     b.e.req_notify_cq(b.cq, false).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = {
+    let waited = {
         let ch = Arc::clone(&ch);
-        std::thread::spawn(move || {
-            // SAFETY: pthread_self has no preconditions.
-            tx.send(unsafe { libc::pthread_self() }).unwrap();
-            ch.get_event().map_err(|e| e.kind())
-        })
+        common::interrupted(move || ch.get_event().map_err(|e| e.kind()))
     };
-    let t = rx.recv().unwrap();
-    for _ in 0..250 {
-        std::thread::sleep(Duration::from_millis(20));
-        if waiter.is_finished() {
-            break;
-        }
-        // SAFETY: `t` is the waiter's thread, alive until joined below.
-        assert_eq!(unsafe { libc::pthread_kill(t, libc::SIGUSR2) }, 0);
-    }
-    assert_eq!(waiter.join().unwrap(), Err(std::io::ErrorKind::Interrupted));
+    assert_eq!(waited, Err(std::io::ErrorKind::Interrupted));
     let before = rx_by_waiter(&b.e);
     send_one(&a, &b, 100);
     // B's application does not poll: only the progress thread can place it
