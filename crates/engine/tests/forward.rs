@@ -17,7 +17,6 @@ use softrdma_engine::transport::{
 use softrdma_engine::{Engine, EngineConfig};
 use softrdma_udp::{RoceSocket, SocketConfig, SteerProgram, SteerTable};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
 
 const QKEY: u32 = 0x1111_2222;
 const N: usize = 32;
@@ -156,15 +155,5 @@ fn a_stale_table_delays_ud_datagrams_but_loses_none() {
 }
 
 fn wait_wc(s: &Ud, n: usize) -> Vec<softrdma_engine::transport::Wc> {
-    let mut v = Vec::new();
-    let t0 = Instant::now();
-    while v.len() < n {
-        s.e.poll_cq(s.cq, 16, |w| v.push(w)).unwrap();
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "timeout waiting for {n} completions, got {} ({v:?})",
-            v.len()
-        );
-    }
-    v
+    common::wait_wc(&s.e, s.cq, n)
 }

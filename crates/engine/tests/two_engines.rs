@@ -101,16 +101,7 @@ fn connect(s: &Side, peer: &Side) {
 }
 
 fn wait_wc(s: &Side, n: usize) -> Vec<softrdma_engine::transport::Wc> {
-    let mut v = Vec::new();
-    let t0 = Instant::now();
-    while v.len() < n {
-        s.e.poll_cq(s.cq, 16, |w| v.push(w)).unwrap();
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "timeout waiting for {n} completions, got {v:?}"
-        );
-    }
-    v
+    common::wait_wc(&s.e, s.cq, n)
 }
 
 #[test]

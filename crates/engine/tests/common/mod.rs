@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use softrdma_engine::Engine;
-use softrdma_engine::transport::{CqHandle, PdHandle, QpCap, QpInitAttr, QpType};
+use softrdma_engine::transport::{CqHandle, PdHandle, QpCap, QpInitAttr, QpType, Wc};
 
 /// A free UDP port on 127.0.0.1 (very likely free on other 127/8 addresses).
 pub(crate) fn free_udp_port() -> u16 {
@@ -37,6 +37,21 @@ pub(crate) fn create_qp(
     })
     .unwrap()
     .0
+}
+
+/// Polls `cq` until `n` completions came (at most 10 s).
+pub(crate) fn wait_wc(e: &Engine, cq: CqHandle, n: usize) -> Vec<Wc> {
+    let mut v = Vec::new();
+    let t0 = std::time::Instant::now();
+    while v.len() < n {
+        e.poll_cq(cq, 16, |w| v.push(w)).unwrap();
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "timeout waiting for {n} completions, got {} ({v:?})",
+            v.len()
+        );
+    }
+    v
 }
 
 extern "C" fn on_signal(_: libc::c_int) {}
