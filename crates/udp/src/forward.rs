@@ -167,7 +167,7 @@ impl Forwarder {
     }
 
     /// Hands `envelope` to the member `slot`, bound at `to`. Waits up to
-    /// [`ROOM_WAIT`] for room in its queue; an error means the datagram is
+    /// `ROOM_WAIT` (2 ms) for room in its queue; an error means the datagram is
     /// dropped (counted in [`ForwardStats::failed`]).
     pub fn forward(&self, slot: u8, to: &Path, envelope: &[u8]) -> io::Result<()> {
         let r = self.forward_inner(slot, to, envelope);
