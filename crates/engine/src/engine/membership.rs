@@ -26,6 +26,14 @@ impl Shared {
     pub(super) fn notice(&self, pkt: &[u8], n: &mut Noticed) -> bool {
         let Some(h) = &self.host else { return false };
         if super::shm::ShmPath::is_doorbell(pkt) {
+            // Steered by the receiver's slot like its packets: one for
+            // another member means the table is stale. With the lanes on,
+            // doorbells and CM MADs are all a pair sends over UDP, so no
+            // misrouted data packet would ever tell; and every later
+            // doorbell to that sleeping receiver would go astray too.
+            if dest_qpn(pkt).is_some_and(|q| member_slot(q) != h.slot()) {
+                n.misrouted = true;
+            }
             return true;
         }
         if parse_probe(pkt).is_some() {
