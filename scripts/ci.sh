@@ -48,6 +48,10 @@ step "pyverbs' rdmacm tests through softrdma run (the /dev and /sys view they ne
 # test_rdmacm skips in the run above: it wants /sys/class/infiniband/<dev>/device/net.
 cargo build --quiet --bin softrdma
 ./target/debug/softrdma run -- ./scripts/pyverbs.sh test_rdmacm
+# Again over the same-host lanes: their forked sides used to get stuck
+# there (a registry lock inherited across fork).
+SOFTRDMA_SHM=1 ./scripts/pyverbs.sh
+SOFTRDMA_SHM=1 ./target/debug/softrdma run -- ./scripts/pyverbs.sh test_rdmacm
 
 step "cargo test, async (tokio) features"
 cargo test -p softrdma --features tokio --no-fail-fast --lib --test cm_async

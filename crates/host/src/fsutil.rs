@@ -7,6 +7,10 @@
 //! * a **prober** asks "is anyone holding this?" with `LOCK_SH | LOCK_NB`: failure means a
 //!   holder exists. Probers share `LOCK_SH` with each other, so two concurrent probes never
 //!   make each other believe the file is held.
+//!
+//! Every lock we take is released with an explicit `LOCK_UN` ([`LockedFile`]), not by
+//! closing the descriptor: a child forked while we held it shares the open file
+//! description, and the kernel would keep the lock until the child closed its copy too.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -95,6 +99,53 @@ pub(crate) fn check_private_dir(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// A file this process holds an `flock` on; dropping it releases the lock with
+/// `LOCK_UN` before closing the descriptor.
+///
+/// Closing alone is not enough. A lock belongs to the open file description, which a
+/// child forked while we held it shares; the kernel keeps the lock until the last
+/// descriptor of it closes, and the child never closes its copy (its copy of our state is
+/// never dropped) until it exits. pyverbs' rdmacm tests fork their two sides while the
+/// parent's progress thread scans the registry: each child then waited in
+/// [`crate::Registry::join`] for the registry lock its own inherited descriptor held.
+/// `LOCK_UN` releases the lock for every descriptor of the description at once.
+///
+/// Only the process that took the lock releases it: a forked child that drops its copy
+/// of a parent's `LockedFile` (a parent's object freed in the child) just closes its
+/// descriptor, and the parent's lock stays.
+#[derive(Debug)]
+pub(crate) struct LockedFile {
+    file: File,
+    pid: u32,
+}
+
+impl LockedFile {
+    /// `file`, on which this process has just taken a lock.
+    pub(crate) fn new(file: File) -> LockedFile {
+        LockedFile {
+            file,
+            pid: std::process::id(),
+        }
+    }
+}
+
+impl std::ops::Deref for LockedFile {
+    type Target = File;
+
+    fn deref(&self) -> &File {
+        &self.file
+    }
+}
+
+impl Drop for LockedFile {
+    fn drop(&mut self) {
+        // `std::process::id` asks the kernel (getpid), so a forked child sees its own pid.
+        if std::process::id() == self.pid {
+            let _ = flock(&self.file, libc::LOCK_UN);
+        }
+    }
+}
+
 /// `flock(file, op)`, retried on EINTR. `Ok(false)` when `op` has `LOCK_NB` and the lock
 /// is held elsewhere.
 pub(crate) fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
@@ -164,8 +215,8 @@ pub(crate) enum Probe {
     Missing,
     /// A holder has `LOCK_EX` on it. The file is open (unlocked by us) for reading.
     Alive(File),
-    /// Nobody holds it; we hold `LOCK_SH` on it until the `File` drops.
-    Dead(File),
+    /// Nobody holds it; we hold `LOCK_SH` on it until the `LockedFile` drops.
+    Dead(LockedFile),
 }
 
 pub(crate) fn probe(path: &Path, write: bool) -> Probe {
@@ -173,7 +224,7 @@ pub(crate) fn probe(path: &Path, write: bool) -> Probe {
         return Probe::Missing;
     };
     match flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
-        Ok(true) => Probe::Dead(file),
+        Ok(true) => Probe::Dead(LockedFile::new(file)),
         Ok(false) => Probe::Alive(file),
         Err(_) => Probe::Missing,
     }
@@ -221,7 +272,7 @@ pub(crate) fn remove_if_same(path: &Path, file: &File) {
 
 /// Creates a new temporary file in `dir`, mode 0600, holding `LOCK_EX` so cleaners
 /// recognise it as in use.
-pub(crate) fn create_temp(dir: &Path) -> io::Result<(PathBuf, File)> {
+pub(crate) fn create_temp(dir: &Path) -> io::Result<(PathBuf, LockedFile)> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut last_err = None;
     for _ in 0..64 {
@@ -238,7 +289,7 @@ pub(crate) fn create_temp(dir: &Path) -> io::Result<(PathBuf, File)> {
             Ok(file) => {
                 // Blocking is fine: only probers (momentary LOCK_SH) can know this name.
                 flock(&file, libc::LOCK_EX)?;
-                return Ok((path, file));
+                return Ok((path, LockedFile::new(file)));
             }
             // A leftover of a dead process that had our pid: try the next name.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
@@ -255,9 +306,9 @@ pub(crate) fn create_temp(dir: &Path) -> io::Result<(PathBuf, File)> {
 
 /// Writes a complete file at `path` atomically (temporary file, then rename): readers see
 /// the old contents or the new, never a mix. Returns the still-locked new file.
-pub(crate) fn write_atomically(dir: &Path, path: &Path, contents: &[u8]) -> io::Result<File> {
-    let (tmp, mut file) = create_temp(dir)?;
-    let r = file
+pub(crate) fn write_atomically(dir: &Path, path: &Path, contents: &[u8]) -> io::Result<LockedFile> {
+    let (tmp, file) = create_temp(dir)?;
+    let r = (&*file)
         .write_all(contents)
         .and_then(|()| fs::rename(&tmp, path));
     match r {

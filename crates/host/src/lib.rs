@@ -116,7 +116,7 @@ pub struct Registry {
 #[derive(Debug)]
 pub struct RegistryGuard<'a> {
     registry: &'a Registry,
-    _file: File,
+    _file: fsutil::LockedFile,
     /// Counted per thread (see [`GUARDS_HERE`]): never moved to another.
     _not_send: std::marker::PhantomData<*const ()>,
 }
@@ -132,7 +132,7 @@ thread_local! {
 }
 
 impl<'a> RegistryGuard<'a> {
-    fn new(registry: &'a Registry, file: File) -> RegistryGuard<'a> {
+    fn new(registry: &'a Registry, file: fsutil::LockedFile) -> RegistryGuard<'a> {
         let _ = GUARDS_HERE.try_with(|h| h.borrow_mut().push(registry.dir.clone()));
         RegistryGuard {
             registry,
@@ -144,12 +144,6 @@ impl<'a> RegistryGuard<'a> {
 
 impl Drop for RegistryGuard<'_> {
     fn drop(&mut self) {
-        // Unlocked explicitly, not by closing: a child forked while this
-        // was held shares the open file description (and so the lock) for
-        // as long as it lives, and would wait for it forever when it joins
-        // (pyverbs' rdmacm tests fork while a sweep of the progress thread
-        // holds it).
-        let _ = fsutil::flock(&self._file, libc::LOCK_UN);
         let _ = GUARDS_HERE.try_with(|h| {
             let mut h = h.borrow_mut();
             if let Some(i) = h.iter().rposition(|d| *d == self.registry.dir) {
@@ -186,7 +180,7 @@ pub struct Member {
     generation: u64,
     pid: u32,
     taken_ms: u64,
-    file: File,
+    file: fsutil::LockedFile,
 }
 
 impl std::os::fd::AsRawFd for Member {
@@ -223,7 +217,7 @@ pub struct InboxInfo {
 #[derive(Debug)]
 pub struct PortLease {
     path: PathBuf,
-    file: File,
+    file: fsutil::LockedFile,
     space: u16,
     addr: IpAddr,
     port: u16,
@@ -277,7 +271,7 @@ impl Member {
 impl Drop for Member {
     fn drop(&mut self) {
         // Record the release time (quarantine: the slot is reused last), then let the
-        // lock go by closing the file.
+        // lock go (`LockedFile`'s drop).
         let rec = SlotRecord {
             generation: self.generation,
             pid: self.pid,
@@ -455,7 +449,7 @@ impl Registry {
         let file = fsutil::open_or_create(&self.dir.join(format::LOCK_NAME))?;
         fsutil::flock(&file, libc::LOCK_EX)
             .map_err(|e| context(e, "cannot take the softrdma registry lock"))?;
-        Ok(RegistryGuard::new(self, file))
+        Ok(RegistryGuard::new(self, fsutil::LockedFile::new(file)))
     }
 
     /// The registry lock if it is free right now.
@@ -463,7 +457,7 @@ impl Registry {
         not_held_here(&self.dir)?;
         let file = fsutil::open_or_create(&self.dir.join(format::LOCK_NAME))?;
         Ok(fsutil::flock(&file, libc::LOCK_EX | libc::LOCK_NB)?
-            .then(|| RegistryGuard::new(self, file)))
+            .then(|| RegistryGuard::new(self, fsutil::LockedFile::new(file))))
     }
 
     fn check_guard(&self, g: &RegistryGuard<'_>) -> io::Result<()> {
@@ -560,6 +554,7 @@ impl Registry {
                 if !fsutil::lock_ex_patiently(&file)? {
                     return Ok(None);
                 }
+                let file = fsutil::LockedFile::new(file);
                 if let Some(prev) = fsutil::read_record(&file).and_then(|t| SlotRecord::parse(&t)) {
                     rec.generation = prev.generation.saturating_add(1);
                 }
@@ -845,12 +840,13 @@ impl Registry {
             let Some(n) = format::parse_slot_name(name) else {
                 continue;
             };
-            let (alive, file) = match fsutil::probe(&self.dir.join(name), clean) {
+            let probe = fsutil::probe(&self.dir.join(name), clean);
+            let (alive, file): (bool, &File) = match &probe {
                 Probe::Missing => continue,
                 Probe::Alive(f) => (true, f),
                 Probe::Dead(f) => (false, f),
             };
-            let mut record = fsutil::read_record(&file).and_then(|t| SlotRecord::parse(&t));
+            let mut record = fsutil::read_record(file).and_then(|t| SlotRecord::parse(&t));
             if let Some(r) = record
                 .as_mut()
                 .filter(|r| clean && !alive && r.death_unrecorded())
@@ -859,7 +855,7 @@ impl Registry {
                 // slot is reused last. Nobody else writes a dead slot's file: takers
                 // need the registry lock, which we hold.
                 r.freed_ms = now.max(r.taken_ms);
-                let _ = fsutil::rewrite_in_place(&file, r.render().as_bytes());
+                let _ = fsutil::rewrite_in_place(file, r.render().as_bytes());
             }
             slots[usize::from(n)] = Some(SlotState { alive, record });
         }

@@ -193,21 +193,106 @@ fn a_thread_asking_again_for_the_lock_it_holds_gets_edeadlk() {
     drop(reg.lock().unwrap());
 }
 
+/// Waits up to `secs` for our child `pid` to exit; its exit code, or `None`
+/// (then it is killed and reaped).
+fn wait_child(pid: libc::pid_t, secs: u64) -> Option<i32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let mut status = 0;
+        // SAFETY: polls our own child; `status` is a valid out-pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: kills and reaps our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// pyverbs' rdmacm tests fork their two sides while the parent's progress
+/// thread may be inside the registry (a scan every 100 ms with the
+/// same-host path). Each child inherited the open file description of the
+/// registry lock; the lock went with the parent's *close*, which left the
+/// child's descriptor holding it, and the child then waited in `join` for
+/// itself forever (both sides stuck in flock, found with gdb and
+/// /proc/locks). The holder releases with `LOCK_UN` now.
 #[test]
-fn a_copy_of_the_lock_fd_a_forked_child_keeps_does_not_hold_the_lock() {
-    // fork(2) while a thread holds the lock: the child's copy of the fd
-    // shares the open file description. Released, the lock must be free
-    // although that copy stays open (the child joining would otherwise
-    // wait for it forever).
-    let t = TestDir::new("forkcopy");
+fn a_child_forked_while_another_thread_holds_the_lock_can_join_once_it_is_released() {
+    let t = TestDir::new("fork-join");
+    let reg = t.registry();
+    let dir = reg.dir().to_path_buf();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let reg = registry_at(&dir);
+        let g = reg.lock().unwrap();
+        held_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+        drop(g);
+    });
+    held_rx.recv().unwrap();
+    // SAFETY: the child only joins the registry in a directory of its own
+    // test (file system calls and allocation, which glibc keeps usable after
+    // fork) and leaves with _exit.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let code = match reg.join() {
+            Ok(m) => {
+                // Its slot is really held (the lock is this process's).
+                let alive = reg.is_alive(m.slot());
+                std::mem::forget(m);
+                if alive { 0 } else { 2 }
+            }
+            Err(_) => 1,
+        };
+        // SAFETY: leaves the forked child at once.
+        unsafe { libc::_exit(code) };
+    }
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(
+        wait_child(child, 10),
+        Some(0),
+        "the child joined after the parent released the lock (None: it waited for \
+         the lock its inherited descriptor held)"
+    );
+    // And the parent can take it again.
+    drop(reg.lock().unwrap());
+}
+
+/// The other half of `LockedFile`: a forked child that drops its copy of
+/// the parent's guard (a parent's object freed in the child) must not
+/// release the parent's lock.
+#[test]
+fn a_child_dropping_its_copy_of_a_guard_leaves_the_parents_lock_held() {
+    let t = TestDir::new("fork-drop");
     let reg = t.registry();
     let g = reg.lock().unwrap();
-    let childs_copy = g._file.try_clone().unwrap();
+    let other = fsutil::open_or_create(&reg.dir().join(format::LOCK_NAME)).unwrap();
+    // SAFETY: the child only drops its copy of the guard (a flock call, a
+    // thread-local update and a close) and leaves with _exit.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        drop(g);
+        // SAFETY: leaves the forked child at once.
+        unsafe { libc::_exit(0) };
+    }
+    assert_eq!(wait_child(child, 10), Some(0));
+    assert!(
+        !fsutil::flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap(),
+        "the parent still holds the registry lock"
+    );
     drop(g);
-    let again = reg.try_lock().unwrap();
-    assert!(again.is_some(), "free once released");
-    drop(again);
-    drop(childs_copy);
+    assert!(fsutil::flock(&other, libc::LOCK_EX | libc::LOCK_NB).unwrap());
 }
 
 #[test]

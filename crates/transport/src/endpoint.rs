@@ -688,6 +688,12 @@ impl Endpoint {
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.cqs.get_mut(cq.0) {
                 c.users = c.users.saturating_sub(1);
+                // As mlx5 does (its destroy cleans both CQs of the QP's
+                // entries): nothing polls a completion of a QP that is gone,
+                // whose wr_id names the application's context for it.
+                // libfabric's rxm reposted the receive buffer of such a flush
+                // to the endpoint it had just closed and crashed at teardown.
+                c.entries.retain(|w| w.qp_num != qpn);
             }
         }
         if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {

@@ -49,13 +49,18 @@ impl Shared {
             }
         };
         if super::shm::ShmPath::is_doorbell(pkt) {
-            // A doorbell lost here would leave its receiver asleep over a
-            // lane with datagrams in it.
-            return dest_qpn(pkt)
+            // Steered by the receiver's slot like its packets: one for
+            // another member means the table is stale (with the lanes on,
+            // doorbells and CM MADs are all a pair sends over UDP, so no
+            // misrouted data packet would tell), and lost here it would
+            // leave its receiver asleep over a lane with datagrams in it.
+            let slot = dest_qpn(pkt)
                 .map(member_slot)
-                .filter(|&s| s != me && s != 0)
-                .and_then(elsewhere)
-                .unwrap_or(Verdict::Take);
+                .filter(|&s| s != me && s != 0);
+            if slot.is_some() {
+                n.misrouted = true;
+            }
+            return slot.and_then(elsewhere).unwrap_or(Verdict::Take);
         }
         if parse_probe(pkt).is_some() {
             return Verdict::Take;
