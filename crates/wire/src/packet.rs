@@ -22,8 +22,9 @@ pub struct Headers {
     pub bth: Bth,
     /// DETH (UD).
     pub deth: Option<Deth>,
-    /// XRCETH (XRC requests): the 24-bit XRC SRQ number at the target. The
-    /// reserved top byte is written as zero and ignored on receipt.
+    /// XRCETH (XRC requests), the raw 32-bit word: 8 reserved bits, then the
+    /// 24-bit XRC SRQ number at the target ([`xrc_srqn`] reads it). Senders
+    /// leave the reserved bits zero; receivers ignore them.
     pub xrceth: Option<u32>,
     /// RETH (write first/only, read request, FLUSH, ATOMIC_WRITE).
     pub reth: Option<Reth>,
@@ -91,8 +92,7 @@ impl Headers {
             off += Deth::LEN;
         }
         if set.contains(HeaderSet::XRCETH) {
-            let srqn = self.xrceth.unwrap_or(0) & 0x00FF_FFFF;
-            b[off..off + 4].copy_from_slice(&srqn.to_be_bytes());
+            b[off..off + 4].copy_from_slice(&self.xrceth.unwrap_or(0).to_be_bytes());
             off += 4;
         }
         if set.contains(HeaderSet::FETH) {
@@ -130,6 +130,11 @@ impl Headers {
         debug_assert_eq!(off, total);
         Ok(total)
     }
+}
+
+/// The XRC SRQ number in an XRCETH word (its low 24 bits).
+pub const fn xrc_srqn(xrceth: u32) -> u32 {
+    xrceth & 0x00FF_FFFF
 }
 
 /// Pad bytes needed after a payload of `len` bytes (IBTA 9.2.3: to a 4-byte multiple).
@@ -184,7 +189,7 @@ impl<'a> Packet<'a> {
             off += Deth::LEN;
         }
         if set.contains(HeaderSet::XRCETH) {
-            hdr.xrceth = Some(read_u32(&buf[off..]) & 0x00FF_FFFF);
+            hdr.xrceth = Some(read_u32(&buf[off..]));
             off += 4;
         }
         if set.contains(HeaderSet::FETH) {
@@ -275,8 +280,7 @@ mod tests {
             0x22,
             Psn::new(5),
         ));
-        // Only 24 bits go on the wire; the reserved byte is zero.
-        h.xrceth = Some(0xAB12_3456);
+        h.xrceth = Some(0x0012_3456);
         h.imm = Some(0xDEAD_BEEF);
         let mut out = Vec::new();
         let n = emit(&h, b"xrc!", &mut out).unwrap();
@@ -285,10 +289,12 @@ mod tests {
         assert_eq!(&out[12..16], &[0x00, 0x12, 0x34, 0x56]);
         assert_eq!(&out[16..20], &[0xDE, 0xAD, 0xBE, 0xEF]);
         assert_eq!(&out[20..24], b"xrc!");
-        // A peer's nonzero reserved byte is ignored.
+        // A peer's nonzero reserved byte is kept (parsing is lossless) and
+        // not part of the SRQ number.
         out[12] = 0xFF;
         let p = Packet::parse(&out).unwrap();
-        assert_eq!(p.hdr.xrceth, Some(0x12_3456));
+        assert_eq!(p.hdr.xrceth, Some(0xFF12_3456));
+        assert_eq!(xrc_srqn(p.hdr.xrceth.unwrap()), 0x12_3456);
         assert_eq!(p.hdr.imm, Some(0xDEAD_BEEF));
         assert_eq!(p.payload, b"xrc!");
         assert_eq!(p.header_len(), 20);
