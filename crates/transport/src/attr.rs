@@ -343,6 +343,40 @@ mod tests {
     }
 
     #[test]
+    fn xrc_halves_need_only_their_own_attributes() {
+        let init = M::STATE | M::PKEY_INDEX | M::PORT;
+        // The initiator has no responder: no access flags needed, but accepted.
+        assert!(check_modify(QpState::Reset, QpType::XrcSend, &a(QpState::Init), init).is_ok());
+        assert!(
+            check_modify(
+                QpState::Reset,
+                QpType::XrcSend,
+                &a(QpState::Init),
+                init | M::ACCESS_FLAGS
+            )
+            .is_ok()
+        );
+        assert!(check_modify(QpState::Reset, QpType::XrcRecv, &a(QpState::Init), init).is_err());
+        let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+        assert!(check_modify(QpState::Init, QpType::XrcSend, &a(QpState::Rtr), rtr).is_ok());
+        assert!(check_modify(QpState::Init, QpType::XrcRecv, &a(QpState::Rtr), rtr).is_err());
+        // The target sends no requests: SQ_PSN and TIMEOUT only.
+        let rts = M::STATE | M::SQ_PSN | M::TIMEOUT;
+        assert!(check_modify(QpState::Rtr, QpType::XrcRecv, &a(QpState::Rts), rts).is_ok());
+        assert!(check_modify(QpState::Rtr, QpType::XrcSend, &a(QpState::Rts), rts).is_err());
+        // Not RC's QKEY, on either.
+        assert!(
+            check_modify(
+                QpState::Rtr,
+                QpType::XrcRecv,
+                &a(QpState::Rts),
+                rts | M::QKEY
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
     fn rc_bringup() {
         let init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
         assert_eq!(
