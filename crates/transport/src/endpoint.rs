@@ -395,7 +395,7 @@ impl Endpoint {
             return inval(format!("no CQ {}", cq.0));
         }
         let (h, wr, sge) = self.create_srq(pd, max_wr, max_sge, limit)?;
-        if h.0 > 0x00FF_FFFF {
+        if h.0 >= 0x00FF_FFFF {
             self.destroy_srq(h)?;
             return Err(VerbsError::NoMemory("no free 24-bit XRC SRQ number".into()));
         }
@@ -405,9 +405,10 @@ impl Endpoint {
     }
 
     /// The XRC SRQ number of `srq` (`ibv_get_srq_num`); `None` for an SRQ
-    /// that is not an XRC SRQ.
+    /// that is not an XRC SRQ. Numbers start at 1, so a sender that never
+    /// set one (0) is refused instead of reaching the first SRQ.
     pub fn srq_num(&self, srq: SrqHandle) -> Option<u32> {
-        self.srqs.get(srq.0)?.xrc.map(|_| srq.0)
+        self.srqs.get(srq.0)?.xrc.map(|_| srq.0 + 1)
     }
 
     /// Changes an SRQ's size and/or limit.

@@ -198,6 +198,7 @@ fn setup() -> Setup {
         *s = (h, cq, num);
     }
     assert_ne!(srqs[0].2, srqs[1].2);
+    assert!(srqs.iter().all(|s| s.2 != 0), "0 is no SRQ's number");
     // A plain SRQ has no XRC number.
     let (plain, _, _) = b.ep.create_srq(b_pd, 4, 1, 0).unwrap();
     assert_eq!(b.ep.srq_num(plain), None);
@@ -380,6 +381,24 @@ fn an_srq_of_another_domain_is_an_invalid_request() {
     // The foreign SRQ kept its WQE; the target QP is in ERR.
     assert!(polled(&mut s.b, s.srqs[2].1).is_empty());
     assert_eq!(s.b.ep.query_qp(s.b_qpn).unwrap().0.qp_state, QpState::Err);
+}
+
+#[test]
+fn a_send_without_an_srq_number_is_an_invalid_request() {
+    let mut s = setup();
+    let (a_ip, b_ip) = (s.a.ip, s.b.ip);
+    post_srq(&mut s, 0, 1, 0x8000, 256);
+    send(&mut s, 5, 0, 0x100, 16);
+    let now = Instant::from_millis(1);
+    for p in drain(&mut s.a, now) {
+        deliver(&mut s.b, a_ip, now, &p);
+    }
+    for p in drain(&mut s.b, now) {
+        deliver(&mut s.a, b_ip, now, &p);
+    }
+    let done = polled(&mut s.a, s.a_cq);
+    assert_eq!((done[0].wr_id, done[0].status), (5, WcStatus::RemInvReqErr));
+    assert!(polled(&mut s.b, s.srqs[0].1).is_empty());
 }
 
 #[test]

@@ -32,6 +32,7 @@ pub(crate) enum Kind {
     Mw,
     Dm,
     Td,
+    Xrcd,
     CmChannel,
     CmId,
     CmEvent,

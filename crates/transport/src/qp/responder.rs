@@ -71,15 +71,17 @@ impl Qp {
     /// A request naming any other SRQ is NAKed as an invalid request and the
     /// QP enters ERR (IBTA A14.4.1.3); false then.
     fn xrc_bind(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) -> bool {
-        let srqn = pkt.hdr.xrceth.map_or(u32::MAX, softrdma_wire::xrc_srqn);
+        // XRC SRQ numbers are SRQ handles + 1 (`Endpoint::srq_num`).
+        let srqn = pkt.hdr.xrceth.map_or(0, softrdma_wire::xrc_srqn);
+        let h = srqn.wrapping_sub(1);
         let found = ctx
             .srqs
-            .get(srqn)
+            .get(h)
             .and_then(|s| s.xrc.map(|x| (x, s.pd)))
             .filter(|(x, _)| Some(x.xrcd) == self.xrcd);
         match found {
             Some((x, pd)) => {
-                self.srq = Some(crate::cq::SrqHandle(srqn));
+                self.srq = Some(crate::cq::SrqHandle(h));
                 self.recv_cq = x.cq;
                 self.pd = pd;
                 true
