@@ -20,4 +20,4 @@ pub mod qp;
 mod qp_ex;
 pub mod rereg;
 pub mod srq;
-mod xrc;
+pub(crate) mod xrc;

@@ -122,6 +122,24 @@ unsafe extern "C" fn vctx_open_xrcd(
     unsafe { with_struct(attr, ret::null, open) }
 }
 
+/// The XRC domain of this process that librdmacm's XRC ids use (as
+/// librdmacm's `ucma_get_xrcd`: one per device, of no file, opened on first
+/// use and kept).
+pub(crate) fn cm_xrcd(context: *mut ibv_context) -> *mut ibv_xrcd {
+    static CM_XRCD: Mutex<usize> = Mutex::new(0);
+    let mut x = CM_XRCD.lock().unwrap_or_else(|p| p.into_inner());
+    if *x == 0 || !o::is_live(*x, Kind::Xrcd) {
+        let mut a = ibv_xrcd_init_attr {
+            comp_mask: IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+            fd: -1,
+            oflags: libc::O_CREAT,
+        };
+        // SAFETY: `a` is a local; `context` is checked by the callee.
+        *x = unsafe { vctx_open_xrcd(context, &mut a) } as usize;
+    }
+    *x as *mut ibv_xrcd
+}
+
 /// `verbs_context::close_xrcd`. A domain's SRQs and QPs keep their id; the
 /// file's domain is forgotten with its last open.
 unsafe extern "C" fn vctx_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
