@@ -790,6 +790,11 @@ impl Endpoint {
         Ok(())
     }
 
+    /// The XRC domain of XRC receive QP `qpn` (`None` for other QPs).
+    pub fn qp_xrcd(&self, qpn: Qpn) -> Option<u32> {
+        self.qps.get(&qpn)?.xrcd
+    }
+
     /// The QP type of `qpn`.
     pub fn qp_type(&self, qpn: Qpn) -> Option<QpType> {
         self.qps.get(&qpn).map(|q| q.qp_type)

@@ -104,6 +104,7 @@ fn create(
             sq_sig_all: sq_sig_all != 0,
             ex: send_ops.is_some(),
             block_self_mcast,
+            opened: false,
             max_sge: (actual.max_send_sge, actual.max_recv_sge),
             batch: Default::default(),
         },
@@ -261,6 +262,11 @@ pub unsafe extern "C" fn ibv_query_qp(
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     o::destroy(qp.cast(), Kind::Qp, |q: &Qp| {
         let qpn = q.qpn;
+        if q.opened {
+            super::xrc::close_opened(qpn);
+            return Ok(());
+        }
+        super::xrc::check_not_opened(qpn)?;
         q.engine.destroy_qp(qpn)?;
         o::map_qp(qpn, None);
         Ok(())

@@ -54,6 +54,93 @@ pub(crate) fn install_vctx_ops(v: &mut verbs_context) {
     v.open_xrcd = Some(vctx_open_xrcd);
     v.close_xrcd = Some(vctx_close_xrcd);
     v.get_srq_num = Some(vctx_get_srq_num);
+    v.open_qp = Some(vctx_open_qp);
+}
+
+/// Handles `ibv_open_qp` gave out that are still open, per QPN.
+static OPENED: LazyLock<Mutex<HashMap<u32, u32>>> = LazyLock::new(Default::default);
+
+fn opened() -> std::sync::MutexGuard<'static, HashMap<u32, u32>> {
+    OPENED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An `ibv_open_qp` handle of `qpn` was destroyed.
+pub(crate) fn close_opened(qpn: u32) {
+    let mut m = opened();
+    if let Some(n) = m.get_mut(&qpn) {
+        *n -= 1;
+        if *n == 0 {
+            m.remove(&qpn);
+        }
+    }
+}
+
+/// EBUSY while `ibv_open_qp` handles of `qpn` are open (as the kernel
+/// refuses to destroy a shared XRC target QP that others still use).
+pub(crate) fn check_not_opened(qpn: u32) -> Result<(), softrdma_engine::transport::VerbsError> {
+    match opened().get(&qpn) {
+        Some(n) => Err(softrdma_engine::transport::VerbsError::Busy(format!(
+            "QP {qpn:#x} has {n} handles from ibv_open_qp"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `verbs_context::open_qp`: another handle on an XRC receive QP of the
+/// domain `xrcd` (number, domain and type required). softrdma finds QPs of
+/// this process only (module docs).
+unsafe extern "C" fn vctx_open_qp(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_open_attr,
+) -> *mut ibv_qp {
+    let open = |a: &mut ibv_qp_open_attr| {
+        let need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+        if a.comp_mask & need != need || a.comp_mask >= IBV_QP_OPEN_ATTR_RESERVED {
+            return ret::null(libc::EINVAL);
+        }
+        if a.qp_type != IBV_QPT_XRC_RECV {
+            return ret::null(libc::EINVAL);
+        }
+        // SAFETY: registry-checked.
+        let Some(x) = (unsafe { o::obj::<Xrcd>(a.xrcd.cast(), Kind::Xrcd) }) else {
+            return ret::null(libc::EINVAL);
+        };
+        if x.engine.qp_xrcd(a.qp_num) != Some(x.id) {
+            return ret::null(libc::ENOENT);
+        }
+        let qp_context = if a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT != 0 {
+            a.qp_context
+        } else {
+            core::ptr::null_mut()
+        };
+        let mut qp = ibv_qp_ex::zeroed();
+        let b = &mut qp.qp_base;
+        b.context = context;
+        b.qp_context = qp_context;
+        b.handle = a.qp_num;
+        b.qp_num = a.qp_num;
+        b.state = IBV_QPS_RESET;
+        b.qp_type = IBV_QPT_XRC_RECV;
+        *opened().entry(a.qp_num).or_insert(0) += 1;
+        let obj = o::publish(
+            Qp {
+                qp,
+                engine: x.engine.clone(),
+                qpn: a.qp_num,
+                qp_type: QpType::XrcRecv,
+                sq_sig_all: false,
+                ex: false,
+                block_self_mcast: false,
+                opened: true,
+                max_sge: (0, 0),
+                batch: Default::default(),
+            },
+            Kind::Qp,
+        );
+        obj.cast()
+    };
+    // SAFETY: NULL or valid for reads and writes, per the caller's contract.
+    unsafe { with_struct(attr, ret::null, open) }
 }
 
 /// The file an XRCD fd names, as (st_dev, st_ino).
@@ -254,6 +341,7 @@ pub(crate) fn create_recv_qp(a: &mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
             sq_sig_all: false,
             ex: false,
             block_self_mcast: false,
+            opened: false,
             max_sge: (0, 0),
             batch: Default::default(),
         },

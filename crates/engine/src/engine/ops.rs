@@ -271,6 +271,11 @@ impl Engine {
         self.with(|ep, _| ep.create_xrc_recv_qp(xrcd))
     }
 
+    /// The XRC domain of XRC receive QP `qpn` (`ibv_open_qp` checks it).
+    pub fn qp_xrcd(&self, qpn: Qpn) -> Option<u32> {
+        self.with(|ep, _| ep.qp_xrcd(qpn))
+    }
+
     /// Changes a QP's attributes and state (`ibv_modify_qp`).
     pub fn modify_qp(&self, qpn: Qpn, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         let copy = self.peer_copy_for(attr, mask);
