@@ -38,7 +38,9 @@ pub use netns::{NetnsPair, is_root, netns_allowed};
 pub use pair::{
     Endpoint, PairOutput, is_listening, run_pair, unique_loopback_addr, unique_tcp_port,
 };
-pub use pingpong::{CASES, PingpongCase, case, check_pingpong, parse_pingpong, run_pingpong_case};
+pub use pingpong::{
+    CASES, PingpongCase, case, check_pingpong, parse_pingpong, run_pingpong_case, run_xsrq_pingpong,
+};
 pub use symbols::{DynSym, VersionScript, parse_dyn_syms, parse_version_script};
 
 use std::collections::BTreeMap;

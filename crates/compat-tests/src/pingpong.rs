@@ -315,6 +315,66 @@ pub fn run_pingpong_case(case: &PingpongCase, server: Endpoint, client: Endpoint
     }
 }
 
+/// One `local:`/`remote:` line of `ibv_xsrq_pingpong`, without its label:
+/// `LID 0000, QPN RECV 028ba0 SEND 028ba1, PSN d79f5d, SRQN 000001, GID ...`.
+fn xsrq_lines<'a>(stdout: &'a str, label: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix(label))
+        .map(str::trim)
+        .collect()
+}
+
+/// Debian's `ibv_xsrq_pingpong -g 0` as server and client (`args` added to
+/// both, e.g. `-e`), two processes: both exit 0 with `success`, each prints
+/// one local and one remote line, each side's remote line is the other's
+/// local one, and the SRQ numbers are not 0 (softrdma numbers XRC SRQs
+/// from 1, so 0 would mean the number never reached the program).
+pub fn run_xsrq_pingpong(server: Endpoint, client: Endpoint, args: &[&str], label: &str) {
+    let name = format!("xsrq{}", args.join(""));
+    let server = server.with_pcap(pcap_path(&format!("{label}-{name}-server")));
+    let client = client.with_pcap(pcap_path(&format!("{label}-{name}-client")));
+    // A run takes well under a second; the bound is for a hang.
+    let out = run_pingpong_pair(&server, &client, args, Duration::from_secs(30));
+    let mut problems = String::new();
+    let mut sides = Vec::new();
+    for (who, run) in [
+        ("server", Some(&out.server)),
+        ("client", out.client.as_ref()),
+    ] {
+        let Some(r) = run else {
+            let _ = writeln!(problems, "the {who} did not run");
+            continue;
+        };
+        if r.code() != Some(0) || r.timed_out() {
+            let _ = writeln!(problems, "the {who} did not exit 0");
+        }
+        if r.stdout.lines().last() != Some("success") {
+            let _ = writeln!(problems, "the {who} did not end with \"success\"");
+        }
+        let (local, remote) = (
+            xsrq_lines(&r.stdout, "local:"),
+            xsrq_lines(&r.stdout, "remote:"),
+        );
+        if local.len() != 1 || remote.len() != 1 {
+            let _ = writeln!(problems, "the {who} printed {local:?} / {remote:?}");
+            continue;
+        }
+        if local[0].contains("SRQN 000000") {
+            let _ = writeln!(problems, "the {who}'s SRQ number is 0: {}", local[0]);
+        }
+        sides.push((local[0].to_owned(), remote[0].to_owned()));
+    }
+    if let [(sl, sr), (cl, cr)] = sides.as_slice()
+        && (sl != cr || cl != sr)
+    {
+        let _ = writeln!(problems, "the addresses do not cross-match");
+    }
+    if !problems.is_empty() {
+        panic!("{label}: ibv_xsrq_pingpong {args:?}:\n{problems}\n{out}");
+    }
+}
+
 /// The installed path of a case's C program (panics with the install hint).
 pub fn c_program(case: &PingpongCase) -> PathBuf {
     crate::require_binary(case.program)

@@ -400,6 +400,44 @@ pub fn run_rdma_server_client(server: &Host, client: &Host, label: &str) {
     }
 }
 
+/// Issue 20: `rdma_xserver -c x -p P` / `rdma_xclient -c x -s S -p P` (an
+/// XRC receive QP and XRC SRQ from rdma_cm, the SRQ number in the accept's
+/// private data, one inline SEND from an XRC send QP): each prints exactly
+/// `<name>: start` and `<name>: end 0`.
+pub fn run_rdma_xserver_xclient(server: &Host, client: &Host, label: &str) {
+    let label = format!("{label}-rdma_xserver_xclient");
+    let port = crate::pair::unique_tcp_port().to_string();
+    let sargs = strings(&["-c", "x", "-p", &port]);
+    let cargs = strings(&["-c", "x", "-s", &server.addr.to_string(), "-p", &port]);
+    let out = run_cm_pair(
+        &mut server.command("rdma_xserver", &label, &sargs),
+        server.addr,
+        || client.command("rdma_xclient", &label, &cargs),
+        turned_away,
+        ServerEnd::Exits,
+        Duration::from_secs(30),
+    );
+    let mut p = Problems::default();
+    p.exited_ok("server", Some(&out.server), &[]);
+    p.exited_ok("client", out.client.as_ref(), &[]);
+    for (who, run) in [
+        ("rdma_xserver", Some(&out.server)),
+        ("rdma_xclient", out.client.as_ref()),
+    ] {
+        if let Some(r) = run {
+            // These two print argv[0], the program's full path.
+            let path = require_binary(who).display().to_string();
+            let want = format!("{path}: start\n{path}: end 0\n");
+            if r.stdout != want {
+                p.add(who, format_args!("stdout is not {want:?}"));
+            }
+        }
+    }
+    if let Err(e) = p.finish("rdma_xserver/rdma_xclient", &out) {
+        panic!("{label}: {e}");
+    }
+}
+
 // ---------------------------------------------------------------- cmtime
 
 /// cmtime's steps, in the order of its report.

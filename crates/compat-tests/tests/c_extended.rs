@@ -4,7 +4,8 @@
 //! `ibv_rereg_mr`, device/PD/MR import, parent domains), compiled with
 //! `cc ... -libverbs` against the installed headers and run against
 //! `target/compat` (see the program's header for every check). This runs in
-//! CI whether or not python3-pyverbs is installed.
+//! CI whether or not python3-pyverbs is installed. `c/xrc_verbs.c` does the
+//! same for the XRC object verbs (issue 20).
 //!
 //! Needs `cargo xtask compat`, gcc and libibverbs-dev; fails (never skips) without.
 
@@ -29,6 +30,25 @@ fn extended_cq_qp_mw_rereg_import_parent_domain() {
     let out = run_with_timeout(
         compat_command(&bin).env("SOFTRDMA_ADDR", addr.to_string()),
         Duration::from_secs(60),
+    );
+    assert_eq!(out.code(), Some(0), "{out}");
+    assert_eq!(out.stdout.lines().last(), Some("PASS"), "{out}");
+    assert!(!out.stdout.contains("FAILED"), "{out}");
+}
+
+/// Issue 20: `c/xrc_verbs.c`, XRC domains (a file's domain, O_CREAT/O_EXCL,
+/// ENOENT), XRC SRQ numbers, XRC receive and send QPs, `ibv_open_qp`.
+#[test]
+fn xrc_domains_srqs_qps_open_qp() {
+    let bin = build_c_program(
+        "xrc_verbs",
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &[LIBIBVERBS],
+    );
+    let addr = unique_loopback_addr(NET);
+    let out = run_with_timeout(
+        compat_command(&bin).env("SOFTRDMA_ADDR", addr.to_string()),
+        Duration::from_secs(30),
     );
     assert_eq!(out.code(), Some(0), "{out}");
     assert_eq!(out.stdout.lines().last(), Some("PASS"), "{out}");

@@ -1,4 +1,5 @@
-//! Issue 4: Debian's unmodified `ibv_{rc,uc,ud,srq}_pingpong` as server and
+//! Issue 4: Debian's unmodified `ibv_{rc,uc,ud,srq}_pingpong` (and, issue 20,
+//! `ibv_xsrq_pingpong` with and without `-e`, checked by `run_xsrq_pingpong`) as server and
 //! client, two processes on this host against `target/compat`, each with its
 //! own loopback `SOFTRDMA_ADDR` (127.42.x.y) and a unique TCP port. Each pair
 //! must finish within a timeout with exit 0, empty stderr, consistent
@@ -27,6 +28,24 @@ fn run_case(name: &str) {
 
 // One test per ping-pong case, and one that fails if a case has none.
 softrdma_compat_tests::pingpong_tests!(run_case);
+
+/// Issue 20: Debian's `ibv_xsrq_pingpong` (XRC domain, XRC SRQ, XRC send and
+/// receive QPs), polling and with completion events.
+#[test]
+fn xsrq_pingpong() {
+    let bin = require_binary("ibv_xsrq_pingpong");
+    let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    run_xsrq_pingpong(server, client, &[], "loopback");
+}
+
+#[test]
+fn xsrq_pingpong_events() {
+    let bin = require_binary("ibv_xsrq_pingpong");
+    let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    run_xsrq_pingpong(server, client, &["-e"], "loopback");
+}
 
 /// The harness itself: a client that fails gets its waiting server killed
 /// after a short grace, and the report carries both processes' output.

@@ -7,6 +7,7 @@
 //!   100 `ping data:` lines on the client and `server ping data:` lines on
 //!   the server, each with rping's content;
 //! - `rdma_server` / `rdma_client -s S`: `start` and `end 0` on both sides;
+//!   and the same for `rdma_xserver -c x` / `rdma_xclient -c x` (XRC, issue 20);
 //! - `ucmatose -c 10` / `ucmatose -s S -c 10` and `udaddy` / `udaddy -s S`:
 //!   the data-transfer lines and `return status 0` on both sides;
 //! - `mckey -m 224.1.2.3 -b R` receivers and a `mckey -m 224.1.2.3 -b S -s`
@@ -46,6 +47,11 @@ fn rping_100_size_65535() {
 #[test]
 fn rdma_server_rdma_client() {
     run_rdma_server_client(&host(), &host(), LABEL);
+}
+
+#[test]
+fn rdma_xserver_rdma_xclient_xrc() {
+    run_rdma_xserver_xclient(&host(), &host(), LABEL);
 }
 
 #[test]

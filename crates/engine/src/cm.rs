@@ -122,7 +122,12 @@ impl QpOps for EpQps<'_> {
                 M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
             )?;
         }
-        let rc = self.ep.qp_type(qpn) == Some(softrdma_transport::QpType::Rc);
+        // RC and both XRC halves take RC's full attribute set (each XRC
+        // half ignores the other side's, as the transport's rules allow).
+        let rc = self
+            .ep
+            .qp_type(qpn)
+            .is_some_and(softrdma_transport::QpType::is_reliable);
         a.qp_state = QpState::Rtr;
         a.ah_attr = p.av;
         a.path_mtu = p.mtu;

@@ -369,7 +369,7 @@ impl World {
             a.min_rnr_timer = 1;
             a.ah_attr = AddressVector::to_ip(peer_addr);
             let rtr = match t {
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                     M::STATE
                         | M::AV
                         | M::PATH_MTU
@@ -389,7 +389,7 @@ impl World {
             a.rnr_retry = 3;
             a.max_rd_atomic = 4;
             let rts = match t {
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                     M::STATE
                         | M::TIMEOUT
                         | M::RETRY_CNT

@@ -152,7 +152,7 @@ pub fn bring_up(net: &mut Net, s: &Side, peer: &Side, o: &PairOpts, sq_psn: u32,
     a.max_dest_rd_atomic = o.rd_atomic;
     a.min_rnr_timer = o.min_rnr_timer;
     a.ah_attr = AddressVector::to_ip(peer_ip);
-    let rtr = if o.qp_type == QpType::Rc {
+    let rtr = if o.qp_type.is_reliable() {
         M::STATE
             | M::AV
             | M::PATH_MTU
@@ -170,7 +170,7 @@ pub fn bring_up(net: &mut Net, s: &Side, peer: &Side, o: &PairOpts, sq_psn: u32,
     a.retry_cnt = o.retry_cnt;
     a.rnr_retry = o.rnr_retry;
     a.max_rd_atomic = o.rd_atomic;
-    let rts = if o.qp_type == QpType::Rc {
+    let rts = if o.qp_type.is_reliable() {
         M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC
     } else {
         M::STATE | M::SQ_PSN
@@ -185,6 +185,70 @@ pub fn connect(net: &mut Net, a: usize, b: usize, o: &PairOpts) -> (Side, Side) 
     bring_up(net, &sa, &sb, o, o.psn_a, o.psn_b);
     bring_up(net, &sb, &sa, o, o.psn_b, o.psn_a);
     (sa, sb)
+}
+
+/// An XRC connection: an XRC send QP on one node, and on the other an XRC
+/// receive QP of domain 1 with XRC SRQs of that domain, each with its own CQ.
+#[derive(Debug, Clone)]
+pub struct XrcPair {
+    /// The sender: its XRC send QP, PD, CQ (`scq` = `rcq`) and buffer.
+    pub send: Side,
+    /// The target: its XRC receive QP, a PD and buffer for the SRQs
+    /// (`scq`/`rcq` are the first SRQ's CQ).
+    pub recv: Side,
+    /// (SRQ, its CQ, its XRC SRQ number) on the target.
+    pub srqs: Vec<(softrdma_transport::SrqHandle, CqHandle, u32)>,
+}
+
+/// An XRC send QP on node `a` connected to an XRC receive QP on node `b`
+/// with `n_srqs` XRC SRQs (`o.max_wr` WRs each), both at RTS.
+pub fn xrc_pair(net: &mut Net, a: usize, b: usize, o: &PairOpts, n_srqs: usize) -> XrcPair {
+    let send = side(
+        net,
+        a,
+        &PairOpts {
+            qp_type: QpType::XrcSend,
+            ..*o
+        },
+    );
+    let nb = &mut net.nodes[b];
+    let pd = nb.ep.alloc_pd().unwrap();
+    let qpn = nb.ep.create_xrc_recv_qp(1).unwrap();
+    let mut srqs = Vec::new();
+    for _ in 0..n_srqs.max(1) {
+        let (cq, _) = nb.ep.create_cq(o.cqe).unwrap();
+        let (h, _, _) = nb
+            .ep
+            .create_xrc_srq(pd, 1, cq, o.max_wr, o.max_sge, 0)
+            .unwrap();
+        let num = nb.ep.srq_num(h).unwrap();
+        srqs.push((h, cq, num));
+    }
+    let host = nb.mem.alloc(o.buf_len);
+    let mr = nb
+        .ep
+        .reg_mr(pd, host, o.buf_len as u64, host, o.mr_access)
+        .unwrap();
+    net.key_names.push((mr.rkey, format!("mr{b}")));
+    let recv = Side {
+        node: b,
+        pd,
+        scq: srqs[0].1,
+        rcq: srqs[0].1,
+        qpn,
+        mr,
+    };
+    let xo = PairOpts {
+        qp_type: QpType::XrcRecv,
+        ..*o
+    };
+    let so = PairOpts {
+        qp_type: QpType::XrcSend,
+        ..*o
+    };
+    bring_up(net, &send, &recv, &so, o.psn_a, o.psn_b);
+    bring_up(net, &recv, &send, &xo, o.psn_b, o.psn_a);
+    XrcPair { send, recv, srqs }
 }
 
 /// A UD QP on `node` with its own PD, CQs and MR, brought to RTS with `qkey`.

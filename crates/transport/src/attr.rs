@@ -187,15 +187,27 @@ fn transition_rule(from: QpState, to: QpState, t: QpType) -> Option<Rule> {
     use QpState::*;
     use QpType::*;
     let e = M::EMPTY;
+    if t.is_xrc() {
+        // XRC follows RC, but each half needs only its own side's attributes
+        // (the kernel's table); the other side's are accepted and ignored, as
+        // programs such as ibv_xsrq_pingpong pass RC's full set to both.
+        let r = transition_rule(from, to, Rc)?;
+        let other = match t {
+            XrcSend => M::ACCESS_FLAGS | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
+            _ => M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
+        };
+        let moved = r.req.without(r.req.without(other));
+        return rule(r.req.without(other), r.opt | moved);
+    }
     match (from, to) {
         (_, Reset) | (_, Err) => rule(e, e),
         (Reset, Init) => match t {
             Ud => rule(M::PKEY_INDEX | M::PORT | M::QKEY, e),
-            Uc | Rc => rule(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, e),
+            _ => rule(M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, e),
         },
         (Init, Init) => match t {
             Ud => rule(e, M::PKEY_INDEX | M::PORT | M::QKEY),
-            Uc | Rc => rule(e, M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
+            _ => rule(e, M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
         },
         (Init, Rtr) => match t {
             Ud => rule(e, M::PKEY_INDEX | M::QKEY),
@@ -203,7 +215,7 @@ fn transition_rule(from: QpState, to: QpState, t: QpType) -> Option<Rule> {
                 M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
                 M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX,
             ),
-            Rc => rule(
+            _ => rule(
                 M::AV
                     | M::PATH_MTU
                     | M::DEST_QPN
@@ -219,7 +231,7 @@ fn transition_rule(from: QpState, to: QpState, t: QpType) -> Option<Rule> {
                 M::SQ_PSN,
                 M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::PATH_MIG_STATE,
             ),
-            Rc => rule(
+            _ => rule(
                 M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
                 M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::MIN_RNR_TIMER | M::PATH_MIG_STATE,
             ),
@@ -230,7 +242,7 @@ fn transition_rule(from: QpState, to: QpState, t: QpType) -> Option<Rule> {
                 e,
                 M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE,
             ),
-            Rc => rule(
+            _ => rule(
                 e,
                 M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE | M::MIN_RNR_TIMER,
             ),
@@ -242,7 +254,7 @@ fn transition_rule(from: QpState, to: QpState, t: QpType) -> Option<Rule> {
                 e,
                 M::AV | M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX | M::PATH_MIG_STATE,
             ),
-            Rc => rule(
+            _ => rule(
                 e,
                 M::PORT
                     | M::AV
@@ -261,7 +273,7 @@ fn transition_rule(from: QpState, to: QpState, t: QpType) -> Option<Rule> {
         (Sqe, Rts) => match t {
             Ud => rule(e, M::CUR_STATE | M::QKEY),
             Uc => rule(e, M::CUR_STATE | M::ACCESS_FLAGS),
-            Rc => None,
+            _ => None,
         },
         _ => None,
     }
@@ -328,6 +340,40 @@ mod tests {
             qp_state: state,
             ..QpAttr::default()
         }
+    }
+
+    #[test]
+    fn xrc_halves_need_only_their_own_attributes() {
+        let init = M::STATE | M::PKEY_INDEX | M::PORT;
+        // The initiator has no responder: no access flags needed, but accepted.
+        assert!(check_modify(QpState::Reset, QpType::XrcSend, &a(QpState::Init), init).is_ok());
+        assert!(
+            check_modify(
+                QpState::Reset,
+                QpType::XrcSend,
+                &a(QpState::Init),
+                init | M::ACCESS_FLAGS
+            )
+            .is_ok()
+        );
+        assert!(check_modify(QpState::Reset, QpType::XrcRecv, &a(QpState::Init), init).is_err());
+        let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+        assert!(check_modify(QpState::Init, QpType::XrcSend, &a(QpState::Rtr), rtr).is_ok());
+        assert!(check_modify(QpState::Init, QpType::XrcRecv, &a(QpState::Rtr), rtr).is_err());
+        // The target sends no requests: SQ_PSN and TIMEOUT only.
+        let rts = M::STATE | M::SQ_PSN | M::TIMEOUT;
+        assert!(check_modify(QpState::Rtr, QpType::XrcRecv, &a(QpState::Rts), rts).is_ok());
+        assert!(check_modify(QpState::Rtr, QpType::XrcSend, &a(QpState::Rts), rts).is_err());
+        // Not RC's QKEY, on either.
+        assert!(
+            check_modify(
+                QpState::Rtr,
+                QpType::XrcRecv,
+                &a(QpState::Rts),
+                rts | M::QKEY
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -76,4 +76,15 @@ pub(crate) struct Srq {
     /// Async event when the queue drops below this many WRs (0 = disarmed).
     pub(crate) limit: u32,
     pub(crate) users: u32,
+    /// An XRC SRQ: its domain and the CQ its receive completions go to.
+    pub(crate) xrc: Option<XrcSrq>,
+}
+
+/// What makes an SRQ an XRC SRQ (`IBV_SRQT_XRC`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct XrcSrq {
+    /// The XRC domain (the driver's id for it); only XRC target QPs of the
+    /// same domain may deliver to this SRQ.
+    pub(crate) xrcd: u32,
+    pub(crate) cq: CqHandle,
 }

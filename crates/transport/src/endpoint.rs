@@ -373,8 +373,42 @@ impl Endpoint {
             max_sge,
             limit,
             users: 0,
+            xrc: None,
         });
         Ok((SrqHandle(h), max_wr, max_sge))
+    }
+
+    /// Creates an XRC SRQ (`IBV_SRQT_XRC`) of XRC domain `xrcd` (the
+    /// driver's id for the domain), whose receive completions go to `cq`;
+    /// returns it and the actual (max_wr, max_sge). Its number for
+    /// [`Endpoint::srq_num`] is what XRC senders put in the XRCETH.
+    pub fn create_xrc_srq(
+        &mut self,
+        pd: PdHandle,
+        xrcd: u32,
+        cq: CqHandle,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> Result<(SrqHandle, u32, u32), VerbsError> {
+        if self.cqs.get(cq.0).is_none() {
+            return inval(format!("no CQ {}", cq.0));
+        }
+        let (h, wr, sge) = self.create_srq(pd, max_wr, max_sge, limit)?;
+        if h.0 >= 0x00FF_FFFF {
+            self.destroy_srq(h)?;
+            return Err(VerbsError::NoMemory("no free 24-bit XRC SRQ number".into()));
+        }
+        self.srqs.get_mut(h.0).expect("just made").xrc = Some(crate::cq::XrcSrq { xrcd, cq });
+        self.cqs.get_mut(cq.0).expect("checked").users += 1;
+        Ok((h, wr, sge))
+    }
+
+    /// The XRC SRQ number of `srq` (`ibv_get_srq_num`); `None` for an SRQ
+    /// that is not an XRC SRQ. Numbers start at 1, so a sender that never
+    /// set one (0) is refused instead of reaching the first SRQ.
+    pub fn srq_num(&self, srq: SrqHandle) -> Option<u32> {
+        self.srqs.get(srq.0)?.xrc.map(|_| srq.0 + 1)
     }
 
     /// Changes an SRQ's size and/or limit.
@@ -419,9 +453,12 @@ impl Endpoint {
                 srq.0, s.users
             )));
         }
-        let pd = s.pd;
+        let (pd, xrc) = (s.pd, s.xrc);
         self.srqs.remove(srq.0);
         self.pd_release(pd);
+        if let Some(c) = xrc.and_then(|x| self.cqs.get_mut(x.cq.0)) {
+            c.users = c.users.saturating_sub(1);
+        }
         Ok(())
     }
 
@@ -460,6 +497,15 @@ impl Endpoint {
         }
         if self.qps.len() >= l.max_qp as usize {
             return Err(VerbsError::NoMemory("too many QPs".into()));
+        }
+        match init.qp_type {
+            QpType::XrcRecv => {
+                return inval("an XRC receive QP belongs to an XRC domain: use create_xrc_recv_qp");
+            }
+            QpType::XrcSend if init.srq.is_some() => {
+                return inval("an XRC send QP has no receive queue");
+            }
+            _ => {}
         }
         if self.pds.get(init.pd.0).is_none() {
             return inval(format!("no PD {}", init.pd.0));
@@ -510,6 +556,30 @@ impl Endpoint {
         );
         self.qps.insert(qpn, qp);
         Ok((qpn, cap))
+    }
+
+    /// Creates an XRC receive (target) QP of XRC domain `xrcd`, in RESET. It
+    /// has no PD, CQs or queues of its own: each request names an XRC SRQ of
+    /// the same domain (XRCETH), whose WQEs, PD and CQ it uses.
+    pub fn create_xrc_recv_qp(&mut self, xrcd: u32) -> Result<Qpn, VerbsError> {
+        if self.qps.len() >= self.config.limits.max_qp as usize {
+            return Err(VerbsError::NoMemory("too many QPs".into()));
+        }
+        let qpn = self.alloc_qpn()?;
+        let none = CqHandle(u32::MAX);
+        let mut qp = Qp::new(
+            qpn,
+            QpType::XrcRecv,
+            PdHandle(u32::MAX),
+            none,
+            none,
+            None,
+            QpCap::default(),
+            false,
+        );
+        qp.xrcd = Some(xrcd);
+        self.qps.insert(qpn, qp);
+        Ok(qpn)
     }
 
     fn alloc_qpn(&mut self) -> Result<Qpn, VerbsError> {
@@ -685,21 +755,25 @@ impl Endpoint {
             .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
         // Type 2 windows bound to it stop granting access (its QPN may come back).
         self.mws.unbind_qp(qpn);
-        for cq in [qp.send_cq, qp.recv_cq] {
-            if let Some(c) = self.cqs.get_mut(cq.0) {
-                c.users = c.users.saturating_sub(1);
-                // As mlx5 does (its destroy cleans both CQs of the QP's
-                // entries): nothing polls a completion of a QP that is gone,
-                // whose wr_id names the application's context for it.
-                // libfabric's rxm reposted the receive buffer of such a flush
-                // to the endpoint it had just closed and crashed at teardown.
-                c.entries.retain(|w| w.qp_num != qpn);
+        // An XRC target holds none: its SRQ, PD and CQ are per request.
+        if qp.qp_type != QpType::XrcRecv {
+            for cq in [qp.send_cq, qp.recv_cq] {
+                if let Some(c) = self.cqs.get_mut(cq.0) {
+                    c.users = c.users.saturating_sub(1);
+                    // As mlx5 does (its destroy cleans both CQs of the QP's
+                    // entries): nothing polls a completion of a QP that is
+                    // gone, whose wr_id names the application's context for
+                    // it. libfabric's rxm reposted the receive buffer of such
+                    // a flush to the endpoint it had just closed and crashed
+                    // at teardown.
+                    c.entries.retain(|w| w.qp_num != qpn);
+                }
             }
+            if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {
+                s.users = s.users.saturating_sub(1);
+            }
+            self.pd_release(qp.pd);
         }
-        if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {
-            s.users = s.users.saturating_sub(1);
-        }
-        self.pd_release(qp.pd);
         self.timers.set(qpn, None);
         self.ready.retain(|q| *q != qpn);
         self.mcast.retain(|_, v| {
@@ -721,6 +795,11 @@ impl Endpoint {
             .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
         qp.peer_copy = on && qp.qp_type == QpType::Rc;
         Ok(())
+    }
+
+    /// The XRC domain of XRC receive QP `qpn` (`None` for other QPs).
+    pub fn qp_xrcd(&self, qpn: Qpn) -> Option<u32> {
+        self.qps.get(&qpn)?.xrcd
     }
 
     /// The QP type of `qpn`.
@@ -754,6 +833,9 @@ impl Endpoint {
                     | WrOpcode::BindMw
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+            // IBTA annex A14 has no XRC FLUSH or ATOMIC WRITE opcodes.
+            QpType::XrcSend => wr.opcode != WrOpcode::AtomicWrite,
+            QpType::XrcRecv => false,
         };
         if !op_ok {
             return inval(format!(
@@ -821,7 +903,7 @@ impl Endpoint {
         let qp = qps
             .get_mut(&qpn)
             .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
-        if qp.srq.is_some() {
+        if qp.srq.is_some() || qp.qp_type.is_xrc() {
             return inval("the QP uses an SRQ; post to the SRQ");
         }
         if qp.state == QpState::Reset {
@@ -927,7 +1009,10 @@ impl Endpoint {
         };
         let ty_ok = matches!(
             (pkt.info.transport, qp.qp_type),
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+            (Transport::Rc, QpType::Rc)
+                | (Transport::Uc, QpType::Uc)
+                | (Transport::Ud, QpType::Ud)
+                | (Transport::Xrc, QpType::XrcSend | QpType::XrcRecv)
         );
         if !ty_ok {
             ctx.stats.drop_bad_state += 1;
@@ -945,7 +1030,7 @@ impl Endpoint {
         if pkt.info.is_request() {
             let udp_len = d.payload.len();
             qp.handle_request(&mut ctx, mem, &pkt, d.src.ip(), d.dst_ip, udp_len);
-        } else if qp.qp_type == QpType::Rc {
+        } else if matches!(qp.qp_type, QpType::Rc | QpType::XrcSend) {
             qp.handle_response(&mut ctx, mem, &pkt);
         } else {
             ctx.stats.drop_bad_state += 1;

@@ -177,6 +177,24 @@ open_enum! {
         Uc = 3,
         /// Unreliable datagram.
         Ud = 4,
+        /// XRC initiator (`IBV_QPT_XRC_SEND`): an RC requester whose every
+        /// request names the target's XRC SRQ (XRCETH); no receive queue.
+        XrcSend = 9,
+        /// XRC target (`IBV_QPT_XRC_RECV`): an RC responder of an XRC
+        /// domain; receives go to the XRC SRQ each request names.
+        XrcRecv = 10,
+    }
+}
+
+impl QpType {
+    /// True for the reliable connected services (RC and both XRC halves):
+    /// ACKs, retransmission, READ and atomics.
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+    /// True for the two XRC halves.
+    pub const fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcSend | QpType::XrcRecv)
     }
 }
 

@@ -54,6 +54,9 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
     /// What a BIND_MW binds (`ibv_send_wr.bind_mw`).
     pub bind: Option<MwBind>,
+    /// XRC send QPs: the XRC SRQ number at the target (`wr.xrc.remote_srqn`,
+    /// `ibv_wr_set_xrc_srqn`), carried in every request's XRCETH.
+    pub xrc_remote_srqn: u32,
 }
 
 impl SendWr {
@@ -70,6 +73,7 @@ impl SendWr {
             rkey: 0,
             compare_add: 0,
             swap: 0,
+            xrc_remote_srqn: 0,
             ud: None,
             bind: None,
         }

@@ -146,6 +146,9 @@ impl fmt::Display for Decoded<'_> {
         if let Some(d) = h.deth {
             write!(f, " DETH[qkey=0x{:08x} srcqp=0x{:06x}]", d.qkey, d.src_qp)?;
         }
+        if let Some(x) = h.xrceth {
+            write!(f, " XRCETH[srqn=0x{:06x}]", crate::packet::xrc_srqn(x))?;
+        }
         if let Some(x) = h.feth {
             write!(f, " FETH[0x{:08x}]", x.word)?;
         }

@@ -74,6 +74,13 @@ fn flags_and_rarer_headers() {
         s.contains("RC_SEND_ONLY_WITH_INVALIDATE qp=0xabcdef psn=1 SE BECN pkey=0x8001 IETH[rkey=0x00001234] len=3 icrc ok"),
         "{s}"
     );
+    let mut x = Headers::new(Bth::new(Opcode::XRC_SEND_ONLY, 9, Psn::new(4)));
+    x.xrceth = Some(0x42);
+    let s = line(&x, b"hi");
+    assert!(
+        s.contains("XRC_SEND_ONLY qp=0x000009 psn=4 XRCETH[srqn=0x000042] len=2"),
+        "{s}"
+    );
     let mut f = Headers::new(Bth::new(Opcode::RC_FLUSH, 2, Psn::new(3)));
     f.feth = Some(Feth { word: 0x12 });
     let s = line(&f, &[]);

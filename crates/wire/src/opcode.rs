@@ -13,6 +13,9 @@ pub enum Transport {
     Ud,
     /// Congestion notification packet (0x80).
     Cnp,
+    /// Extended Reliable Connected (0xA0, IBTA annex A14): RC with an
+    /// XRCETH naming the target SRQ in every request packet.
+    Xrc,
 }
 
 /// The operation an opcode belongs to, independent of transport and position.
@@ -68,7 +71,7 @@ impl Position {
 
 /// Bit set of extension headers following the BTH, in wire order.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct HeaderSet(u8);
+pub struct HeaderSet(u16);
 
 impl HeaderSet {
     /// Datagram extended transport header (8 bytes).
@@ -87,6 +90,9 @@ impl HeaderSet {
     pub const IETH: HeaderSet = HeaderSet(1 << 6);
     /// Flush extended transport header (4 bytes).
     pub const FETH: HeaderSet = HeaderSet(1 << 7);
+    /// XRC extended transport header (4 bytes: 8 reserved bits, 24-bit XRC
+    /// SRQ number), right after the BTH in every XRC request packet.
+    pub const XRCETH: HeaderSet = HeaderSet(1 << 8);
     /// No extension headers.
     pub const NONE: HeaderSet = HeaderSet(0);
 
@@ -103,6 +109,9 @@ impl HeaderSet {
         let mut n = 0;
         if self.contains(Self::DETH) {
             n += 8;
+        }
+        if self.contains(Self::XRCETH) {
+            n += 4;
         }
         if self.contains(Self::FETH) {
             n += 4;
@@ -137,6 +146,7 @@ impl fmt::Debug for HeaderSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names = [
             (Self::DETH, "DETH"),
+            (Self::XRCETH, "XRCETH"),
             (Self::FETH, "FETH"),
             (Self::RETH, "RETH"),
             (Self::ATOMIC_ETH, "AtomicETH"),
@@ -180,10 +190,11 @@ pub struct OpcodeInfo {
 impl OpcodeInfo {
     /// True for packets sent by a requester (as opposed to ACKs and read responses).
     pub const fn is_request(&self) -> bool {
-        !matches!(
-            self.operation,
-            Operation::ReadResponse | Operation::Acknowledge | Operation::AtomicAcknowledge
-        )
+        request_op(self.operation)
+    }
+    /// True if the opcode carries an XRCETH (XRC requests).
+    pub const fn has_xrceth(&self) -> bool {
+        self.headers.contains(HeaderSet::XRCETH)
     }
     /// True if the opcode carries immediate data.
     pub const fn has_imm(&self) -> bool {
@@ -255,6 +266,29 @@ opcodes! {
     UD_SEND_ONLY = 0x64;
     UD_SEND_ONLY_WITH_IMMEDIATE = 0x65;
     CNP = 0x81;
+    XRC_SEND_FIRST = 0xA0;
+    XRC_SEND_MIDDLE = 0xA1;
+    XRC_SEND_LAST = 0xA2;
+    XRC_SEND_LAST_WITH_IMMEDIATE = 0xA3;
+    XRC_SEND_ONLY = 0xA4;
+    XRC_SEND_ONLY_WITH_IMMEDIATE = 0xA5;
+    XRC_RDMA_WRITE_FIRST = 0xA6;
+    XRC_RDMA_WRITE_MIDDLE = 0xA7;
+    XRC_RDMA_WRITE_LAST = 0xA8;
+    XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0xA9;
+    XRC_RDMA_WRITE_ONLY = 0xAA;
+    XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0xAB;
+    XRC_RDMA_READ_REQUEST = 0xAC;
+    XRC_RDMA_READ_RESPONSE_FIRST = 0xAD;
+    XRC_RDMA_READ_RESPONSE_MIDDLE = 0xAE;
+    XRC_RDMA_READ_RESPONSE_LAST = 0xAF;
+    XRC_RDMA_READ_RESPONSE_ONLY = 0xB0;
+    XRC_ACKNOWLEDGE = 0xB1;
+    XRC_ATOMIC_ACKNOWLEDGE = 0xB2;
+    XRC_COMPARE_SWAP = 0xB3;
+    XRC_FETCH_ADD = 0xB4;
+    XRC_SEND_LAST_WITH_INVALIDATE = 0xB6;
+    XRC_SEND_ONLY_WITH_INVALIDATE = 0xB7;
     SOFTRDMA_RC_RDMA_WRITE_ONLY_PEER = 0xE0;
     SOFTRDMA_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE_PEER = 0xE1;
     SOFTRDMA_RC_RDMA_READ_REQUEST_PEER = 0xE2;
@@ -265,7 +299,8 @@ opcodes! {
 }
 
 impl Opcode {
-    /// Properties of this opcode, or `None` if it is reserved or unsupported (RD, XRC).
+    /// Properties of this opcode, or `None` if it is reserved or unsupported
+    /// (RD; XRC's FLUSH and ATOMIC WRITE).
     pub const fn info(self) -> Option<OpcodeInfo> {
         use HeaderSet as H;
         use Operation as O;
@@ -278,6 +313,7 @@ impl Opcode {
             0x20 => Transport::Uc,
             0x60 => Transport::Ud,
             0x80 => Transport::Cnp,
+            0xA0 => Transport::Xrc,
             _ => return None,
         };
         let low = self.0 & 0x1F;
@@ -291,8 +327,9 @@ impl Opcode {
                 H::DETH.with(H::IMM),
                 true,
             ),
-            (Transport::Rc | Transport::Uc, l) => {
-                let rc = matches!(transport, Transport::Rc);
+            (Transport::Rc | Transport::Uc | Transport::Xrc, l) => {
+                let rc = !matches!(transport, Transport::Uc);
+                let xrc = matches!(transport, Transport::Xrc);
                 let e = match l {
                     0x00 => (O::Send, P::First, H::NONE, true),
                     0x01 => (O::Send, P::Middle, H::NONE, true),
@@ -323,16 +360,20 @@ impl Opcode {
                     0x14 => (O::FetchAdd, P::Only, H::ATOMIC_ETH, false),
                     0x16 => (O::Send, P::Last, H::IETH, true),
                     0x17 => (O::Send, P::Only, H::IETH, true),
-                    0x1C => (O::Flush, P::Only, H::FETH.with(H::RETH), false),
-                    0x1D => (O::AtomicWrite, P::Only, H::RETH, true),
+                    0x1C if !xrc => (O::Flush, P::Only, H::FETH.with(H::RETH), false),
+                    0x1D if !xrc => (O::AtomicWrite, P::Only, H::RETH, true),
                     _ => return None,
                 };
-                let full = if rc {
-                    RC_NAMES[l as usize]
-                } else {
-                    UC_NAMES[l as usize]
+                let (full, hdrs) = match transport {
+                    Transport::Uc => (UC_NAMES[l as usize], e.2),
+                    // Every XRC request carries the XRCETH; responses do not.
+                    Transport::Xrc if request_op(e.0) => {
+                        (XRC_NAMES[l as usize], e.2.with(H::XRCETH))
+                    }
+                    Transport::Xrc => (XRC_NAMES[l as usize], e.2),
+                    _ => (RC_NAMES[l as usize], e.2),
                 };
-                (full, e.0, e.1, e.2, e.3)
+                (full, e.0, e.1, hdrs, e.3)
             }
             _ => return None,
         };
@@ -354,6 +395,14 @@ impl Opcode {
             None => "UNKNOWN",
         }
     }
+}
+
+/// True for operations a requester sends (not ACKs and read responses).
+const fn request_op(op: Operation) -> bool {
+    !matches!(
+        op,
+        Operation::ReadResponse | Operation::Acknowledge | Operation::AtomicAcknowledge
+    )
 }
 
 /// The softrdma peer-copy opcodes, in the manufacturer-specific range
@@ -445,6 +494,41 @@ const RC_NAMES: [&str; 32] = [
     "",
 ];
 
+const XRC_NAMES: [&str; 32] = [
+    "XRC_SEND_FIRST",
+    "XRC_SEND_MIDDLE",
+    "XRC_SEND_LAST",
+    "XRC_SEND_LAST_WITH_IMMEDIATE",
+    "XRC_SEND_ONLY",
+    "XRC_SEND_ONLY_WITH_IMMEDIATE",
+    "XRC_RDMA_WRITE_FIRST",
+    "XRC_RDMA_WRITE_MIDDLE",
+    "XRC_RDMA_WRITE_LAST",
+    "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+    "XRC_RDMA_WRITE_ONLY",
+    "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+    "XRC_RDMA_READ_REQUEST",
+    "XRC_RDMA_READ_RESPONSE_FIRST",
+    "XRC_RDMA_READ_RESPONSE_MIDDLE",
+    "XRC_RDMA_READ_RESPONSE_LAST",
+    "XRC_RDMA_READ_RESPONSE_ONLY",
+    "XRC_ACKNOWLEDGE",
+    "XRC_ATOMIC_ACKNOWLEDGE",
+    "XRC_COMPARE_SWAP",
+    "XRC_FETCH_ADD",
+    "",
+    "XRC_SEND_LAST_WITH_INVALIDATE",
+    "XRC_SEND_ONLY_WITH_INVALIDATE",
+    "",
+    "",
+    "",
+    "",
+    "",
+    "",
+    "",
+    "",
+];
+
 const UC_NAMES: [&str; 32] = [
     "UC_SEND_FIRST",
     "UC_SEND_MIDDLE",
@@ -509,6 +593,7 @@ pub const fn opcode_for(
         Transport::Rc => 0x00,
         Transport::Uc => 0x20,
         Transport::Ud => 0x60,
+        Transport::Xrc => 0xA0,
         Transport::Cnp => return Some(Opcode::CNP),
     };
     let low: u8 = match (op, pos, imm, inv) {
@@ -572,8 +657,8 @@ mod tests {
                 assert!(!i.name.is_empty());
             }
         }
-        // 25 RC + 12 UC + 2 UD + CNP + 7 softrdma peer-copy
-        assert_eq!(known, 47);
+        // 25 RC + 12 UC + 2 UD + CNP + 23 XRC + 7 softrdma peer-copy
+        assert_eq!(known, 70);
     }
 
     #[test]
@@ -602,6 +687,37 @@ mod tests {
         assert!(Opcode(0x15).info().is_none());
         assert!(Opcode(0x2C).info().is_none());
         assert!(Opcode(0x40).info().is_none());
+        // XRC: the XRCETH sits in requests only, 4 bytes.
+        let send = Opcode::XRC_SEND_ONLY.info().unwrap();
+        assert_eq!(send.transport, Transport::Xrc);
+        assert!(send.has_xrceth());
+        assert_eq!(send.headers.len(), 4);
+        assert_eq!(
+            Opcode::XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+                .info()
+                .unwrap()
+                .headers
+                .len(),
+            24
+        );
+        assert_eq!(Opcode::XRC_COMPARE_SWAP.info().unwrap().headers.len(), 32);
+        assert_eq!(
+            Opcode::XRC_RDMA_READ_REQUEST.info().unwrap().headers.len(),
+            20
+        );
+        let ack = Opcode::XRC_ACKNOWLEDGE.info().unwrap();
+        assert!(!ack.has_xrceth());
+        assert_eq!(ack.headers.len(), 4);
+        assert!(
+            !Opcode::XRC_RDMA_READ_RESPONSE_ONLY
+                .info()
+                .unwrap()
+                .has_xrceth()
+        );
+        assert_eq!(Opcode::XRC_SEND_ONLY.name(), "XRC_SEND_ONLY");
+        assert!(Opcode(0xB5).info().is_none());
+        assert!(Opcode(0xBC).info().is_none());
+        assert!(Opcode(0xBD).info().is_none());
         assert_eq!(format!("{:?}", Opcode(0x15)), "Opcode(0x15)");
     }
 }

@@ -22,6 +22,10 @@ pub struct Headers {
     pub bth: Bth,
     /// DETH (UD).
     pub deth: Option<Deth>,
+    /// XRCETH (XRC requests), the raw 32-bit word: 8 reserved bits, then the
+    /// 24-bit XRC SRQ number at the target ([`xrc_srqn`] reads it). Senders
+    /// leave the reserved bits zero; receivers ignore them.
+    pub xrceth: Option<u32>,
     /// RETH (write first/only, read request, FLUSH, ATOMIC_WRITE).
     pub reth: Option<Reth>,
     /// FETH (FLUSH).
@@ -44,6 +48,7 @@ impl Headers {
         Headers {
             bth,
             deth: None,
+            xrceth: None,
             reth: None,
             feth: None,
             atomic_eth: None,
@@ -86,6 +91,10 @@ impl Headers {
             self.deth.unwrap_or_default().write(&mut b[off..]);
             off += Deth::LEN;
         }
+        if set.contains(HeaderSet::XRCETH) {
+            b[off..off + 4].copy_from_slice(&self.xrceth.unwrap_or(0).to_be_bytes());
+            off += 4;
+        }
         if set.contains(HeaderSet::FETH) {
             self.feth.unwrap_or_default().write(&mut b[off..]);
             off += Feth::LEN;
@@ -121,6 +130,11 @@ impl Headers {
         debug_assert_eq!(off, total);
         Ok(total)
     }
+}
+
+/// The XRC SRQ number in an XRCETH word (its low 24 bits).
+pub const fn xrc_srqn(xrceth: u32) -> u32 {
+    xrceth & 0x00FF_FFFF
 }
 
 /// Pad bytes needed after a payload of `len` bytes (IBTA 9.2.3: to a 4-byte multiple).
@@ -173,6 +187,10 @@ impl<'a> Packet<'a> {
         if set.contains(HeaderSet::DETH) {
             hdr.deth = Some(Deth::read(&buf[off..]));
             off += Deth::LEN;
+        }
+        if set.contains(HeaderSet::XRCETH) {
+            hdr.xrceth = Some(read_u32(&buf[off..]));
+            off += 4;
         }
         if set.contains(HeaderSet::FETH) {
             hdr.feth = Some(Feth::read(&buf[off..]));
@@ -253,6 +271,77 @@ mod tests {
         assert_eq!(p.payload, b"hello");
         assert_eq!(p.hdr.bth.pad, 3);
         assert!(p.hdr.bth.ack_req);
+    }
+
+    #[test]
+    fn xrc_send_carries_the_xrceth_after_the_bth() {
+        let mut h = Headers::new(Bth::new(
+            Opcode::XRC_SEND_ONLY_WITH_IMMEDIATE,
+            0x22,
+            Psn::new(5),
+        ));
+        h.xrceth = Some(0x0012_3456);
+        h.imm = Some(0xDEAD_BEEF);
+        let mut out = Vec::new();
+        let n = emit(&h, b"xrc!", &mut out).unwrap();
+        assert_eq!(n, 12 + 4 + 4 + 4 + 4);
+        assert_eq!(out[0], 0xA5);
+        assert_eq!(&out[12..16], &[0x00, 0x12, 0x34, 0x56]);
+        assert_eq!(&out[16..20], &[0xDE, 0xAD, 0xBE, 0xEF]);
+        assert_eq!(&out[20..24], b"xrc!");
+        // A peer's nonzero reserved byte is kept (parsing is lossless) and
+        // not part of the SRQ number.
+        out[12] = 0xFF;
+        let p = Packet::parse(&out).unwrap();
+        assert_eq!(p.hdr.xrceth, Some(0xFF12_3456));
+        assert_eq!(xrc_srqn(p.hdr.xrceth.unwrap()), 0x12_3456);
+        assert_eq!(p.hdr.imm, Some(0xDEAD_BEEF));
+        assert_eq!(p.payload, b"xrc!");
+        assert_eq!(p.header_len(), 20);
+    }
+
+    #[test]
+    fn xrc_write_and_atomic_put_the_xrceth_before_reth_and_atomiceth() {
+        let mut h = Headers::new(Bth::new(Opcode::XRC_RDMA_WRITE_FIRST, 1, Psn::new(0)));
+        h.xrceth = Some(7);
+        h.reth = Some(Reth {
+            va: 0x1122_3344_5566_7788,
+            rkey: 0x99,
+            dma_len: 4096,
+        });
+        let mut out = Vec::new();
+        emit(&h, &[0u8; 8], &mut out).unwrap();
+        assert_eq!(&out[12..16], &[0, 0, 0, 7]);
+        assert_eq!(&out[16..24], &0x1122_3344_5566_7788u64.to_be_bytes());
+        let p = Packet::parse(&out).unwrap();
+        assert_eq!(p.hdr.reth, h.reth);
+        assert_eq!(p.hdr.xrceth, Some(7));
+
+        let mut a = Headers::new(Bth::new(Opcode::XRC_FETCH_ADD, 1, Psn::new(0)));
+        a.xrceth = Some(0xFF_FFFF);
+        a.atomic_eth = Some(AtomicEth {
+            va: 8,
+            rkey: 3,
+            swap_add: 1,
+            compare: 0,
+        });
+        let mut out = Vec::new();
+        emit(&a, &[], &mut out).unwrap();
+        assert_eq!(out.len(), 12 + 4 + 28 + 4);
+        let p = Packet::parse(&out).unwrap();
+        assert_eq!(p.hdr.xrceth, Some(0xFF_FFFF));
+        assert_eq!(p.hdr.atomic_eth, a.atomic_eth);
+        // A truncated XRCETH is an error, not a panic.
+        assert!(Packet::parse(&out[..12 + 4 + 2]).is_err());
+    }
+
+    #[test]
+    fn xrc_ack_has_no_xrceth() {
+        let mut h = Headers::new(Bth::new(Opcode::XRC_ACKNOWLEDGE, 1, Psn::new(0)));
+        h.xrceth = Some(5); // ignored: responses carry none
+        let mut out = Vec::new();
+        assert_eq!(emit(&h, &[], &mut out).unwrap(), 12 + 4 + 4);
+        assert_eq!(Packet::parse(&out).unwrap().hdr.xrceth, None);
     }
 
     #[test]

@@ -136,8 +136,8 @@ fn synthetic_packets(rng: &mut Rng) -> Vec<Vec<u8>> {
         pkt.extend_from_slice(&roce);
         out.push(pkt);
     }
-    // 40 IBTA opcodes and softrdma's 7 peer-copy ones.
-    assert_eq!(out.len(), 47);
+    // 63 IBTA opcodes (23 of them XRC) and softrdma's 7 peer-copy ones.
+    assert_eq!(out.len(), 70);
     out
 }
 
@@ -149,6 +149,7 @@ fn check_packet(buf: &[u8], p: &Packet<'_>) {
     let set = p.info.headers;
     let present = [
         (HeaderSet::DETH, p.hdr.deth.is_some()),
+        (HeaderSet::XRCETH, p.hdr.xrceth.is_some()),
         (HeaderSet::RETH, p.hdr.reth.is_some()),
         (HeaderSet::FETH, p.hdr.feth.is_some()),
         (HeaderSet::ATOMIC_ETH, p.hdr.atomic_eth.is_some()),

@@ -162,8 +162,18 @@ pub unsafe extern "C" fn __softrdma_rdma_create_qp_ex(
                 qp_type: unsafe { (*id).qp_type },
                 ..a.base()
             };
-            // SAFETY: `basic` is a local; the PD is the application's or ours.
-            let qp = unsafe { ibv_create_qp(a.pd, &mut basic) };
+            let qp = if basic.qp_type == IBV_QPT_XRC_RECV {
+                // An XRC receive QP belongs to the CM's XRC domain, as in
+                // librdmacm; its receives come through the id's XRC SRQ.
+                let mut ex = ibv_qp_init_attr_ex::from_base(&basic);
+                ex.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+                // SAFETY: live id.
+                ex.xrcd = crate::verbs::xrc::cm_xrcd(unsafe { (*id).verbs });
+                crate::verbs::xrc::create_recv_qp(&mut ex)
+            } else {
+                // SAFETY: `basic` is a local; the PD is the application's or ours.
+                unsafe { ibv_create_qp(a.pd, &mut basic) }
+            };
             if qp.is_null() {
                 let e = crate::guard::errno();
                 destroy_cqs(id, obj);
@@ -244,7 +254,9 @@ pub unsafe extern "C" fn __softrdma_rdma_destroy_qp(id: *mut rdma_cm_id) {
     )
 }
 
-/// `int rdma_create_srq_ex(struct rdma_cm_id *, struct ibv_srq_init_attr_ex *)`: basic SRQs.
+/// `int rdma_create_srq_ex(struct rdma_cm_id *, struct ibv_srq_init_attr_ex *)`:
+/// basic SRQs, and XRC SRQs (the CM's XRC domain and the id's receive CQ
+/// unless given).
 ///
 /// # Safety
 ///
@@ -260,7 +272,8 @@ pub unsafe extern "C" fn __softrdma_rdma_create_srq_ex(
         }
         // SAFETY: non-NULL, valid per the contract.
         let a = unsafe { &mut *attr };
-        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC {
+        let xrc = a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type == IBV_SRQT_XRC;
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC && !xrc {
             return ret::neg(libc::EOPNOTSUPP);
         }
         let pd = if a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 && !a.pd.is_null() {
@@ -269,13 +282,32 @@ pub unsafe extern "C" fn __softrdma_rdma_create_srq_ex(
             // SAFETY: live id.
             unsafe { (*id).pd }
         };
-        let mut basic = a.base();
-        // SAFETY: `basic` is a local.
-        let srq = unsafe { ibv_create_srq(pd, &mut basic) };
+        let srq = if xrc {
+            let mut ex = *a;
+            ex.comp_mask |= IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+            ex.pd = pd;
+            // SAFETY: live id.
+            unsafe {
+                if a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD == 0 || a.xrcd.is_null() {
+                    ex.xrcd = crate::verbs::xrc::cm_xrcd((*id).verbs);
+                }
+                if a.comp_mask & IBV_SRQ_INIT_ATTR_CQ == 0 || a.cq.is_null() {
+                    ex.cq = (*id).recv_cq;
+                }
+            }
+            let srq = crate::verbs::xrc::create_srq(&mut ex);
+            a.attr = ex.attr;
+            srq
+        } else {
+            let mut basic = a.base();
+            // SAFETY: `basic` is a local.
+            let srq = unsafe { ibv_create_srq(pd, &mut basic) };
+            a.attr = basic.attr;
+            srq
+        };
         if srq.is_null() {
             return -1;
         }
-        a.attr = basic.attr;
         obj.state().own_srq = true;
         // SAFETY: live id.
         unsafe { (*id).srq = srq };
@@ -297,7 +329,11 @@ pub unsafe extern "C" fn __softrdma_rdma_create_srq(
     let create = |b: &mut ibv_srq_init_attr| {
         let mut ex = ibv_srq_init_attr_ex::from_base(b);
         ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-        ex.srq_type = IBV_SRQT_BASIC;
+        // An XRC receive id gets an XRC SRQ, as in librdmacm.
+        // SAFETY: registry-checked; the field is read only of a live id.
+        let xrc = unsafe { super::event::id_obj(id) }.is_some()
+            && unsafe { (*id).qp_type } == IBV_QPT_XRC_RECV;
+        ex.srq_type = if xrc { IBV_SRQT_XRC } else { IBV_SRQT_BASIC };
         ex.pd = pd;
         // SAFETY: `ex` is a local.
         let r = unsafe { __softrdma_rdma_create_srq_ex(id, &mut ex) };

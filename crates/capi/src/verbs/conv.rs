@@ -19,6 +19,8 @@ pub(crate) fn device_attr(mut a: DeviceAttr) -> ibv_device_attr {
     // Memory windows (type 1 and 2B) are offered through the C API (`mw.rs`).
     a.max_mw = a.max_mw.max(a.max_mr);
     a.device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+    // XRC domains, SRQs and QPs (`xrc.rs`).
+    a.device_cap_flags |= IBV_DEVICE_XRC;
     shared::device_attr_to_c(&a)
 }
 

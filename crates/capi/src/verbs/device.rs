@@ -168,6 +168,7 @@ pub(crate) fn open_context_with(
     super::qp::install_vctx_ops(&mut vctx);
     super::cq::install_vctx_ops(&mut vctx);
     super::srq::install_vctx_ops(&mut vctx);
+    super::xrc::install_vctx_ops(&mut vctx);
     super::parent::install_vctx_ops(&mut vctx);
     super::pd_mr::install_vctx_ops(&mut vctx);
     super::dm::install_vctx_ops(&mut vctx);

@@ -20,3 +20,4 @@ pub mod qp;
 mod qp_ex;
 pub mod rereg;
 pub mod srq;
+pub(crate) mod xrc;

@@ -32,6 +32,7 @@ pub(crate) enum Kind {
     Mw,
     Dm,
     Td,
+    Xrcd,
     CmChannel,
     CmId,
     CmEvent,
@@ -306,6 +307,9 @@ pub(crate) struct Qp {
     /// (max_send_sge, max_recv_sge) granted at creation: a post with more
     /// SGEs is refused before its list is read (as rxe does).
     pub(crate) max_sge: (u32, u32),
+    /// A handle from `ibv_open_qp` on another handle's XRC receive QP:
+    /// destroying it closes the handle only (`xrc.rs`).
+    pub(crate) opened: bool,
     /// Work requests built by `ibv_wr_*` since `ibv_wr_start` (`qp_ex.rs`).
     pub(crate) batch: Mutex<super::qp_ex::Batch>,
 }

@@ -112,6 +112,9 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
             }
             _ => {}
         }
+        if q.qp_type == softrdma_engine::transport::QpType::XrcSend {
+            r.xrc_remote_srqn = w.qp_type.xrc.remote_srqn;
+        }
         if q.qp_type == softrdma_engine::transport::QpType::Ud {
             let ud = w.wr.ud;
             let Some(ah) = o::obj::<Ah>(ud.ah.cast(), Kind::Ah) else {

@@ -17,10 +17,11 @@ fn qp_type(t: ibv_qp_type) -> Result<QpType, c_int> {
         IBV_QPT_RC => Ok(QpType::Rc),
         IBV_QPT_UC => Ok(QpType::Uc),
         IBV_QPT_UD => Ok(QpType::Ud),
-        // XRC, raw packet and driver QPs need hardware or kernel help.
-        IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV | IBV_QPT_RAW_PACKET | IBV_QPT_DRIVER => {
-            Err(libc::EOPNOTSUPP)
-        }
+        IBV_QPT_XRC_SEND => Ok(QpType::XrcSend),
+        // An XRC receive QP belongs to a domain, not a PD (`xrc.rs`).
+        IBV_QPT_XRC_RECV => Err(libc::EINVAL),
+        // Raw packet and driver QPs need hardware or kernel help.
+        IBV_QPT_RAW_PACKET | IBV_QPT_DRIVER => Err(libc::EOPNOTSUPP),
         _ => Err(libc::EINVAL),
     }
 }
@@ -34,14 +35,15 @@ fn create(
     block_self_mcast: bool,
     send_ops: Option<u64>,
 ) -> *mut ibv_qp {
-    let (qp_context, send_cq, recv_cq, srq, t, sq_sig_all) = (
-        a.qp_context,
-        a.send_cq,
-        a.recv_cq,
-        a.srq,
-        a.qp_type,
-        a.sq_sig_all,
-    );
+    // An XRC send QP receives nothing: its receive CQ may be NULL.
+    let a_recv_cq = a.recv_cq;
+    let recv_cq = if a.qp_type == IBV_QPT_XRC_SEND && a.recv_cq.is_null() {
+        a.send_cq
+    } else {
+        a.recv_cq
+    };
+    let (qp_context, send_cq, srq, t, sq_sig_all) =
+        (a.qp_context, a.send_cq, a.srq, a.qp_type, a.sq_sig_all);
     let cap = &mut a.cap;
     // SAFETY: registry-checked.
     let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
@@ -87,7 +89,7 @@ fn create(
     b.qp_context = qp_context;
     b.pd = pd;
     b.send_cq = send_cq;
-    b.recv_cq = recv_cq;
+    b.recv_cq = a_recv_cq;
     b.srq = srq;
     b.handle = qpn;
     b.qp_num = qpn;
@@ -102,6 +104,7 @@ fn create(
             sq_sig_all: sq_sig_all != 0,
             ex: send_ops.is_some(),
             block_self_mcast,
+            opened: false,
             max_sge: (actual.max_send_sge, actual.max_recv_sge),
             batch: Default::default(),
         },
@@ -142,10 +145,13 @@ unsafe extern "C" fn vctx_create_qp_ex(
 /// Creates a QP from `ibv_qp_init_attr_ex` (the PD and creation flags, send
 /// operations only), writing the actual capacities back.
 fn create_ex(a: &mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    if a.qp_type == IBV_QPT_XRC_RECV {
+        return super::xrc::create_recv_qp(a);
+    }
     let known =
         IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.comp_mask & !known != 0 {
-        // XRC domains, RSS, TSO: not offered.
+        // RSS, TSO: not offered.
         return ret::null(libc::EOPNOTSUPP);
     }
     let send_ops = (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
@@ -256,6 +262,11 @@ pub unsafe extern "C" fn ibv_query_qp(
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     o::destroy(qp.cast(), Kind::Qp, |q: &Qp| {
         let qpn = q.qpn;
+        if q.opened {
+            super::xrc::close_opened(qpn);
+            return Ok(());
+        }
+        super::xrc::check_not_opened(qpn)?;
         q.engine.destroy_qp(qpn)?;
         o::map_qp(qpn, None);
         Ok(())

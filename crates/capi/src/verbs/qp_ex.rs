@@ -41,6 +41,8 @@ pub(crate) fn supported_ops(t: ibv_qp_type) -> u64 {
         IBV_QPT_RC => RC,
         IBV_QPT_UC => UC,
         IBV_QPT_UD => UD,
+        // IBTA annex A14 has no XRC ATOMIC WRITE.
+        IBV_QPT_XRC_SEND => RC & !IBV_QP_EX_WITH_ATOMIC_WRITE,
         _ => 0,
     }
 }
@@ -88,6 +90,7 @@ pub(crate) unsafe fn install(qp: *mut ibv_qp_ex, ops: u64) {
         q.wr_send_inv = Some(wr_send_inv);
     }
     q.wr_set_ud_addr = Some(wr_set_ud_addr);
+    q.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
     q.wr_set_inline_data = Some(wr_set_inline_data);
     q.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     q.wr_set_sge = Some(wr_set_sge);
@@ -285,6 +288,16 @@ unsafe extern "C" fn wr_set_ud_addr(
             remote_qpn,
             remote_qkey,
         });
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, remote_srqn: u32) {
+    set_last(qp, |q, w| {
+        if q.qp_type != softrdma_engine::transport::QpType::XrcSend {
+            return Err(libc::EINVAL);
+        }
+        w.xrc_remote_srqn = remote_srqn;
         Ok(())
     })
 }

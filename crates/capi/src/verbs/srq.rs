@@ -60,12 +60,15 @@ pub unsafe extern "C" fn ibv_create_srq(
     unsafe { with_struct(srq_init_attr, ret::null, make) }
 }
 
-/// `verbs_context::create_srq_ex`: basic SRQs only (no XRC or tag matching).
+/// `verbs_context::create_srq_ex`: basic and XRC SRQs (no tag matching).
 unsafe extern "C" fn vctx_create_srq_ex(
     _context: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
 ) -> *mut ibv_srq {
     let make = |a: &mut ibv_srq_init_attr_ex| {
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type == IBV_SRQT_XRC {
+            return super::xrc::create_srq(a);
+        }
         if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0
             || (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC)
         {

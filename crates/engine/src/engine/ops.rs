@@ -198,6 +198,26 @@ impl Engine {
         self.with(|ep, _| ep.create_srq(pd, max_wr, max_sge, limit))
     }
 
+    /// Creates an XRC SRQ of XRC domain `xrcd` whose receive completions
+    /// go to `cq` (`ibv_create_srq_ex` with `IBV_SRQT_XRC`).
+    pub fn create_xrc_srq(
+        &self,
+        pd: PdHandle,
+        xrcd: u32,
+        cq: CqHandle,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> Result<(SrqHandle, u32, u32), VerbsError> {
+        self.with(|ep, _| ep.create_xrc_srq(pd, xrcd, cq, max_wr, max_sge, limit))
+    }
+
+    /// The XRC SRQ number of `srq` (`ibv_get_srq_num`); `None` if it is not
+    /// an XRC SRQ.
+    pub fn srq_num(&self, srq: SrqHandle) -> Option<u32> {
+        self.with(|ep, _| ep.srq_num(srq))
+    }
+
     /// Changes an SRQ's size or limit (`ibv_modify_srq`).
     pub fn modify_srq(
         &self,
@@ -243,6 +263,17 @@ impl Engine {
     /// Creates a QP (`ibv_create_qp`); returns its number and actual capabilities.
     pub fn create_qp(&self, init: &QpInitAttr) -> Result<(Qpn, QpCap), VerbsError> {
         self.with(|ep, _| ep.create_qp(init))
+    }
+
+    /// Creates an XRC receive QP of XRC domain `xrcd` (`ibv_create_qp_ex`
+    /// with `IBV_QPT_XRC_RECV`).
+    pub fn create_xrc_recv_qp(&self, xrcd: u32) -> Result<Qpn, VerbsError> {
+        self.with(|ep, _| ep.create_xrc_recv_qp(xrcd))
+    }
+
+    /// The XRC domain of XRC receive QP `qpn` (`ibv_open_qp` checks it).
+    pub fn qp_xrcd(&self, qpn: Qpn) -> Option<u32> {
+        self.with(|ep, _| ep.qp_xrcd(qpn))
     }
 
     /// Changes a QP's attributes and state (`ibv_modify_qp`).

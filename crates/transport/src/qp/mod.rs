@@ -200,6 +200,8 @@ pub(crate) struct Qp {
     /// SENDs, WRITEs and READs go as one peer-copy packet (`peer.rs`).
     pub(crate) peer_copy: bool,
     pub(crate) comm_est_sent: bool,
+    /// XRC receive QPs: the XRC domain whose SRQs it delivers to.
+    pub(crate) xrcd: Option<u32>,
 }
 
 /// Which local address and path a packet of this QP uses.
@@ -243,6 +245,7 @@ impl Qp {
             scheduled: false,
             comm_est_sent: false,
             peer_copy: false,
+            xrcd: None,
         }
     }
 

@@ -26,9 +26,23 @@ fn position(idx: u32, npkts: u32) -> Position {
 
 fn transport(t: QpType) -> Transport {
     match t {
-        QpType::Rc => Transport::Rc,
+        // XRC packets are built as RC ones and then marked (build_request).
+        QpType::Rc | QpType::XrcSend | QpType::XrcRecv => Transport::Rc,
         QpType::Uc => Transport::Uc,
         QpType::Ud => Transport::Ud,
+    }
+}
+
+/// The XRC opcode of an RC opcode, if IBTA defines one.
+pub(crate) fn xrc_opcode(rc: softrdma_wire::Opcode) -> Option<softrdma_wire::Opcode> {
+    let x = softrdma_wire::Opcode(0xA0 | (rc.0 & 0x1F));
+    match (rc.info(), x.info()) {
+        (Some(r), Some(i))
+            if r.transport == Transport::Rc && !r.peer && i.transport == Transport::Xrc =>
+        {
+            Some(x)
+        }
+        _ => None,
     }
 }
 
@@ -94,7 +108,7 @@ impl Qp {
                 w.last_psn = self.req.psn.add(npkts - 1);
                 w.next_pkt = 0;
             }
-            if self.qp_type == QpType::Rc && self.req.psn.diff(self.req.una) >= window {
+            if self.qp_type.is_reliable() && self.req.psn.diff(self.req.una) >= window {
                 return None;
             }
             if self.qp_type == QpType::Ud && w.len > mtu {
@@ -252,7 +266,7 @@ impl Qp {
                 let solicited_op = operation == Operation::Send || imm;
                 hdr.bth.se =
                     pos.ends() && solicited_op && w.wr.flags.contains(SendFlags::SOLICITED);
-                if qp_type == QpType::Rc {
+                if qp_type.is_reliable() {
                     hdr.bth.ack_req = pos.ends() || self.req.noack >= MAX_PKT_PER_ACK;
                 }
                 if qp_type == QpType::Ud {
@@ -272,6 +286,12 @@ impl Qp {
                 }
                 consumed = 1;
             }
+        }
+        if qp_type == QpType::XrcSend {
+            // The same operation on the XRC service (opcode 0xA0 | RC's low
+            // five bits), naming the target's SRQ.
+            hdr.bth.opcode = xrc_opcode(hdr.bth.opcode).ok_or(WcStatus::LocQpOpErr)?;
+            hdr.xrceth = Some(w.wr.xrc_remote_srqn & 0x00FF_FFFF);
         }
         let mrs = ctx.mrs;
         let inline = w.wr.inline.as_deref();
@@ -309,13 +329,13 @@ impl Qp {
         w.next_pkt += consumed;
         if w.next_pkt >= w.npkts {
             self.req.idx += 1;
-            if qp_type != QpType::Rc {
+            if !qp_type.is_reliable() {
                 // UC and UD complete once the last packet is on its way.
                 self.complete_front(ctx, WcStatus::Success);
                 self.req.una = self.req.psn;
             }
         }
-        if qp_type == QpType::Rc
+        if qp_type.is_reliable()
             && self.timers.retrans.is_none()
             && let Some(ns) = self.ack_timeout_ns()
         {

@@ -55,6 +55,55 @@ impl Qp {
             QpType::Rc => self.rc_request(ctx, mem, pkt),
             QpType::Uc => self.uc_request(ctx, mem, pkt),
             QpType::Ud => self.ud_request(ctx, mem, pkt, src, dst, udp_len),
+            QpType::XrcRecv => {
+                if self.xrc_bind(ctx, pkt) {
+                    self.rc_request(ctx, mem, pkt);
+                }
+            }
+            // An XRC initiator has no responder (IBTA A14.4).
+            QpType::XrcSend => ctx.stats.drop_bad_state += 1,
+        }
+    }
+
+    /// XRC target: points the responder at the XRC SRQ the request's XRCETH
+    /// names — its receive WQEs, its PD for R_Key checks, its CQ — after
+    /// checking that the SRQ exists and belongs to this QP's XRC domain.
+    /// A request naming any other SRQ is NAKed as an invalid request and the
+    /// QP enters ERR (IBTA A14.4.1.3); false then.
+    fn xrc_bind(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) -> bool {
+        // XRC SRQ numbers are SRQ handles + 1 (`Endpoint::srq_num`).
+        let srqn = pkt.hdr.xrceth.map_or(0, softrdma_wire::xrc_srqn);
+        let h = srqn.wrapping_sub(1);
+        let found = ctx
+            .srqs
+            .get(h)
+            .and_then(|s| s.xrc.map(|x| (x, s.pd)))
+            .filter(|(x, _)| Some(x.xrcd) == self.xrcd);
+        match found {
+            Some((x, pd)) => {
+                self.srq = Some(crate::cq::SrqHandle(h));
+                self.recv_cq = x.cq;
+                self.pd = pd;
+                true
+            }
+            None if pkt.hdr.bth.psn == self.resp.psn => {
+                ctx.stats.tx_nak_other += 1;
+                self.queue_ack(pkt.hdr.bth.psn, Syndrome::Nak(NakCode::InvalidRequest));
+                self.enter_error(ctx);
+                false
+            }
+            None => {
+                ctx.stats.drop_malformed += 1;
+                false
+            }
+        }
+    }
+
+    /// The opcode for a response of this QP: RC's, or XRC's for a target.
+    fn resp_opcode(&self, rc: Opcode) -> Opcode {
+        match self.qp_type {
+            QpType::XrcRecv => super::requester::xrc_opcode(rc).unwrap_or(rc),
+            _ => rc,
         }
     }
 
@@ -658,13 +707,15 @@ impl Qp {
         let t = match out {
             RespOut::Ack { psn, syndrome, msn } => {
                 self.resp.out.pop_front();
-                let mut h = Headers::new(bth(Opcode::RC_ACKNOWLEDGE, dest, psn));
+                let oc = self.resp_opcode(Opcode::RC_ACKNOWLEDGE);
+                let mut h = Headers::new(bth(oc, dest, psn));
                 h.aeth = Some(Aeth { syndrome, msn });
                 Qp::build::<()>(ctx.config, &path, &h, 0, buf, |_| Ok(())).ok()?
             }
             RespOut::AtomicAck { psn, msn, orig } => {
                 self.resp.out.pop_front();
-                let mut h = Headers::new(bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, dest, psn));
+                let oc = self.resp_opcode(Opcode::RC_ATOMIC_ACKNOWLEDGE);
+                let mut h = Headers::new(bth(oc, dest, psn));
                 h.aeth = Some(Aeth { syndrome: ACK, msn });
                 h.atomic_ack = Some(orig);
                 Qp::build::<()>(ctx.config, &path, &h, 0, buf, |_| Ok(())).ok()?
@@ -731,6 +782,7 @@ impl Qp {
                     false,
                 )
                 .expect("read response opcodes exist");
+                let oc = self.resp_opcode(oc);
                 let rpsn = psn.add(next);
                 let mut h = Headers::new(bth(oc, dest, rpsn));
                 if pos != Position::Middle {
