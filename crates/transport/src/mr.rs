@@ -3,7 +3,7 @@
 //! [`Memory`] implementation touches a byte.
 
 use crate::types::Access;
-pub use softrdma_wire::PeerSeg;
+pub use softrdma_wire::{PeerFile, PeerSeg};
 use std::collections::{HashMap, VecDeque};
 
 /// Access to the memory behind registered regions, in the host address space.
@@ -98,6 +98,9 @@ pub struct Mr {
     pub lkey: u32,
     /// Remote key.
     pub rkey: u32,
+    /// The memfd its whole pages were moved into, if the engine shared
+    /// them at registration (same-host path): peer-copy packets name it.
+    pub share: Option<PeerFile>,
 }
 
 /// Why an access was refused.
@@ -185,6 +188,7 @@ impl MrTable {
             access,
             lkey: 0,
             rkey: 0,
+            share: None,
         };
         let slot = if self.free.len() > QUARANTINE
             || (self.slots.len() >= PRIMARY_SLOTS && !self.free.is_empty())
@@ -241,6 +245,11 @@ impl MrTable {
             return None;
         }
         self.overflow.get(&key)
+    }
+
+    /// The shared memfd of the region whose key is `key`, if any.
+    pub(crate) fn share_of(&self, key: u32) -> Option<PeerFile> {
+        self.get(key).and_then(|m| m.share)
     }
 
     /// The region whose key is `key`, to change in place (`mr_rereg.rs`).

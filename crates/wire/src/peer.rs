@@ -7,7 +7,9 @@
 //! processes of one host over shared-memory lanes, never on a wire.
 //!
 //! Layout (big-endian, as every RoCE header): a 4-byte count, then per range
-//! an 8-byte address and a 4-byte length.
+//! an 8-byte address, a 4-byte length, and the shared region holding it, if
+//! any ([`PeerFile`]): a 4-byte descriptor (`u32::MAX`: none), an 8-byte
+//! inode, an 8-byte first address and an 8-byte length.
 
 use crate::error::{Error, Result};
 
@@ -18,14 +20,36 @@ pub struct PeerSeg {
     pub addr: u64,
     /// Bytes.
     pub len: u32,
+    /// The shared region (memfd) whose pages hold part of the range, if the
+    /// sender's region is shared (`softrdma_shm::share`); bytes outside it
+    /// are copied from the sender's private memory.
+    pub file: Option<PeerFile>,
+}
+
+/// A sender's memory region shared through a memfd: its descriptor in the
+/// sender, its inode (checked by whoever opens it), and the addresses its
+/// pages sit at in the sender (`addr` is the memfd's offset 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerFile {
+    /// Descriptor in the sending process.
+    pub fd: u32,
+    /// Inode number of the memfd.
+    pub ino: u64,
+    /// Sender's address of the memfd's first byte.
+    pub addr: u64,
+    /// Bytes of the memfd.
+    pub len: u64,
 }
 
 /// Most ranges one packet may list (a requester's SGEs after translation;
-/// the device's `max_sge` is 32).
-pub const MAX_PEER_SEGS: usize = 64;
+/// the device's `max_sge` is 32, and a WQE with more goes in packets): 24
+/// ranges of 40 bytes and the count fit a 1024-byte MTU after the largest
+/// headers (BTH, RETH, immediate).
+pub const MAX_PEER_SEGS: usize = 24;
 
 const COUNT_LEN: usize = 4;
-const SEG_LEN: usize = 12;
+const SEG_LEN: usize = 40;
+const NO_FILE: u32 = u32::MAX;
 
 /// Bytes of a payload listing `n` ranges.
 pub const fn peer_payload_len(n: usize) -> usize {
@@ -38,7 +62,17 @@ pub fn write_peer_segs(segs: &[PeerSeg], out: &mut [u8]) {
     out[..COUNT_LEN].copy_from_slice(&(segs.len() as u32).to_be_bytes());
     for (s, o) in segs.iter().zip(out[COUNT_LEN..].chunks_exact_mut(SEG_LEN)) {
         o[..8].copy_from_slice(&s.addr.to_be_bytes());
-        o[8..].copy_from_slice(&s.len.to_be_bytes());
+        o[8..12].copy_from_slice(&s.len.to_be_bytes());
+        let f = s.file.unwrap_or(PeerFile {
+            fd: NO_FILE,
+            ino: 0,
+            addr: 0,
+            len: 0,
+        });
+        o[12..16].copy_from_slice(&f.fd.to_be_bytes());
+        o[16..24].copy_from_slice(&f.ino.to_be_bytes());
+        o[24..32].copy_from_slice(&f.addr.to_be_bytes());
+        o[32..40].copy_from_slice(&f.len.to_be_bytes());
     }
 }
 
@@ -57,9 +91,19 @@ pub fn read_peer_segs(payload: &[u8]) -> Result<(Vec<PeerSeg>, u64)> {
     }
     let segs: Vec<PeerSeg> = payload[COUNT_LEN..]
         .chunks_exact(SEG_LEN)
-        .map(|c| PeerSeg {
-            addr: u64::from_be_bytes(c[..8].try_into().unwrap_or_default()),
-            len: u32::from_be_bytes(c[8..].try_into().unwrap_or_default()),
+        .map(|c| {
+            let u64_at = |i: usize| u64::from_be_bytes(c[i..i + 8].try_into().unwrap_or_default());
+            let fd = u32::from_be_bytes(c[12..16].try_into().unwrap_or_default());
+            PeerSeg {
+                addr: u64_at(0),
+                len: u32::from_be_bytes(c[8..12].try_into().unwrap_or_default()),
+                file: (fd != NO_FILE).then(|| PeerFile {
+                    fd,
+                    ino: u64_at(16),
+                    addr: u64_at(24),
+                    len: u64_at(32),
+                }),
+            }
         })
         .collect();
     let total = segs.iter().map(|s| u64::from(s.len)).sum();
@@ -76,10 +120,17 @@ mod tests {
             PeerSeg {
                 addr: 0x7f00_0000_1000,
                 len: 4096,
+                file: Some(PeerFile {
+                    fd: 7,
+                    ino: 0x1234_5678_9abc,
+                    addr: 0x7f00_0000_0000,
+                    len: 1 << 20,
+                }),
             },
             PeerSeg {
                 addr: u64::MAX - 7,
                 len: 8,
+                file: None,
             },
         ];
         let mut b = vec![0u8; peer_payload_len(2)];

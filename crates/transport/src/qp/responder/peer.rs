@@ -49,6 +49,7 @@ impl Qp {
             let dst = [PeerSeg {
                 addr: host,
                 len: reth.dma_len,
+                file: None,
             }];
             mem.read_peer(&src, &dst).map_err(copy_fail)?;
         }
@@ -162,7 +163,13 @@ impl Qp {
             psn,
         ));
         h.aeth = Some(Aeth { syndrome: ACK, msn });
-        let seg = [PeerSeg { addr: host, len }];
+        // The region's memfd, if shared (a memory window's rkey names none:
+        // its bytes are copied from private memory).
+        let seg = [PeerSeg {
+            addr: host,
+            len,
+            file: mrs.share_of(rkey),
+        }];
         let plen = softrdma_wire::peer_payload_len(1);
         let t = Qp::build::<()>(ctx.config, path, &h, plen, buf, |dst| {
             softrdma_wire::write_peer_segs(&seg, dst);
