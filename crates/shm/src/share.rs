@@ -31,6 +31,7 @@ struct Entry {
     addr: u64,
     len: u64,
     fd: RawFd,
+    ino: u64,
 }
 
 struct Regions {
@@ -168,6 +169,42 @@ fn private_anonymous(addr: u64, len: u64) -> Result<(), Refused> {
     Err(Refused::NotPrivate(format!("unmapped at {at:#x}")))
 }
 
+/// Whether `/proc/self/maps` shows `[addr, addr + len)` still mapped from
+/// the region's memfd (inode `ino`) and nothing else: the application may
+/// have unmapped it (freed without deregistering), and something else may
+/// sit there now, which must be left alone.
+fn still_shared(addr: u64, len: u64, ino: u64) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    let (end, mut at) = (addr + len, addr);
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), _, _, _, Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(s), Ok(e)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else {
+            continue;
+        };
+        if e <= at || s >= end {
+            continue;
+        }
+        if s > at || inode != ino.to_string() || !line.contains(NAME) {
+            return false;
+        }
+        at = e;
+        if at >= end {
+            return true;
+        }
+    }
+    false
+}
+
 fn install_fork_handlers() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -187,13 +224,15 @@ extern "C" fn fork_parent() {
 }
 
 /// In the child (one thread): every shared range gets a private copy in
-/// place, and the child forgets the memfds. Only system calls; no
-/// allocation.
+/// place, and the child forgets the memfds (glibc's malloc works in a
+/// child's fork handlers, so reading the maps may allocate).
 extern "C" fn fork_child() {
     FORK_GUARD.with(|c| {
         if let Some(mut g) = c.borrow_mut().take() {
             for e in &g.list {
-                restore_private(e.addr, e.len);
+                if still_shared(e.addr, e.len, e.ino) {
+                    restore_private(e.addr, e.len);
+                }
                 // SAFETY: the child's copy of the memfd's descriptor is its own.
                 unsafe { libc::close(e.fd) };
             }
@@ -285,6 +324,7 @@ pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused>
         addr: first,
         len: n,
         fd,
+        ino,
     });
     Ok(Shared {
         id,
@@ -298,7 +338,7 @@ pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused>
 /// Gives `[addr, addr + len)` private anonymous pages with its current
 /// contents, in place (one `mremap`). Copies through `process_vm_readv` on
 /// itself, so a range the application unmapped meanwhile is left alone
-/// instead of faulting. Only system calls; no allocation (fork child).
+/// instead of faulting.
 fn restore_private(addr: u64, len: u64) -> bool {
     let size = len as usize;
     // SAFETY: a fresh private anonymous mapping.
@@ -364,7 +404,9 @@ pub fn unshare(id: u64) -> bool {
         };
         g.list.swap_remove(i)
     };
-    restore_private(e.addr, e.len);
+    if still_shared(e.addr, e.len, e.ino) {
+        restore_private(e.addr, e.len);
+    }
     // SAFETY: our memfd; punching keeps its size, so peers' mappings stay
     // valid (reading zeros) and never fault.
     unsafe {
@@ -651,6 +693,34 @@ mod tests {
             share(base, len as u64, 0, u64::MAX),
             Err(Refused::NotPrivate(_))
         ));
+    }
+
+    #[test]
+    fn unshare_after_the_memory_was_unmapped_leaves_its_new_tenant_alone() {
+        let (base, len) = region(4);
+        let s = share(base, len as u64, 0, u64::MAX).unwrap();
+        // The application frees the memory without deregistering, and a
+        // shared mapping of its own lands at the same place.
+        // SAFETY: our mapping, replaced by another of our own.
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(p as u64, base);
+        // SAFETY: inside the new mapping.
+        unsafe { *(base as *mut u8) = 42 };
+        let before = mapping_of(base);
+        assert!(unshare(s.id));
+        assert_eq!(mapping_of(base), before, "the new mapping was replaced");
+        assert_eq!(bytes(base, 1), [42]);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(base as *mut libc::c_void, len) };
     }
 
     #[test]

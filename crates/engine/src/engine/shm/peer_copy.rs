@@ -25,10 +25,10 @@ use softrdma_shm::{CopyError, PeerMap, Range, Refused, Shared as SharedRegion};
 use softrdma_transport::{
     AtomicOp, GSI_QPN, MULTICAST_QPN, Memory, PEER_COPY_MIN, PeerCopyError, PeerFile, PeerSeg,
 };
-use std::collections::HashMap;
-use std::sync::Mutex;
 use softrdma_udp::steer::member_slot;
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of the peer copies this process did (`SOFTRDMA_STATS`).
@@ -88,10 +88,7 @@ impl Memory for LaneMemory<'_> {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             return Err(PeerCopyError::Gone);
         };
-        let r = self
-            .shm
-            .mr_share
-            .copy(self.slot, generation, pid, src, dst);
+        let r = self.shm.mr_share.copy(self.slot, generation, pid, src, dst);
         match r {
             Ok(mapped) => {
                 stats.copies.fetch_add(1, Ordering::Relaxed);
@@ -241,9 +238,16 @@ impl MrShares {
         let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
         let (mut remote, mut local) = (Vec::new(), Vec::new());
         let mut mapped = 0u64;
-        let mut out = Cursor { segs: dst, i: 0, off: 0 };
+        let mut out = Cursor {
+            segs: dst,
+            i: 0,
+            off: 0,
+        };
         for s in src {
-            let end = s.addr.checked_add(u64::from(s.len)).ok_or(CopyError::Invalid)?;
+            let end = s
+                .addr
+                .checked_add(u64::from(s.len))
+                .ok_or(CopyError::Invalid)?;
             // [s.addr, end) split at the shared pages: before, inside, after.
             let (fa, fe) = match s.file {
                 Some(f) => (
@@ -295,6 +299,16 @@ impl MrShares {
             unsafe { softrdma_shm::read_from(pid, &remote, &local) }?;
         }
         Ok(mapped)
+    }
+}
+
+impl Drop for MrShares {
+    /// The engine stops: regions still registered go back to private memory.
+    fn drop(&mut self) {
+        let m = std::mem::take(self.by_key.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for id in m.into_values() {
+            softrdma_shm::unshare(id);
+        }
     }
 }
 
