@@ -235,6 +235,8 @@ impl ShmPath {
                 .find(|m| m.slot == slot)
                 .map(|m| m.generation)
         };
+        // Mappings of dead members' shared regions hold their memory.
+        self.mr_share.forget_dead(|slot| live(slot));
         if inbox {
             // Asked afresh for each lane, after its owner is read: a member
             // that joined after the snapshot above (forked children start

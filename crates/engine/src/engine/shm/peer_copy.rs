@@ -219,6 +219,14 @@ impl MrShares {
         }
     }
 
+    /// Lets go of the mappings of regions of members no longer alive in
+    /// the incarnation they were mapped from (`live(slot)`: the slot's live
+    /// incarnation), so their memory goes with them.
+    pub(super) fn forget_dead(&self, live: impl Fn(u8) -> Option<u64>) {
+        let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        maps.retain(|&(slot, g, _, _), _| live(slot) == Some(g));
+    }
+
     /// Copies the ranges `src` of process `pid` (the producer of lane
     /// `slot`, incarnation `generation`) into our ranges `dst`: through
     /// mappings of its shared regions where the ranges name one, the rest
