@@ -231,7 +231,7 @@ extern "C" fn fork_child() {
         if let Some(mut g) = c.borrow_mut().take() {
             for e in &g.list {
                 if still_shared(e.addr, e.len, e.ino) {
-                    restore_private(e.addr, e.len);
+                    restore_private(e.addr, e.len, e.fd);
                 }
                 // SAFETY: the child's copy of the memfd's descriptor is its own.
                 unsafe { libc::close(e.fd) };
@@ -295,9 +295,20 @@ pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused>
     if tmp == libc::MAP_FAILED {
         return fail(errno());
     }
-    // SAFETY: `[first, first + n)` is mapped read-write (checked in the maps
-    // just now) and `tmp` is a fresh mapping of `n` bytes; they cannot overlap.
-    unsafe { std::ptr::copy_nonoverlapping(first as *const u8, tmp.cast::<u8>(), size) };
+    // Pages that read as zeros (never touched: the kernel's zero page) are
+    // not copied, so the memfd allocates only what the region holds.
+    let page = page_size() as usize;
+    for off in (0..size).step_by(page) {
+        // SAFETY: `[first, first + n)` is mapped read-write (checked in the
+        // maps just now) and `n` is a multiple of the page size.
+        let src = unsafe { std::slice::from_raw_parts((first as usize + off) as *const u8, page) };
+        if src.iter().all(|&b| b == 0) {
+            continue;
+        }
+        // SAFETY: `tmp` is a fresh mapping of `n` bytes, distinct from the
+        // region; `off + page <= n`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), tmp.cast::<u8>().add(off), page) };
+    }
     // SAFETY: moves our fresh mapping over the region's pages, which the
     // caller registers (it owns them); the kernel replaces the old mapping
     // there atomically.
@@ -335,11 +346,11 @@ pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused>
     })
 }
 
-/// Gives `[addr, addr + len)` private anonymous pages with its current
-/// contents, in place (one `mremap`). Copies through `process_vm_readv` on
-/// itself, so a range the application unmapped meanwhile is left alone
-/// instead of faulting.
-fn restore_private(addr: u64, len: u64) -> bool {
+/// Gives `[addr, addr + len)`, the pages of memfd `fd`, private anonymous
+/// pages with the memfd's contents, in place (one `mremap`). Reads the
+/// memfd's data extents with `pread` (holes stay untouched zero pages, and
+/// nothing faults if the range was unmapped meanwhile). Only system calls.
+fn restore_private(addr: u64, len: u64, fd: RawFd) -> bool {
     let size = len as usize;
     // SAFETY: a fresh private anonymous mapping.
     let tmp = unsafe {
@@ -355,25 +366,46 @@ fn restore_private(addr: u64, len: u64) -> bool {
     if tmp == libc::MAP_FAILED {
         return false;
     }
-    let local = libc::iovec {
-        iov_base: tmp,
-        iov_len: size,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: size,
-    };
-    // SAFETY: one iovec each side, living across the call; the kernel writes
-    // only `tmp`, our fresh mapping, and reads our own range (EFAULT if it
-    // is not mapped any more).
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n != size as isize {
+    let fail = || {
         // SAFETY: `tmp` is our mapping.
         unsafe { libc::munmap(tmp, size) };
-        return false;
+        false
+    };
+    let mut off: libc::off_t = 0;
+    let end = len as libc::off_t;
+    while off < end {
+        // SAFETY: plain queries of our memfd.
+        let data = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
+        if data < 0 {
+            // ENXIO: no data past `off`.
+            if errno() == libc::ENXIO {
+                break;
+            }
+            return fail();
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) }.min(end);
+        let mut at = data;
+        while at < hole {
+            // SAFETY: writes `hole - at` bytes at offset `at` of `tmp`, our
+            // fresh mapping of `size` bytes (`hole <= len`).
+            let n = unsafe {
+                libc::pread(
+                    fd,
+                    tmp.cast::<u8>().add(at as usize).cast(),
+                    (hole - at) as usize,
+                    at,
+                )
+            };
+            if n <= 0 {
+                return fail();
+            }
+            at += n as libc::off_t;
+        }
+        off = hole;
     }
-    // SAFETY: replaces the shared pages at `addr` (still mapped: the copy
-    // succeeded) with the private copy; `tmp` is ours.
+    // SAFETY: replaces the shared pages at `addr` (the caller checked they
+    // are still the memfd's) with the private copy; `tmp` is ours.
     let r = unsafe {
         libc::mremap(
             tmp,
@@ -384,9 +416,7 @@ fn restore_private(addr: u64, len: u64) -> bool {
         )
     };
     if r == libc::MAP_FAILED {
-        // SAFETY: `tmp` is still ours.
-        unsafe { libc::munmap(tmp, size) };
-        return false;
+        return fail();
     }
     true
 }
@@ -405,7 +435,7 @@ pub fn unshare(id: u64) -> bool {
         g.list.swap_remove(i)
     };
     if still_shared(e.addr, e.len, e.ino) {
-        restore_private(e.addr, e.len);
+        restore_private(e.addr, e.len, e.fd);
     }
     // SAFETY: our memfd; punching keeps its size, so peers' mappings stay
     // valid (reading zeros) and never fault.
@@ -639,6 +669,44 @@ mod tests {
         // SAFETY: as above.
         assert!(unsafe { m.copy_to(0, out.as_mut_ptr() as u64, 8) });
         assert_eq!(out, [0; 8]);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(base as *mut libc::c_void, len) };
+    }
+
+    #[test]
+    fn untouched_pages_take_no_memory_and_come_back_as_zeros() {
+        let p = page_size() as usize;
+        let len = 64 * p;
+        // SAFETY: a fresh private anonymous mapping, never touched but one byte.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as u64;
+        // SAFETY: inside the mapping.
+        unsafe { *((base + 3 * p as u64 + 7) as *mut u8) = 9 };
+        let s = share(base, len as u64, 0, u64::MAX).unwrap();
+        let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+        // SAFETY: our memfd and a writable stat.
+        assert_eq!(unsafe { libc::fstat(s.fd, st.as_mut_ptr()) }, 0);
+        // SAFETY: filled by fstat.
+        let blocks = unsafe { st.assume_init() }.st_blocks as usize;
+        assert!(
+            blocks * 512 <= 2 * p,
+            "{blocks} blocks for one touched page"
+        );
+        // SAFETY: inside the mapping, now the memfd's.
+        unsafe { *((base + 40 * p as u64) as *mut u8) = 5 };
+        assert!(unshare(s.id));
+        let b = bytes(base, len);
+        assert_eq!((b[3 * p + 7], b[40 * p]), (9, 5));
+        assert_eq!(b.iter().filter(|&&x| x != 0).count(), 2);
+        assert!(!mapping_of(base).contains("memfd"));
         // SAFETY: our mapping.
         unsafe { libc::munmap(base as *mut libc::c_void, len) };
     }
