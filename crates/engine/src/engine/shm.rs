@@ -236,7 +236,7 @@ impl ShmPath {
                 .map(|m| m.generation)
         };
         // Mappings of dead members' shared regions hold their memory.
-        self.mr_share.forget_dead(|slot| live(slot));
+        self.mr_share.forget_dead(live);
         if inbox {
             // Asked afresh for each lane, after its owner is read: a member
             // that joined after the snapshot above (forked children start
