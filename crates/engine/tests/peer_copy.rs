@@ -7,7 +7,7 @@
 
 use softrdma_engine::transport::{
     Access, AddressVector, CqHandle, Mtu, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState,
-    QpType, RecvWr, SendFlags, SendWr, Sge, Wc, WcStatus, WrOpcode,
+    QpType, RecvWr, Rereg, SendFlags, SendWr, Sge, Wc, WcStatus, WrOpcode,
 };
 use softrdma_engine::{Engine, EngineConfig};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -349,4 +349,66 @@ fn deregistration_keeps_contents_and_ends_remote_access() {
     post(&a, WrOpcode::RdmaRead, a.addr(), 64 * 1024, b.addr(), b.key);
     assert_eq!(wait_wc(&a).status, WcStatus::RemAccessErr);
     assert!(a.buf == a0);
+}
+
+fn mapping_line(addr: u64) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .find(|l| {
+            let (s, e) = l
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .split_once('-')
+                .unwrap();
+            let (s, e) = (
+                u64::from_str_radix(s, 16).unwrap(),
+                u64::from_str_radix(e, 16).unwrap(),
+            );
+            (s..e).contains(&addr)
+        })
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn rereg_to_new_memory_gives_the_old_back_and_copies_into_the_new() {
+    let (a, b) = pair();
+    let old = b.addr() + 3 * 4096;
+    assert!(
+        mapping_line(old).contains("memfd:softrdma-mr"),
+        "{}",
+        mapping_line(old)
+    );
+    // b's region moves to a new buffer of its own.
+    let mut fresh = vec![0u8; LEN];
+    let host = fresh.as_mut_ptr() as u64;
+    let r = Rereg {
+        pd: None,
+        translation: Some((host, LEN as u64, b.addr())),
+        access: None,
+    };
+    b.e.rereg_mr(b.key, r).unwrap();
+    assert!(
+        !mapping_line(old).contains("memfd"),
+        "{}",
+        mapping_line(old)
+    );
+    let before = b.buf.clone();
+    // A WRITE through the same rkey and iova lands in the new buffer,
+    // copied from a's shared pages.
+    post(
+        &a,
+        WrOpcode::RdmaWrite,
+        a.addr() + 5,
+        70_000,
+        b.addr() + 9,
+        b.key,
+    );
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    assert_eq!(&fresh[9..9 + 70_000], &a.buf[5..5 + 70_000]);
+    assert!(b.buf == before, "the old buffer changed");
+    assert_eq!(counter(&b, "shm_peer_copy_failed"), 0);
+    drop(b);
+    drop(fresh);
 }
