@@ -20,12 +20,18 @@ pub trait Memory {
     /// value in host byte order and returns the original value.
     fn atomic(&mut self, addr: u64, op: AtomicOp) -> u64;
     /// The same-host path's one copy: copies the ranges `src` of the process
-    /// that sent the packet being handled (in order) into the host ranges
+    /// that sent the packet being handled (in order; `from`: the
+    /// incarnation the packet names, which must be the sender's) into the host ranges
     /// `dst` of this one, which the transport checked like a `write`'s.
     /// Both total the same. Only packets from a shared-memory lane carry
     /// such ranges; memory with no peer (the wire's) refuses.
-    fn read_peer(&mut self, src: &[PeerSeg], dst: &[PeerSeg]) -> Result<(), PeerCopyError> {
-        let _ = (src, dst);
+    fn read_peer(
+        &mut self,
+        from: u64,
+        src: &[PeerSeg],
+        dst: &[PeerSeg],
+    ) -> Result<(), PeerCopyError> {
+        let _ = (from, src, dst);
         Err(PeerCopyError::Unsupported)
     }
 }

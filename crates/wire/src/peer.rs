@@ -6,7 +6,9 @@
 //! packet. A softrdma-private extension, used only between softrdma
 //! processes of one host over shared-memory lanes, never on a wire.
 //!
-//! Layout (big-endian, as every RoCE header): a 4-byte count, then per range
+//! Layout (big-endian, as every RoCE header): a 4-byte count, the sender's
+//! 8-byte incarnation (its member slot's generation, which the copier
+//! compares with the lane's producer before copying), then per range
 //! an 8-byte address, a 4-byte length, and the shared region holding it, if
 //! any ([`PeerFile`]): a 4-byte descriptor (`u32::MAX`: none), an 8-byte
 //! inode, an 8-byte first address and an 8-byte length.
@@ -43,24 +45,28 @@ pub struct PeerFile {
 
 /// Most ranges one packet may list (a requester's SGEs after translation;
 /// the device's `max_sge` is 32, and a WQE with more goes in packets): 24
-/// ranges of 40 bytes and the count fit a 1024-byte MTU after the largest
+/// ranges of 40 bytes, the count and the incarnation fit a 1024-byte MTU after the largest
 /// headers (BTH, RETH, immediate).
 pub const MAX_PEER_SEGS: usize = 24;
 
 const COUNT_LEN: usize = 4;
+const INCARNATION_LEN: usize = 8;
+const HEAD_LEN: usize = COUNT_LEN + INCARNATION_LEN;
 const SEG_LEN: usize = 40;
 const NO_FILE: u32 = u32::MAX;
 
 /// Bytes of a payload listing `n` ranges.
 pub const fn peer_payload_len(n: usize) -> usize {
-    COUNT_LEN + n * SEG_LEN
+    HEAD_LEN + n * SEG_LEN
 }
 
-/// Writes `segs` into `out`, which must be [`peer_payload_len`] long.
-pub fn write_peer_segs(segs: &[PeerSeg], out: &mut [u8]) {
+/// Writes `segs` of the sender's incarnation `from` into `out`, which must
+/// be [`peer_payload_len`] long.
+pub fn write_peer_segs(from: u64, segs: &[PeerSeg], out: &mut [u8]) {
     debug_assert_eq!(out.len(), peer_payload_len(segs.len()));
     out[..COUNT_LEN].copy_from_slice(&(segs.len() as u32).to_be_bytes());
-    for (s, o) in segs.iter().zip(out[COUNT_LEN..].chunks_exact_mut(SEG_LEN)) {
+    out[COUNT_LEN..HEAD_LEN].copy_from_slice(&from.to_be_bytes());
+    for (s, o) in segs.iter().zip(out[HEAD_LEN..].chunks_exact_mut(SEG_LEN)) {
         o[..8].copy_from_slice(&s.addr.to_be_bytes());
         o[8..12].copy_from_slice(&s.len.to_be_bytes());
         let f = s.file.unwrap_or(PeerFile {
@@ -77,8 +83,9 @@ pub fn write_peer_segs(segs: &[PeerSeg], out: &mut [u8]) {
 }
 
 /// Reads the ranges of a peer-copy payload; checks the count against the
-/// length and [`MAX_PEER_SEGS`], and returns the ranges with their total.
-pub fn read_peer_segs(payload: &[u8]) -> Result<(Vec<PeerSeg>, u64)> {
+/// length and [`MAX_PEER_SEGS`], and returns the ranges with their total
+/// and the sender's incarnation.
+pub fn read_peer_segs(payload: &[u8]) -> Result<(Vec<PeerSeg>, u64, u64)> {
     let bad = || Error::BadLength("peer-copy range list");
     let head: [u8; 4] = payload
         .get(..COUNT_LEN)
@@ -89,7 +96,8 @@ pub fn read_peer_segs(payload: &[u8]) -> Result<(Vec<PeerSeg>, u64)> {
     if n > MAX_PEER_SEGS || payload.len() != peer_payload_len(n) {
         return Err(bad());
     }
-    let segs: Vec<PeerSeg> = payload[COUNT_LEN..]
+    let from = u64::from_be_bytes(payload[COUNT_LEN..HEAD_LEN].try_into().map_err(|_| bad())?);
+    let segs: Vec<PeerSeg> = payload[HEAD_LEN..]
         .chunks_exact(SEG_LEN)
         .map(|c| {
             let u64_at = |i: usize| u64::from_be_bytes(c[i..i + 8].try_into().unwrap_or_default());
@@ -107,7 +115,7 @@ pub fn read_peer_segs(payload: &[u8]) -> Result<(Vec<PeerSeg>, u64)> {
         })
         .collect();
     let total = segs.iter().map(|s| u64::from(s.len)).sum();
-    Ok((segs, total))
+    Ok((segs, total, from))
 }
 
 #[cfg(test)]
@@ -134,14 +142,18 @@ mod tests {
             },
         ];
         let mut b = vec![0u8; peer_payload_len(2)];
-        write_peer_segs(&segs, &mut b);
-        assert_eq!(read_peer_segs(&b).unwrap(), (segs.to_vec(), 4104));
+        write_peer_segs(0x0102_0304_0506, &segs, &mut b);
+        assert_eq!(
+            read_peer_segs(&b).unwrap(),
+            (segs.to_vec(), 4104, 0x0102_0304_0506)
+        );
         // Count and length disagree.
         assert!(read_peer_segs(&b[..b.len() - 1]).is_err());
         assert!(read_peer_segs(&[0, 0]).is_err());
+        assert!(read_peer_segs(&[0; 4]).is_err());
         let mut many = vec![0u8; peer_payload_len(MAX_PEER_SEGS + 1)];
         many[..4].copy_from_slice(&((MAX_PEER_SEGS + 1) as u32).to_be_bytes());
         assert!(read_peer_segs(&many).is_err());
-        assert_eq!(read_peer_segs(&[0; 4]).unwrap(), (vec![], 0));
+        assert_eq!(read_peer_segs(&[0; 12]).unwrap(), (vec![], 0, 0));
     }
 }

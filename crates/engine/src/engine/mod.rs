@@ -310,6 +310,12 @@ impl Engine {
                 .ok(),
             _ => None,
         };
+        if shm.is_some()
+            && let Some(h) = &host
+        {
+            // Peer-copy packets name it (`shm/peer_copy.rs`).
+            tcfg.peer_incarnation = h.generation();
+        }
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),

@@ -1,7 +1,9 @@
 //! Peer copy on the same-host path (issue 17, step 2; the transport's
 //! `qp/peer.rs`): large SENDs, WRITEs and READs of an RC QP whose peer sits behind
 //! a lane travel as one packet naming memory ranges, and the owner of the
-//! destination copies them from the other process with `process_vm_readv`.
+//! destination copies them from the other process: with `memcpy` through a
+//! mapping of the memfd the range's region was shared into at registration
+//! ([`MrShares`]), else with `process_vm_readv`.
 //!
 //! - **Which QPs.** Decided when a QP gets its destination (`ibv_modify_qp`
 //!   with the address vector and destination QPN, or the CM connecting it):
@@ -82,9 +84,18 @@ impl Memory for LaneMemory<'_> {
         HostMemory.atomic(addr, op)
     }
 
-    fn read_peer(&mut self, src: &[PeerSeg], dst: &[PeerSeg]) -> Result<(), PeerCopyError> {
+    fn read_peer(
+        &mut self,
+        from: u64,
+        src: &[PeerSeg],
+        dst: &[PeerSeg],
+    ) -> Result<(), PeerCopyError> {
         let stats = &self.shm.peer_stats;
-        let Some((generation, pid)) = self.shm.producer(self.slot) else {
+        // The packet's sender must be the lane's producer now: a
+        // descriptor a dead member left in its lane is not copied from the
+        // slot's next holder (as if the dead member's packet were lost).
+        let producer = self.shm.producer(self.slot).filter(|&(g, _)| g == from);
+        let Some((generation, pid)) = producer else {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             return Err(PeerCopyError::Gone);
         };
