@@ -1,12 +1,13 @@
 //! Peer copy between two engines of one process over the same-host path
-//! (lanes on, `shm = true`): large WRITEs and READs land byte for byte
-//! through `process_vm_readv`; a bad rkey or a range out of bounds is
+//! (lanes on, `shm = true`): large WRITEs, READs and SENDs land byte for
+//! byte, through the mapped memfds of regions shared at registration where
+//! the pages are whole and `process_vm_readv` for the rest; a bad rkey or a range out of bounds is
 //! `REM_ACCESS_ERR` with the target memory untouched; small messages keep
 //! to packets. (Between processes: compat-tests `shm.rs` and perftest.)
 
 use softrdma_engine::transport::{
     Access, AddressVector, CqHandle, Mtu, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState,
-    QpType, SendFlags, SendWr, Sge, Wc, WcStatus, WrOpcode,
+    QpType, RecvWr, Rereg, SendFlags, SendWr, Sge, Wc, WcStatus, WrOpcode,
 };
 use softrdma_engine::{Engine, EngineConfig};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -157,6 +158,10 @@ fn large_writes_and_reads_are_peer_copies_byte_for_byte() {
     let n = len as usize;
     assert_eq!(&b.buf[4096..4096 + n], &a.buf[10..10 + n]);
     assert_eq!(counter(&b, "shm_peer_copies"), 1, "the responder copied");
+    // Through the mapping of a's shared region: all but a's head page.
+    assert_eq!(counter(&a, "shm_mr_shared"), 1);
+    let mapped = counter(&b, "shm_peer_copy_mapped_bytes");
+    assert!(mapped + 4096 >= u64::from(len) && mapped > 0, "{mapped}");
     // READ: the requester copies from the responder's checked range.
     post(
         &a,
@@ -206,4 +211,204 @@ fn bad_rkey_and_out_of_bounds_touch_nothing() {
             0
         );
     }
+}
+
+fn wait_wcs(s: &Side, n: usize) -> Vec<Wc> {
+    (0..n).map(|_| wait_wc(s)).collect()
+}
+
+#[test]
+fn page_boundaries_and_unaligned_ranges_copy_byte_for_byte() {
+    let (a, b) = pair();
+    let page = 4096u64;
+    // The buffers' head pages are partial (a Vec's memory starts past a
+    // page boundary): offsets around page boundaries take copies that
+    // start in private memory and go on in the shared pages, and the like.
+    let offs = [0u64, 1, page - 1, page, page + 1, 3 * page - 17];
+    let lens = [
+        16 * 1024u32,
+        16 * 1024 + 1,
+        5 * 4096 - 1,
+        5 * 4096 + 3,
+        100_003,
+    ];
+    for (i, &len) in lens.iter().enumerate() {
+        let lo = offs[i % offs.len()];
+        let ro = offs[(i + 2) % offs.len()];
+        // WRITE a → b.
+        post(
+            &a,
+            WrOpcode::RdmaWrite,
+            a.addr() + lo,
+            len,
+            b.addr() + ro,
+            b.key,
+        );
+        assert_eq!(wait_wc(&a).status, WcStatus::Success, "write {len}");
+        let n = len as usize;
+        let (lo, ro) = (lo as usize, ro as usize);
+        assert_eq!(
+            &b.buf[ro..ro + n],
+            &a.buf[lo..lo + n],
+            "write {len} {lo} {ro}"
+        );
+        // READ b → a, from elsewhere.
+        let (ro2, lo2) = (ro + 400_000, lo + 200_000);
+        post(
+            &a,
+            WrOpcode::RdmaRead,
+            a.addr() + lo2 as u64,
+            len,
+            b.addr() + ro2 as u64,
+            b.key,
+        );
+        assert_eq!(wait_wc(&a).status, WcStatus::Success, "read {len}");
+        assert_eq!(&a.buf[lo2..lo2 + n], &b.buf[ro2..ro2 + n], "read {len}");
+        // SEND b → a into two receive SGEs.
+        let (r1, r2) = (700_000 + lo, 900_000 + ro);
+        let first = (len / 3) as usize;
+        a.e.post_recv(
+            a.qpn,
+            RecvWr {
+                wr_id: 9,
+                sgl: vec![
+                    Sge {
+                        addr: a.addr() + r1 as u64,
+                        length: first as u32,
+                        lkey: a.key,
+                    },
+                    Sge {
+                        addr: a.addr() + r2 as u64,
+                        length: len,
+                        lkey: a.key,
+                    },
+                ],
+            },
+        )
+        .unwrap();
+        let src = 100_000 + ro;
+        post(&b, WrOpcode::Send, b.addr() + src as u64, len, 0, 0);
+        assert_eq!(wait_wc(&b).status, WcStatus::Success, "send {len}");
+        let w = wait_wcs(&a, 1).pop().unwrap();
+        assert_eq!(
+            (w.status, w.byte_len),
+            (WcStatus::Success, len),
+            "recv {len}"
+        );
+        assert_eq!(&a.buf[r1..r1 + first], &b.buf[src..src + first]);
+        assert_eq!(&a.buf[r2..r2 + n - first], &b.buf[src + first..src + n]);
+    }
+    assert!(counter(&a, "shm_peer_copy_mapped_bytes") > 0);
+    assert!(counter(&b, "shm_peer_copy_mapped_bytes") > 0);
+    assert_eq!(
+        counter(&a, "shm_peer_copy_failed") + counter(&b, "shm_peer_copy_failed"),
+        0
+    );
+}
+
+#[test]
+fn deregistration_keeps_contents_and_ends_remote_access() {
+    let (a, b) = pair();
+    let before = b.buf.clone();
+    post(
+        &a,
+        WrOpcode::RdmaWrite,
+        a.addr(),
+        64 * 1024,
+        b.addr() + 8192,
+        b.key,
+    );
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    let mut expect = before.clone();
+    expect[8192..8192 + 65536].copy_from_slice(&a.buf[..65536]);
+    assert_eq!(b.buf, expect);
+    b.e.dereg_mr(b.key).unwrap();
+    // The region's memory is the application's again, contents kept.
+    assert_eq!(b.buf, expect);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let p = b.addr() + 8192;
+    let line = maps
+        .lines()
+        .find(|l| {
+            let (s, e) = l
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .split_once('-')
+                .unwrap();
+            let (s, e) = (
+                u64::from_str_radix(s, 16).unwrap(),
+                u64::from_str_radix(e, 16).unwrap(),
+            );
+            (s..e).contains(&p)
+        })
+        .unwrap();
+    assert!(!line.contains("memfd"), "{line}");
+    // A READ through the old rkey is refused and copies nothing.
+    let a0 = a.buf.clone();
+    post(&a, WrOpcode::RdmaRead, a.addr(), 64 * 1024, b.addr(), b.key);
+    assert_eq!(wait_wc(&a).status, WcStatus::RemAccessErr);
+    assert!(a.buf == a0);
+}
+
+fn mapping_line(addr: u64) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .find(|l| {
+            let (s, e) = l
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .split_once('-')
+                .unwrap();
+            let (s, e) = (
+                u64::from_str_radix(s, 16).unwrap(),
+                u64::from_str_radix(e, 16).unwrap(),
+            );
+            (s..e).contains(&addr)
+        })
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn rereg_to_new_memory_gives_the_old_back_and_copies_into_the_new() {
+    let (a, b) = pair();
+    let old = b.addr() + 3 * 4096;
+    assert!(
+        mapping_line(old).contains("memfd:softrdma-mr"),
+        "{}",
+        mapping_line(old)
+    );
+    // b's region moves to a new buffer of its own.
+    let mut fresh = vec![0u8; LEN];
+    let host = fresh.as_mut_ptr() as u64;
+    let r = Rereg {
+        pd: None,
+        translation: Some((host, LEN as u64, b.addr())),
+        access: None,
+    };
+    b.e.rereg_mr(b.key, r).unwrap();
+    assert!(
+        !mapping_line(old).contains("memfd"),
+        "{}",
+        mapping_line(old)
+    );
+    let before = b.buf.clone();
+    // A WRITE through the same rkey and iova lands in the new buffer,
+    // copied from a's shared pages.
+    post(
+        &a,
+        WrOpcode::RdmaWrite,
+        a.addr() + 5,
+        70_000,
+        b.addr() + 9,
+        b.key,
+    );
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    assert_eq!(&fresh[9..9 + 70_000], &a.buf[5..5 + 70_000]);
+    assert!(b.buf == before, "the old buffer changed");
+    assert_eq!(counter(&b, "shm_peer_copy_failed"), 0);
+    drop(b);
+    drop(fresh);
 }

@@ -183,7 +183,8 @@ fn verbs_peer_every_operation_large_messages_psn_wrap() {
 }
 
 /// The same exchange on the same-host path with peer copy (`SOFTRDMA_SHM=1`):
-/// every operation's data checked, large messages one copy each.
+/// every operation's data checked, large messages one copy each, mostly
+/// through mappings of regions shared at registration.
 #[test]
 fn verbs_peer_every_operation_by_peer_copy() {
     let (sa, ca) = addr_pair();
@@ -212,6 +213,23 @@ fn verbs_peer_every_operation_by_peer_copy() {
         .filter_map(|v| v.parse::<u64>().ok())
         .sum();
     assert!(copies > 0, "no peer copies:\n{text}");
+    // The buffers' whole pages were shared at registration: most bytes came
+    // through mappings of the peer's memfds, not process_vm_readv.
+    let sum = |key: &str| -> u64 {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .filter_map(|v| v.trim().parse::<u64>().ok())
+            .sum()
+    };
+    assert!(sum("shm_mr_shared ") > 0, "no region shared:\n{text}");
+    let (mapped, bytes) = (
+        sum("shm_peer_copy_mapped_bytes "),
+        sum("shm_peer_copy_bytes "),
+    );
+    assert!(
+        mapped * 2 > bytes,
+        "{mapped} of {bytes} bytes mapped:\n{text}"
+    );
 }
 
 #[test]

@@ -114,6 +114,11 @@ pub struct Config {
     /// `rnr_retry_count` 0 and one receive per I/O) would fail whenever that
     /// application is scheduled a little late.
     pub rnr_hold_ns: u64,
+    /// This endpoint's incarnation on the same-host path (its member
+    /// slot's generation; 0 without the path): peer-copy packets carry it,
+    /// so a copier never copies a dead member's descriptor from the slot's
+    /// next holder.
+    pub peer_incarnation: u64,
 }
 
 impl Config {
@@ -131,6 +136,7 @@ impl Config {
             loopback_unacked_psns: 128,
             member_slot: 0,
             rnr_hold_ns: 0,
+            peer_incarnation: 0,
         }
     }
 }

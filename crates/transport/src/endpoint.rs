@@ -245,6 +245,19 @@ impl Endpoint {
         Ok(self.mrs.insert(pd, iova, length, host, access))
     }
 
+    /// Records (or clears) the memfd a region's whole pages were moved into
+    /// (same-host path; peer-copy packets name it). False if no region has
+    /// the key.
+    pub fn set_mr_share(&mut self, key: u32, share: Option<crate::PeerFile>) -> bool {
+        match self.mrs.get_mut(key) {
+            Some(mr) => {
+                mr.share = share;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Looks up a region by key.
     pub fn query_mr(&self, key: u32) -> Option<Mr> {
         self.mrs.get(key).copied()

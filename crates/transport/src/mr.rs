@@ -3,7 +3,7 @@
 //! [`Memory`] implementation touches a byte.
 
 use crate::types::Access;
-pub use softrdma_wire::PeerSeg;
+pub use softrdma_wire::{PeerFile, PeerSeg};
 use std::collections::{HashMap, VecDeque};
 
 /// Access to the memory behind registered regions, in the host address space.
@@ -20,12 +20,18 @@ pub trait Memory {
     /// value in host byte order and returns the original value.
     fn atomic(&mut self, addr: u64, op: AtomicOp) -> u64;
     /// The same-host path's one copy: copies the ranges `src` of the process
-    /// that sent the packet being handled (in order) into the host ranges
+    /// that sent the packet being handled (in order; `from`: the
+    /// incarnation the packet names, which must be the sender's) into the host ranges
     /// `dst` of this one, which the transport checked like a `write`'s.
     /// Both total the same. Only packets from a shared-memory lane carry
     /// such ranges; memory with no peer (the wire's) refuses.
-    fn read_peer(&mut self, src: &[PeerSeg], dst: &[PeerSeg]) -> Result<(), PeerCopyError> {
-        let _ = (src, dst);
+    fn read_peer(
+        &mut self,
+        from: u64,
+        src: &[PeerSeg],
+        dst: &[PeerSeg],
+    ) -> Result<(), PeerCopyError> {
+        let _ = (from, src, dst);
         Err(PeerCopyError::Unsupported)
     }
 }
@@ -98,6 +104,9 @@ pub struct Mr {
     pub lkey: u32,
     /// Remote key.
     pub rkey: u32,
+    /// The memfd its whole pages were moved into, if the engine shared
+    /// them at registration (same-host path): peer-copy packets name it.
+    pub share: Option<PeerFile>,
 }
 
 /// Why an access was refused.
@@ -185,6 +194,7 @@ impl MrTable {
             access,
             lkey: 0,
             rkey: 0,
+            share: None,
         };
         let slot = if self.free.len() > QUARANTINE
             || (self.slots.len() >= PRIMARY_SLOTS && !self.free.is_empty())
@@ -241,6 +251,11 @@ impl MrTable {
             return None;
         }
         self.overflow.get(&key)
+    }
+
+    /// The shared memfd of the region whose key is `key`, if any.
+    pub(crate) fn share_of(&self, key: u32) -> Option<PeerFile> {
+        self.get(key).and_then(|m| m.share)
     }
 
     /// The region whose key is `key`, to change in place (`mr_rereg.rs`).

@@ -44,6 +44,10 @@ impl Endpoint {
         let mr = self.mrs.get_mut(key).expect("looked up above");
         mr.pd = r.pd.unwrap_or(old.pd);
         mr.access = access;
+        if r.translation.is_some() {
+            // New memory is not the memfd's (the engine unshares the old).
+            mr.share = None;
+        }
         mr.host = host;
         mr.length = length;
         mr.iova = iova;

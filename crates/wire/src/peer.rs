@@ -6,8 +6,12 @@
 //! packet. A softrdma-private extension, used only between softrdma
 //! processes of one host over shared-memory lanes, never on a wire.
 //!
-//! Layout (big-endian, as every RoCE header): a 4-byte count, then per range
-//! an 8-byte address and a 4-byte length.
+//! Layout (big-endian, as every RoCE header): a 4-byte count, the sender's
+//! 8-byte incarnation (its member slot's generation, which the copier
+//! compares with the lane's producer before copying), then per range
+//! an 8-byte address, a 4-byte length, and the shared region holding it, if
+//! any ([`PeerFile`]): a 4-byte descriptor (`u32::MAX`: none), an 8-byte
+//! inode, an 8-byte first address and an 8-byte length.
 
 use crate::error::{Error, Result};
 
@@ -18,33 +22,70 @@ pub struct PeerSeg {
     pub addr: u64,
     /// Bytes.
     pub len: u32,
+    /// The shared region (memfd) whose pages hold part of the range, if the
+    /// sender's region is shared (`softrdma_shm::share`); bytes outside it
+    /// are copied from the sender's private memory.
+    pub file: Option<PeerFile>,
+}
+
+/// A sender's memory region shared through a memfd: its descriptor in the
+/// sender, its inode (checked by whoever opens it), and the addresses its
+/// pages sit at in the sender (`addr` is the memfd's offset 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerFile {
+    /// Descriptor in the sending process.
+    pub fd: u32,
+    /// Inode number of the memfd.
+    pub ino: u64,
+    /// Sender's address of the memfd's first byte.
+    pub addr: u64,
+    /// Bytes of the memfd.
+    pub len: u64,
 }
 
 /// Most ranges one packet may list (a requester's SGEs after translation;
-/// the device's `max_sge` is 32).
-pub const MAX_PEER_SEGS: usize = 64;
+/// the device's `max_sge` is 32, and a WQE with more goes in packets): 24
+/// ranges of 40 bytes, the count and the incarnation fit a 1024-byte MTU after the largest
+/// headers (BTH, RETH, immediate).
+pub const MAX_PEER_SEGS: usize = 24;
 
 const COUNT_LEN: usize = 4;
-const SEG_LEN: usize = 12;
+const INCARNATION_LEN: usize = 8;
+const HEAD_LEN: usize = COUNT_LEN + INCARNATION_LEN;
+const SEG_LEN: usize = 40;
+const NO_FILE: u32 = u32::MAX;
 
 /// Bytes of a payload listing `n` ranges.
 pub const fn peer_payload_len(n: usize) -> usize {
-    COUNT_LEN + n * SEG_LEN
+    HEAD_LEN + n * SEG_LEN
 }
 
-/// Writes `segs` into `out`, which must be [`peer_payload_len`] long.
-pub fn write_peer_segs(segs: &[PeerSeg], out: &mut [u8]) {
+/// Writes `segs` of the sender's incarnation `from` into `out`, which must
+/// be [`peer_payload_len`] long.
+pub fn write_peer_segs(from: u64, segs: &[PeerSeg], out: &mut [u8]) {
     debug_assert_eq!(out.len(), peer_payload_len(segs.len()));
     out[..COUNT_LEN].copy_from_slice(&(segs.len() as u32).to_be_bytes());
-    for (s, o) in segs.iter().zip(out[COUNT_LEN..].chunks_exact_mut(SEG_LEN)) {
+    out[COUNT_LEN..HEAD_LEN].copy_from_slice(&from.to_be_bytes());
+    for (s, o) in segs.iter().zip(out[HEAD_LEN..].chunks_exact_mut(SEG_LEN)) {
         o[..8].copy_from_slice(&s.addr.to_be_bytes());
-        o[8..].copy_from_slice(&s.len.to_be_bytes());
+        o[8..12].copy_from_slice(&s.len.to_be_bytes());
+        let f = s.file.unwrap_or(PeerFile {
+            fd: NO_FILE,
+            ino: 0,
+            addr: 0,
+            len: 0,
+        });
+        o[12..16].copy_from_slice(&f.fd.to_be_bytes());
+        o[16..24].copy_from_slice(&f.ino.to_be_bytes());
+        o[24..32].copy_from_slice(&f.addr.to_be_bytes());
+        o[32..40].copy_from_slice(&f.len.to_be_bytes());
     }
 }
 
 /// Reads the ranges of a peer-copy payload; checks the count against the
-/// length and [`MAX_PEER_SEGS`], and returns the ranges with their total.
-pub fn read_peer_segs(payload: &[u8]) -> Result<(Vec<PeerSeg>, u64)> {
+/// length and [`MAX_PEER_SEGS`], and returns the ranges with their total
+/// and the sender's incarnation.
+pub fn read_peer_segs(payload: &[u8]) -> Result<(Vec<PeerSeg>, u64, u64)> {
     let bad = || Error::BadLength("peer-copy range list");
     let head: [u8; 4] = payload
         .get(..COUNT_LEN)
@@ -55,15 +96,26 @@ pub fn read_peer_segs(payload: &[u8]) -> Result<(Vec<PeerSeg>, u64)> {
     if n > MAX_PEER_SEGS || payload.len() != peer_payload_len(n) {
         return Err(bad());
     }
-    let segs: Vec<PeerSeg> = payload[COUNT_LEN..]
+    let from = u64::from_be_bytes(payload[COUNT_LEN..HEAD_LEN].try_into().map_err(|_| bad())?);
+    let segs: Vec<PeerSeg> = payload[HEAD_LEN..]
         .chunks_exact(SEG_LEN)
-        .map(|c| PeerSeg {
-            addr: u64::from_be_bytes(c[..8].try_into().unwrap_or_default()),
-            len: u32::from_be_bytes(c[8..].try_into().unwrap_or_default()),
+        .map(|c| {
+            let u64_at = |i: usize| u64::from_be_bytes(c[i..i + 8].try_into().unwrap_or_default());
+            let fd = u32::from_be_bytes(c[12..16].try_into().unwrap_or_default());
+            PeerSeg {
+                addr: u64_at(0),
+                len: u32::from_be_bytes(c[8..12].try_into().unwrap_or_default()),
+                file: (fd != NO_FILE).then(|| PeerFile {
+                    fd,
+                    ino: u64_at(16),
+                    addr: u64_at(24),
+                    len: u64_at(32),
+                }),
+            }
         })
         .collect();
     let total = segs.iter().map(|s| u64::from(s.len)).sum();
-    Ok((segs, total))
+    Ok((segs, total, from))
 }
 
 #[cfg(test)]
@@ -76,21 +128,32 @@ mod tests {
             PeerSeg {
                 addr: 0x7f00_0000_1000,
                 len: 4096,
+                file: Some(PeerFile {
+                    fd: 7,
+                    ino: 0x1234_5678_9abc,
+                    addr: 0x7f00_0000_0000,
+                    len: 1 << 20,
+                }),
             },
             PeerSeg {
                 addr: u64::MAX - 7,
                 len: 8,
+                file: None,
             },
         ];
         let mut b = vec![0u8; peer_payload_len(2)];
-        write_peer_segs(&segs, &mut b);
-        assert_eq!(read_peer_segs(&b).unwrap(), (segs.to_vec(), 4104));
+        write_peer_segs(0x0102_0304_0506, &segs, &mut b);
+        assert_eq!(
+            read_peer_segs(&b).unwrap(),
+            (segs.to_vec(), 4104, 0x0102_0304_0506)
+        );
         // Count and length disagree.
         assert!(read_peer_segs(&b[..b.len() - 1]).is_err());
         assert!(read_peer_segs(&[0, 0]).is_err());
+        assert!(read_peer_segs(&[0; 4]).is_err());
         let mut many = vec![0u8; peer_payload_len(MAX_PEER_SEGS + 1)];
         many[..4].copy_from_slice(&((MAX_PEER_SEGS + 1) as u32).to_be_bytes());
         assert!(read_peer_segs(&many).is_err());
-        assert_eq!(read_peer_segs(&[0; 4]).unwrap(), (vec![], 0));
+        assert_eq!(read_peer_segs(&[0; 12]).unwrap(), (vec![], 0, 0));
     }
 }

@@ -326,6 +326,12 @@ impl Engine {
         };
         let forward = Shared::open_forwarder(host.as_deref(), &poller);
         let waiter_poller = receiving::WaiterPoller::new(&socket).ok();
+        if shm.is_some()
+            && let Some(h) = &host
+        {
+            // Peer-copy packets name it (`shm/peer_copy.rs`).
+            tcfg.peer_incarnation = h.generation();
+        }
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),

@@ -65,7 +65,28 @@ impl Engine {
         iova: u64,
         access: Access,
     ) -> Result<Mr, VerbsError> {
-        self.with(|ep, _| ep.reg_mr(pd, host, length, iova, access))
+        // Same-host path: the region's whole pages move into a memfd that
+        // peers copy from (`shm/peer_copy.rs`), before anyone can use it.
+        let shares = self.shared.shm.as_ref().map(|s| &s.mr_share);
+        let shared = shares.and_then(|m| m.share(host, length));
+        let r = self.with(|ep, _| {
+            let mut mr = ep.reg_mr(pd, host, length, iova, access)?;
+            if let Some(s) = &shared {
+                let f = super::shm::MrShares::file(s);
+                ep.set_mr_share(mr.lkey, Some(f));
+                mr.share = Some(f);
+            }
+            Ok(mr)
+        });
+        if let (Some(m), Some(s)) = (shares, &shared) {
+            match &r {
+                Ok(mr) => m.registered(mr.lkey, s),
+                Err(_) => {
+                    softrdma_shm::unshare(s.id);
+                }
+            }
+        }
+        r
     }
 
     /// Looks up a region by key (`ibv_import_mr`, `ibv_rereg_mr` checks).
@@ -75,12 +96,24 @@ impl Engine {
 
     /// Changes a region's PD, translation or access (`ibv_rereg_mr`).
     pub fn rereg_mr(&self, key: u32, r: Rereg) -> Result<Mr, VerbsError> {
-        self.with(|ep, _| ep.rereg_mr(key, r))
+        let moved = r.translation.is_some();
+        let mr = self.with(|ep, _| ep.rereg_mr(key, r))?;
+        if moved && let Some(shm) = &self.shared.shm {
+            // The old memory is no longer the region's: back to private.
+            shm.mr_share.deregistered(key);
+        }
+        Ok(mr)
     }
 
     /// Deregisters a region (`ibv_dereg_mr`).
     pub fn dereg_mr(&self, key: u32) -> Result<(), VerbsError> {
-        self.with(|ep, _| ep.dereg_mr(key))
+        self.with(|ep, _| ep.dereg_mr(key))?;
+        if let Some(shm) = &self.shared.shm {
+            // Gone from the table, so nothing of ours copies into it now:
+            // its pages go back to private memory.
+            shm.mr_share.deregistered(key);
+        }
+        Ok(())
     }
 
     /// Whether every `(lkey, addr, length)` lies in a region of `pd` granting

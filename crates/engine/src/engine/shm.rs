@@ -20,6 +20,7 @@ mod peer_copy;
 
 use super::{ACK_CHUNK_SHM, Core, Shared};
 use crate::memory::HostMemory;
+pub(super) use peer_copy::MrShares;
 use peer_copy::{LaneMemory, PeerCopyStats, is_peer_packet};
 use softrdma_host::Registry;
 use softrdma_shm::{Inbox, Outlet, PushError};
@@ -78,6 +79,8 @@ pub(crate) struct ShmPath {
     /// Per member slot: (incarnation, whether we can copy from it), as last probed.
     copyable: Mutex<Vec<(u64, bool)>>,
     pub(crate) peer_stats: PeerCopyStats,
+    /// Regions shared at registration, ours and peers' (`peer_copy.rs`).
+    pub(crate) mr_share: MrShares,
 }
 
 /// The transmit path's links, one per member slot (used under the transmit lock).
@@ -157,6 +160,7 @@ impl ShmPath {
             doorbells: AtomicU64::new(0),
             rx_by_progress: AtomicU64::new(0),
             peer_copy: peer_copy::allowed(),
+            mr_share: MrShares::new(peer_copy::allowed()),
             producers: Mutex::new(vec![(0, 0); 256]),
             copyable: Mutex::new(vec![(0, false); 256]),
             peer_stats: PeerCopyStats::default(),
@@ -231,6 +235,8 @@ impl ShmPath {
                 .find(|m| m.slot == slot)
                 .map(|m| m.generation)
         };
+        // Mappings of dead members' shared regions hold their memory.
+        self.mr_share.forget_dead(live);
         if inbox {
             // Asked afresh for each lane, after its owner is read: a member
             // that joined after the snapshot above (forked children start
@@ -261,9 +267,16 @@ impl ShmPath {
     }
 
     /// Counters for `SOFTRDMA_STATS` and `softrdma perf`.
-    pub(crate) fn counters(&self) -> [(&'static str, u64); 10] {
+    pub(crate) fn counters(&self) -> [(&'static str, u64); 13] {
         let p = &self.peer_stats;
+        let m = &self.mr_share;
         [
+            ("shm_mr_shared", m.shared.load(Ordering::Relaxed)),
+            ("shm_mr_share_refused", m.refused.load(Ordering::Relaxed)),
+            (
+                "shm_peer_copy_mapped_bytes",
+                p.mapped_bytes.load(Ordering::Relaxed),
+            ),
             ("shm_peer_copies", p.copies.load(Ordering::Relaxed)),
             ("shm_peer_copy_bytes", p.bytes.load(Ordering::Relaxed)),
             ("shm_peer_copy_failed", p.failed.load(Ordering::Relaxed)),

@@ -2,7 +2,9 @@
 //! host reached through a shared-memory lane, a large SEND, RDMA WRITE or
 //! READ is one packet listing memory ranges (`softrdma_wire::peer`), and whoever
 //! owns the destination copies the data straight from the other process
-//! ([`crate::Memory::read_peer`]; the engine uses `process_vm_readv`):
+//! ([`crate::Memory::read_peer`]; the engine `memcpy`s through a mapping
+//! of the region's memfd where the sender shared it at registration
+//! ([`crate::PeerFile`]), else uses `process_vm_readv`):
 //!
 //! - WRITE: the requester lists its SGEs' host ranges (lkeys checked); the
 //!   responder checks rkey, PD, rights and bounds as for any WRITE, then
@@ -96,7 +98,7 @@ impl Qp {
         let segs = sgl::host_ranges(ctx.mrs, pd, &w.wr.sgl, w.len, Access::EMPTY)
             .map_err(|_| WcStatus::LocProtErr)?;
         let mut p = vec![0; softrdma_wire::peer_payload_len(segs.len())];
-        softrdma_wire::write_peer_segs(&segs, &mut p);
+        softrdma_wire::write_peer_segs(ctx.config.peer_incarnation, &segs, &mut p);
         Ok((h, p))
     }
 
@@ -114,8 +116,8 @@ impl Qp {
             return;
         }
         let w = &self.sq[0];
-        let src = match softrdma_wire::read_peer_segs(pkt.payload) {
-            Ok((segs, total)) if w.peer && total == u64::from(w.len) => segs,
+        let (src, from) = match softrdma_wire::read_peer_segs(pkt.payload) {
+            Ok((segs, total, from)) if w.peer && total == u64::from(w.len) => (segs, from),
             _ => {
                 ctx.stats.drop_malformed += 1;
                 return;
@@ -128,7 +130,7 @@ impl Qp {
                 return;
             }
         };
-        match mem.read_peer(&src, &dst) {
+        match mem.read_peer(from, &src, &dst) {
             Ok(()) => {}
             // The responder died: nothing came; the retry timer ends it
             // (as a lost response on the wire would).

@@ -14,8 +14,8 @@ pub(crate) enum ScatterError {
     Prot(AccessError),
 }
 
-/// Walks the SGE list from byte `offset`, calling `f(host_addr, range)` for each
-/// contiguous piece of `len` bytes. Returns the bytes not covered by the list.
+/// Walks the SGE list from byte `offset`, calling `f(host_addr, range, lkey)`
+/// for each contiguous piece of `len` bytes. Returns the bytes not covered by the list.
 fn walk(
     mrs: &MrTable,
     pd: PdHandle,
@@ -23,7 +23,7 @@ fn walk(
     mut offset: u64,
     len: usize,
     need: Access,
-    mut f: impl FnMut(u64, core::ops::Range<usize>),
+    mut f: impl FnMut(u64, core::ops::Range<usize>, u32),
 ) -> Result<usize, AccessError> {
     let mut done = 0usize;
     for s in sgl {
@@ -38,7 +38,7 @@ fn walk(
         let n = ((sl - offset) as usize).min(len - done);
         let va = s.addr.checked_add(offset).ok_or(AccessError::OutOfBounds)?;
         let host = mrs.check(s.lkey, pd, va, n as u64, need)?;
-        f(host, done..done + n);
+        f(host, done..done + n, s.lkey);
         done += n;
         offset = 0;
     }
@@ -62,7 +62,7 @@ pub(crate) fn scatter(
             offset,
             data.len(),
             Access::LOCAL_WRITE,
-            |h, r| {
+            |h, r, _| {
                 if write {
                     mem.write(h, &data[r]);
                 }
@@ -88,7 +88,7 @@ pub(crate) fn gather(
     out: &mut [u8],
 ) -> Result<(), AccessError> {
     let len = out.len();
-    let left = walk(mrs, pd, sgl, offset, len, Access::EMPTY, |h, r| {
+    let left = walk(mrs, pd, sgl, offset, len, Access::EMPTY, |h, r, _| {
         mem.read(h, &mut out[r]);
     })?;
     if left != 0 {
@@ -112,10 +112,11 @@ pub(crate) fn host_ranges(
     need: Access,
 ) -> Result<Vec<crate::PeerSeg>, ScatterError> {
     let mut out = Vec::with_capacity(sgl.len());
-    let left = walk(mrs, pd, sgl, 0, len as usize, need, |host, r| {
+    let left = walk(mrs, pd, sgl, 0, len as usize, need, |host, r, lkey| {
         out.push(crate::PeerSeg {
             addr: host,
             len: r.len() as u32,
+            file: mrs.share_of(lkey),
         });
     })
     .map_err(ScatterError::Prot)?;

@@ -55,7 +55,12 @@ impl Memory for Lane<'_> {
     fn atomic(&mut self, addr: u64, op: AtomicOp) -> u64 {
         self.me.atomic(addr, op)
     }
-    fn read_peer(&mut self, src: &[PeerSeg], dst: &[PeerSeg]) -> Result<(), PeerCopyError> {
+    fn read_peer(
+        &mut self,
+        _from: u64,
+        src: &[PeerSeg],
+        dst: &[PeerSeg],
+    ) -> Result<(), PeerCopyError> {
         *self.copies += 1;
         if let Some(e) = self.fail {
             return Err(e);

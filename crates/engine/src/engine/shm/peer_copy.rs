@@ -1,7 +1,9 @@
 //! Peer copy on the same-host path (issue 17, step 2; the transport's
 //! `qp/peer.rs`): large SENDs, WRITEs and READs of an RC QP whose peer sits behind
 //! a lane travel as one packet naming memory ranges, and the owner of the
-//! destination copies them from the other process with `process_vm_readv`.
+//! destination copies them from the other process: with `memcpy` through a
+//! mapping of the memfd the range's region was shared into at registration
+//! ([`MrShares`]), else with `process_vm_readv`.
 //!
 //! - **Which QPs.** Decided when a QP gets its destination (`ibv_modify_qp`
 //!   with the address vector and destination QPN, or the CM connecting it):
@@ -21,10 +23,14 @@
 use super::ShmPath;
 use crate::engine::Shared;
 use crate::memory::HostMemory;
-use softrdma_shm::{CopyError, Range};
-use softrdma_transport::{AtomicOp, GSI_QPN, MULTICAST_QPN, Memory, PeerCopyError, PeerSeg};
+use softrdma_shm::{CopyError, PeerMap, Range, Refused, Shared as SharedRegion};
+use softrdma_transport::{
+    AtomicOp, GSI_QPN, MULTICAST_QPN, Memory, PEER_COPY_MIN, PeerCopyError, PeerFile, PeerSeg,
+};
 use softrdma_udp::steer::member_slot;
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of the peer copies this process did (`SOFTRDMA_STATS`).
@@ -35,6 +41,9 @@ pub(crate) struct PeerCopyStats {
     pub(crate) failed: AtomicU64,
     /// Peer-copy packets dropped because no lane could take them.
     pub(crate) dropped: AtomicU64,
+    /// Bytes of `bytes` copied through mappings of peers' shared regions
+    /// (the rest by `process_vm_readv`).
+    pub(crate) mapped_bytes: AtomicU64,
 }
 
 /// Whether a datagram is a peer-copy packet (`softrdma_wire::peer`).
@@ -75,29 +84,28 @@ impl Memory for LaneMemory<'_> {
         HostMemory.atomic(addr, op)
     }
 
-    fn read_peer(&mut self, src: &[PeerSeg], dst: &[PeerSeg]) -> Result<(), PeerCopyError> {
+    fn read_peer(
+        &mut self,
+        from: u64,
+        src: &[PeerSeg],
+        dst: &[PeerSeg],
+    ) -> Result<(), PeerCopyError> {
         let stats = &self.shm.peer_stats;
-        let Some(pid) = self.shm.producer_pid(self.slot) else {
+        // The packet's sender must be the lane's producer now: a
+        // descriptor a dead member left in its lane is not copied from the
+        // slot's next holder (as if the dead member's packet were lost).
+        let producer = self.shm.producer(self.slot).filter(|&(g, _)| g == from);
+        let Some((generation, pid)) = producer else {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             return Err(PeerCopyError::Gone);
         };
-        let range = |s: &PeerSeg| Range {
-            addr: s.addr,
-            len: u64::from(s.len),
-        };
-        let remote: Vec<Range> = src.iter().map(range).collect();
-        let local: Vec<Range> = dst.iter().map(range).collect();
-        // SAFETY: the transport checked every `dst` range against the MR
-        // table (key, PD, rights, bounds) under the endpoint lock, which this
-        // call runs under and deregistration takes; registered memory stays
-        // allocated until its deregistration (the verbs contract), and the
-        // engine holds no Rust reference into it.
-        let r = unsafe { softrdma_shm::read_from(pid, &remote, &local) };
+        let r = self.shm.mr_share.copy(self.slot, generation, pid, src, dst);
         match r {
-            Ok(()) => {
+            Ok(mapped) => {
                 stats.copies.fetch_add(1, Ordering::Relaxed);
-                let n: u64 = local.iter().map(|l| l.len).sum();
+                let n: u64 = dst.iter().map(|l| u64::from(l.len)).sum();
                 stats.bytes.fetch_add(n, Ordering::Relaxed);
+                stats.mapped_bytes.fetch_add(mapped, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) => {
@@ -117,11 +125,243 @@ impl Memory for LaneMemory<'_> {
     }
 }
 
+/// Smallest whole-page part of a region shared at registration: a peer
+/// copy is at least `PEER_COPY_MIN` long, so smaller regions rarely hold
+/// one, and each shared region costs a descriptor and a maps read.
+const SHARE_MIN: u64 = PEER_COPY_MIN as u64;
+/// Largest region shared at registration. Sharing copies its pages once at
+/// registration and once at deregistration (memcpy moved 40–56 GB/s here,
+/// `peer_copy` example of `softrdma-shm`, BENCHMARKS.md "Issue 17, step
+/// 2"), so 1 GiB costs about 25 ms each way; larger regions keep private
+/// memory and `process_vm_readv`.
+const SHARE_MAX: u64 = 1 << 30;
+/// Peers' regions mapped at most at once (each a mapping and, while mapped,
+/// the memfd's inode); past it all are let go and mapped again on use.
+/// Not a tuning constant: a bound on address space.
+const MAX_PEER_MAPS: usize = 256;
+
+/// Regions shared at registration (issue 17, step 3; `softrdma_shm::share`):
+/// this process's, by key, and the peers' it maps to copy from.
+///
+/// - At `reg_mr` (peer copy on, `SOFTRDMA_MR_SHARE` not `0`) a region's
+///   whole pages of private anonymous memory move into a memfd at the same
+///   addresses; the transport's region records it and peer-copy packets
+///   name it (descriptor, inode, addresses). At `dereg_mr` (or `rereg_mr`
+///   with new memory) the pages go back to private memory first.
+/// - A copier maps a named memfd through `/proc/<pid>/fd/<fd>` of the
+///   lane's producer (pid from the registry, never from the packet), checks
+///   name, inode and size, caches the mapping per (slot, incarnation,
+///   inode, descriptor) and copies with `memcpy`; bytes outside shared pages
+///   (head and tail pages, unshared regions) still come by
+///   `process_vm_readv`. A named memfd that cannot be opened (the region
+///   was deregistered) fails the copy: a late copy never reads the
+///   owner's private memory in its place.
+#[derive(Debug)]
+pub(crate) struct MrShares {
+    enabled: bool,
+    by_key: Mutex<HashMap<u32, u64>>,
+    maps: Mutex<HashMap<(u8, u64, u64, u32), PeerMap>>,
+    pub(crate) shared: AtomicU64,
+    pub(crate) refused: AtomicU64,
+}
+
+impl MrShares {
+    pub(super) fn new(peer_copy: bool) -> MrShares {
+        let off = std::env::var("SOFTRDMA_MR_SHARE").is_ok_and(|v| v == "0");
+        MrShares {
+            enabled: peer_copy && !off,
+            by_key: Mutex::new(HashMap::new()),
+            maps: Mutex::new(HashMap::new()),
+            shared: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Shares the whole pages of `[host, host + len)` if it qualifies (see
+    /// the type); a note under `SOFTRDMA_DEBUG` when a large enough region
+    /// cannot be shared.
+    pub(crate) fn share(&self, host: u64, len: u64) -> Option<SharedRegion> {
+        if !self.enabled {
+            return None;
+        }
+        match softrdma_shm::share(host, len, SHARE_MIN, SHARE_MAX) {
+            Ok(s) => {
+                self.shared.fetch_add(1, Ordering::Relaxed);
+                Some(s)
+            }
+            Err(Refused::TooSmall) => None,
+            Err(e) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                    eprintln!(
+                        "softrdma: memory region at {host:#x} (+{len}) not shared: {e}; peers copy it with process_vm_readv"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// The transport's record of a shared region.
+    pub(crate) fn file(s: &SharedRegion) -> PeerFile {
+        PeerFile {
+            fd: s.fd as u32,
+            ino: s.ino,
+            addr: s.addr,
+            len: s.len,
+        }
+    }
+
+    /// Records that region `key` holds shared region `s`.
+    pub(crate) fn registered(&self, key: u32, s: &SharedRegion) {
+        let mut m = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(key, s.id);
+    }
+
+    /// Gives region `key`'s pages back to private memory, if shared (after
+    /// the transport forgot the region, so nothing of ours copies into it).
+    pub(crate) fn deregistered(&self, key: u32) {
+        let id = {
+            let mut m = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+            m.remove(&key)
+        };
+        if let Some(id) = id {
+            softrdma_shm::unshare(id);
+        }
+    }
+
+    /// Lets go of the mappings of regions of members no longer alive in
+    /// the incarnation they were mapped from (`live(slot)`: the slot's live
+    /// incarnation), so their memory goes with them.
+    pub(super) fn forget_dead(&self, live: impl Fn(u8) -> Option<u64>) {
+        let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        maps.retain(|&(slot, g, _, _), _| live(slot) == Some(g));
+    }
+
+    /// Copies the ranges `src` of process `pid` (the producer of lane
+    /// `slot`, incarnation `generation`) into our ranges `dst`: through
+    /// mappings of its shared regions where the ranges name one, the rest
+    /// with one `process_vm_readv`. Returns the bytes copied by mapping.
+    fn copy(
+        &self,
+        slot: u8,
+        generation: u64,
+        pid: u32,
+        src: &[PeerSeg],
+        dst: &[PeerSeg],
+    ) -> Result<u64, CopyError> {
+        let total = |v: &[PeerSeg]| v.iter().map(|s| u64::from(s.len)).sum::<u64>();
+        if total(src) != total(dst) {
+            return Err(CopyError::Invalid);
+        }
+        let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut remote, mut local) = (Vec::new(), Vec::new());
+        let mut mapped = 0u64;
+        let mut out = Cursor {
+            segs: dst,
+            i: 0,
+            off: 0,
+        };
+        for s in src {
+            let end = s
+                .addr
+                .checked_add(u64::from(s.len))
+                .ok_or(CopyError::Invalid)?;
+            // [s.addr, end) split at the shared pages: before, inside, after.
+            let (fa, fe) = match s.file {
+                Some(f) => (
+                    f.addr.clamp(s.addr, end),
+                    f.addr.saturating_add(f.len).clamp(s.addr, end),
+                ),
+                None => (end, end),
+            };
+            let map_key = s.file.map(|f| (slot, generation, f.ino, f.fd));
+            if fe > fa
+                && let (Some(f), Some(k)) = (s.file, map_key)
+                && !maps.contains_key(&k)
+            {
+                maps.retain(|&(sl, g, _, _), _| sl != slot || g == generation);
+                if maps.len() >= MAX_PEER_MAPS {
+                    maps.clear();
+                }
+                maps.insert(k, PeerMap::open(pid, f.fd, f.ino, f.len)?);
+            }
+            for (a, e, inside) in [(s.addr, fa, false), (fa, fe, true), (fe, end, false)] {
+                let mut at = a;
+                while at < e {
+                    let (d, n) = out.take(e - at).ok_or(CopyError::Invalid)?;
+                    if inside {
+                        let (Some(f), Some(m)) = (s.file, map_key.and_then(|k| maps.get(&k)))
+                        else {
+                            return Err(CopyError::Invalid);
+                        };
+                        // SAFETY: `d` is a piece of `dst`, which the
+                        // transport checked against our MR table (key, PD,
+                        // rights, bounds) under the endpoint lock this runs
+                        // under and deregistration takes; the engine holds no
+                        // Rust reference into registered memory.
+                        if !unsafe { m.copy_to(at - f.addr, d, n) } {
+                            return Err(CopyError::Fault);
+                        }
+                        mapped += n;
+                    } else {
+                        remote.push(Range { addr: at, len: n });
+                        local.push(Range { addr: d, len: n });
+                    }
+                    at += n;
+                }
+            }
+        }
+        drop(maps);
+        if !remote.is_empty() {
+            // SAFETY: as for the mapped pieces: `local` are pieces of `dst`.
+            unsafe { softrdma_shm::read_from(pid, &remote, &local) }?;
+        }
+        Ok(mapped)
+    }
+}
+
+impl Drop for MrShares {
+    /// The engine stops: regions still registered go back to private memory.
+    fn drop(&mut self) {
+        let m = std::mem::take(self.by_key.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for id in m.into_values() {
+            softrdma_shm::unshare(id);
+        }
+    }
+}
+
+/// Walks a list of ranges in pieces.
+struct Cursor<'a> {
+    segs: &'a [PeerSeg],
+    i: usize,
+    off: u64,
+}
+
+impl Cursor<'_> {
+    /// The next piece of at most `max` bytes: (address, bytes).
+    fn take(&mut self, max: u64) -> Option<(u64, u64)> {
+        loop {
+            let s = self.segs.get(self.i)?;
+            let left = u64::from(s.len) - self.off;
+            if left == 0 {
+                self.i += 1;
+                self.off = 0;
+                continue;
+            }
+            let n = left.min(max);
+            let a = s.addr + self.off;
+            self.off += n;
+            return Some((a, n));
+        }
+    }
+}
+
 impl ShmPath {
-    /// The pid of the process that pushes into lane `slot`: the registry's
-    /// holder of the slot, if its incarnation is the lane's (cached per
-    /// incarnation; a file read when it changes).
-    fn producer_pid(&self, slot: u8) -> Option<u32> {
+    /// The incarnation and pid of the process that pushes into lane `slot`:
+    /// the registry's holder of the slot, if its incarnation is the lane's
+    /// (cached per incarnation; a file read when it changes).
+    fn producer(&self, slot: u8) -> Option<(u64, u32)> {
         let owner = self.inbox.lane_owner(slot);
         if owner == 0 {
             return None;
@@ -135,7 +375,7 @@ impl ShmPath {
             }
             *entry = (owner, info.pid);
         }
-        Some(entry.1)
+        Some(*entry)
     }
 }
 

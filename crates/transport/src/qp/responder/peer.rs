@@ -40,7 +40,7 @@ impl Qp {
         if reth.dma_len > ctx.config.limits.max_msg_sz {
             return Err(invalid);
         }
-        let (src, total) = softrdma_wire::read_peer_segs(pkt.payload).map_err(|_| invalid)?;
+        let (src, total, from) = softrdma_wire::read_peer_segs(pkt.payload).map_err(|_| invalid)?;
         if total != u64::from(reth.dma_len) {
             return Err(invalid);
         }
@@ -49,8 +49,9 @@ impl Qp {
             let dst = [PeerSeg {
                 addr: host,
                 len: reth.dma_len,
+                file: None,
             }];
-            mem.read_peer(&src, &dst).map_err(copy_fail)?;
+            mem.read_peer(from, &src, &dst).map_err(copy_fail)?;
         }
         self.resp.psn = self.resp.psn.add(1);
         self.resp.cur = None;
@@ -66,7 +67,7 @@ impl Qp {
         pkt: &Packet<'_>,
     ) -> Result<(), Fail> {
         let invalid = Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr);
-        let (src, total) = softrdma_wire::read_peer_segs(pkt.payload).map_err(|_| invalid)?;
+        let (src, total, from) = softrdma_wire::read_peer_segs(pkt.payload).map_err(|_| invalid)?;
         let len = u32::try_from(total)
             .ok()
             .filter(|&l| l <= ctx.config.limits.max_msg_sz)
@@ -80,7 +81,7 @@ impl Qp {
             ScatterError::Prot(_) => Fail::Nak(NakCode::RemoteOperational, WcStatus::LocProtErr),
         })?;
         if len > 0 {
-            match mem.read_peer(&src, &dst) {
+            match mem.read_peer(from, &src, &dst) {
                 Ok(()) => {}
                 // The requester is gone: nothing answered, the WQE kept
                 // for the next SEND.
@@ -162,10 +163,16 @@ impl Qp {
             psn,
         ));
         h.aeth = Some(Aeth { syndrome: ACK, msn });
-        let seg = [PeerSeg { addr: host, len }];
+        // The region's memfd, if shared (a memory window's rkey names none:
+        // its bytes are copied from private memory).
+        let seg = [PeerSeg {
+            addr: host,
+            len,
+            file: mrs.share_of(rkey),
+        }];
         let plen = softrdma_wire::peer_payload_len(1);
         let t = Qp::build::<()>(ctx.config, path, &h, plen, buf, |dst| {
-            softrdma_wire::write_peer_segs(&seg, dst);
+            softrdma_wire::write_peer_segs(ctx.config.peer_incarnation, &seg, dst);
             Ok(())
         })
         .ok();

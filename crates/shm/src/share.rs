@@ -1,0 +1,825 @@
+//! Registered memory shared at registration (issue 17, step 3): the whole
+//! pages inside a memory region move into a memfd mapped at the same
+//! addresses, so a peer process of the host device copies out of them with
+//! `memcpy` through its own mapping of that memfd instead of with
+//! `process_vm_readv` (`peer.rs`).
+//!
+//! - **Owner.** [`share`] copies the pages into a new memfd and puts the
+//!   memfd's shared mapping in their place with one `mremap` (the pages'
+//!   addresses and contents stay; only private anonymous read-write memory
+//!   qualifies, checked in `/proc/self/maps`). [`unshare`] does the reverse
+//!   at deregistration: a private anonymous copy goes back in place, then the
+//!   memfd's pages are punched out. A peer's mapping made before that sees
+//!   zeros afterwards, never memory its owner uses after deregistration.
+//! - **fork.** A child must not share a registered page with its parent
+//!   (the kernel's rule since 5.13: a pinned page is copied for the child).
+//!   A `pthread_atfork` child handler gives the child a private copy of every
+//!   shared range before the child runs.
+//! - **Peer.** [`PeerMap`] maps a peer's memfd read-only through
+//!   `/proc/<pid>/fd/<fd>` (the kernel allows that only to processes that may
+//!   read the peer's memory, the rule the lanes rely on) after checking the
+//!   file is the memfd named: its inode, its size and its name.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::{Mutex, MutexGuard, Once};
+
+/// What the registry of shared regions remembers of one.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    id: u64,
+    addr: u64,
+    len: u64,
+    fd: RawFd,
+    ino: u64,
+}
+
+struct Regions {
+    list: Vec<Entry>,
+    next_id: u64,
+}
+
+static REGIONS: Mutex<Regions> = Mutex::new(Regions {
+    list: Vec::new(),
+    next_id: 1,
+});
+
+thread_local! {
+    /// The registry's lock, held by the forking thread from `prepare` to the
+    /// `parent`/`child` handler.
+    static FORK_GUARD: std::cell::RefCell<Option<MutexGuard<'static, Regions>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Most regions shared at once: each holds a descriptor, and an
+/// application's descriptor limit is often 1024. Not a tuning constant:
+/// beyond it regions keep private memory (peer copies use
+/// `process_vm_readv`).
+pub const MAX_SHARED: usize = 256;
+
+/// The name memfds of shared regions carry (`/proc/<pid>/fd` shows
+/// `/memfd:softrdma-mr (deleted)`).
+const NAME: &str = "softrdma-mr";
+
+/// One region's shared pages, as the owner publishes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shared {
+    /// Handle for [`unshare`].
+    pub id: u64,
+    /// First byte of the shared pages (page aligned), the memfd's offset 0.
+    pub addr: u64,
+    /// Bytes shared (whole pages), the memfd's size.
+    pub len: u64,
+    /// The memfd's descriptor in this process.
+    pub fd: RawFd,
+    /// The memfd's inode number.
+    pub ino: u64,
+}
+
+/// Why a region was not shared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Fewer whole pages inside it than the caller's minimum.
+    TooSmall,
+    /// More than the caller's maximum.
+    TooLarge,
+    /// [`MAX_SHARED`] regions are shared already.
+    TooMany,
+    /// Some of its pages are not private anonymous read-write memory (a
+    /// file, a shared mapping, hugetlb, the stack, ...): the mapping found.
+    NotPrivate(String),
+    /// A system call failed (its errno).
+    Sys(i32),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::TooSmall => write!(f, "too few whole pages"),
+            Refused::TooLarge => write!(f, "larger than the cap"),
+            Refused::TooMany => write!(f, "{MAX_SHARED} regions shared already"),
+            Refused::NotPrivate(m) => write!(f, "not private anonymous memory ({m})"),
+            Refused::Sys(e) => write!(f, "{}", io::Error::from_raw_os_error(*e)),
+        }
+    }
+}
+
+/// The system's page size.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as u64 } else { 4096 }
+}
+
+/// The whole pages inside `[addr, addr + len)`: (first, bytes), bytes 0 if none.
+pub fn interior(addr: u64, len: u64) -> (u64, u64) {
+    let p = page_size();
+    let Some(end) = addr.checked_add(len) else {
+        return (addr, 0);
+    };
+    let Some(first) = addr.checked_next_multiple_of(p) else {
+        return (addr, 0);
+    };
+    let last = end - end % p;
+    (first, last.saturating_sub(first))
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Whether `/proc/self/maps` shows `[addr, addr + len)` covered by private
+/// anonymous read-write mappings only (the heap and named anonymous memory
+/// included; the stack, files, shared and hugetlb mappings not).
+fn private_anonymous(addr: u64, len: u64) -> Result<(), Refused> {
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| Refused::Sys(e.raw_os_error().unwrap_or(0)))?;
+    let end = addr + len;
+    let mut at = addr;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let (_off, _dev, inode) = (f.next(), f.next(), f.next());
+        let path: Vec<&str> = f.collect();
+        let path = path.join(" ");
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(s), Ok(e)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else {
+            continue;
+        };
+        if e <= at || s >= end {
+            continue;
+        }
+        if s > at {
+            return Err(Refused::NotPrivate(format!("unmapped at {at:#x}")));
+        }
+        let anon = inode == Some("0")
+            && (path.is_empty() || path == "[heap]" || path.starts_with("[anon:"));
+        if !perms.starts_with("rw") || !perms.ends_with('p') || !anon {
+            return Err(Refused::NotPrivate(line.to_owned()));
+        }
+        at = e;
+        if at >= end {
+            return Ok(());
+        }
+    }
+    Err(Refused::NotPrivate(format!("unmapped at {at:#x}")))
+}
+
+/// Whether `/proc/self/maps` shows `[addr, addr + len)` still mapped from
+/// the region's memfd (inode `ino`) and nothing else: the application may
+/// have unmapped it (freed without deregistering), and something else may
+/// sit there now, which must be left alone.
+fn still_shared(addr: u64, len: u64, ino: u64) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    let (end, mut at) = (addr + len, addr);
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), _, _, _, Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(s), Ok(e)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else {
+            continue;
+        };
+        if e <= at || s >= end {
+            continue;
+        }
+        if s > at || inode != ino.to_string() || !line.contains(NAME) {
+            return false;
+        }
+        at = e;
+        if at >= end {
+            return true;
+        }
+    }
+    false
+}
+
+fn install_fork_handlers() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the three handlers are `extern "C"` functions that live for
+        // the whole program.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    });
+}
+
+extern "C" fn fork_prepare() {
+    let g = REGIONS.lock().unwrap_or_else(|p| p.into_inner());
+    FORK_GUARD.with(|c| *c.borrow_mut() = Some(g));
+}
+
+extern "C" fn fork_parent() {
+    FORK_GUARD.with(|c| drop(c.borrow_mut().take()));
+}
+
+/// In the child (one thread): every shared range gets a private copy in
+/// place, and the child forgets the memfds (glibc's malloc works in a
+/// child's fork handlers, so reading the maps may allocate).
+extern "C" fn fork_child() {
+    FORK_GUARD.with(|c| {
+        if let Some(mut g) = c.borrow_mut().take() {
+            for e in &g.list {
+                if still_shared(e.addr, e.len, e.ino) {
+                    restore_private(e.addr, e.len, e.fd);
+                }
+                // SAFETY: the child's copy of the memfd's descriptor is its own.
+                unsafe { libc::close(e.fd) };
+            }
+            g.list.clear();
+        }
+    });
+}
+
+/// Moves the whole pages of `[addr, addr + len)` into a new memfd mapped
+/// shared at the same addresses, if they are private anonymous memory and
+/// between `min` and `max` bytes. The contents stay; so do the pages'
+/// addresses. Writes other threads make to those pages while this runs may
+/// be lost (registering memory is not expected to race with writing it).
+pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused> {
+    let (first, n) = interior(addr, len);
+    if n == 0 || n < min {
+        return Err(Refused::TooSmall);
+    }
+    if n > max {
+        return Err(Refused::TooLarge);
+    }
+    let size = usize::try_from(n).map_err(|_| Refused::TooLarge)?;
+    if REGIONS.lock().unwrap_or_else(|p| p.into_inner()).list.len() >= MAX_SHARED {
+        return Err(Refused::TooMany);
+    }
+    private_anonymous(first, n)?;
+    install_fork_handlers();
+    // SAFETY: a NUL-terminated name and known flags.
+    let fd = unsafe { libc::memfd_create(c"softrdma-mr".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Refused::Sys(errno()));
+    }
+    let fail = |e: i32| {
+        // SAFETY: `fd` is ours and used nowhere else.
+        unsafe { libc::close(fd) };
+        Err(Refused::Sys(e))
+    };
+    // SAFETY: `fd` is our memfd.
+    if unsafe { libc::ftruncate(fd, n as libc::off_t) } != 0 {
+        return fail(errno());
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` is a writable `stat`.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return fail(errno());
+    }
+    // SAFETY: fstat filled it.
+    let ino = unsafe { st.assume_init() }.st_ino;
+    // SAFETY: a fresh mapping of our memfd wherever the kernel puts it.
+    let tmp = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if tmp == libc::MAP_FAILED {
+        return fail(errno());
+    }
+    // Pages that read as zeros (never touched: the kernel's zero page) are
+    // not copied, so the memfd allocates only what the region holds.
+    let page = page_size() as usize;
+    for off in (0..size).step_by(page) {
+        // SAFETY: `[first, first + n)` is mapped read-write (checked in the
+        // maps just now) and `n` is a multiple of the page size.
+        let src = unsafe { std::slice::from_raw_parts((first as usize + off) as *const u8, page) };
+        if src.iter().all(|&b| b == 0) {
+            continue;
+        }
+        // SAFETY: `tmp` is a fresh mapping of `n` bytes, distinct from the
+        // region; `off + page <= n`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), tmp.cast::<u8>().add(off), page) };
+    }
+    // SAFETY: moves our fresh mapping over the region's pages, which the
+    // caller registers (it owns them); the kernel replaces the old mapping
+    // there atomically.
+    let r = unsafe {
+        libc::mremap(
+            tmp,
+            size,
+            size,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            first as *mut libc::c_void,
+        )
+    };
+    if r == libc::MAP_FAILED {
+        let e = errno();
+        // SAFETY: `tmp` is still our mapping (mremap failed).
+        unsafe { libc::munmap(tmp, size) };
+        return fail(e);
+    }
+    let mut g = REGIONS.lock().unwrap_or_else(|p| p.into_inner());
+    let id = g.next_id;
+    g.next_id += 1;
+    g.list.push(Entry {
+        id,
+        addr: first,
+        len: n,
+        fd,
+        ino,
+    });
+    Ok(Shared {
+        id,
+        addr: first,
+        len: n,
+        fd,
+        ino,
+    })
+}
+
+/// Gives `[addr, addr + len)`, the pages of memfd `fd`, private anonymous
+/// pages with the memfd's contents, in place (one `mremap`). Reads the
+/// memfd's data extents with `pread` (holes stay untouched zero pages, and
+/// nothing faults if the range was unmapped meanwhile). Only system calls.
+fn restore_private(addr: u64, len: u64, fd: RawFd) -> bool {
+    let size = len as usize;
+    // SAFETY: a fresh private anonymous mapping.
+    let tmp = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if tmp == libc::MAP_FAILED {
+        return false;
+    }
+    let fail = || {
+        // SAFETY: `tmp` is our mapping.
+        unsafe { libc::munmap(tmp, size) };
+        false
+    };
+    let mut off: libc::off_t = 0;
+    let end = len as libc::off_t;
+    while off < end {
+        // SAFETY: plain queries of our memfd.
+        let data = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
+        if data < 0 {
+            // ENXIO: no data past `off`.
+            if errno() == libc::ENXIO {
+                break;
+            }
+            return fail();
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) }.min(end);
+        let mut at = data;
+        while at < hole {
+            // SAFETY: writes `hole - at` bytes at offset `at` of `tmp`, our
+            // fresh mapping of `size` bytes (`hole <= len`).
+            let n = unsafe {
+                libc::pread(
+                    fd,
+                    tmp.cast::<u8>().add(at as usize).cast(),
+                    (hole - at) as usize,
+                    at,
+                )
+            };
+            if n <= 0 {
+                return fail();
+            }
+            at += n as libc::off_t;
+        }
+        off = hole;
+    }
+    // SAFETY: replaces the shared pages at `addr` (the caller checked they
+    // are still the memfd's) with the private copy; `tmp` is ours.
+    let r = unsafe {
+        libc::mremap(
+            tmp,
+            size,
+            size,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            addr as *mut libc::c_void,
+        )
+    };
+    if r == libc::MAP_FAILED {
+        return fail();
+    }
+    true
+}
+
+/// Undoes [`share`] (at deregistration): the pages become private anonymous
+/// memory again with their contents, and the memfd's pages are freed, so a
+/// peer still mapping it reads zeros, never this process's memory. Returns
+/// whether `id` was shared (false in a forked child, which already has
+/// private copies).
+pub fn unshare(id: u64) -> bool {
+    let e = {
+        let mut g = REGIONS.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = g.list.iter().position(|e| e.id == id) else {
+            return false;
+        };
+        g.list.swap_remove(i)
+    };
+    if still_shared(e.addr, e.len, e.ino) {
+        restore_private(e.addr, e.len, e.fd);
+    }
+    // SAFETY: our memfd; punching keeps its size, so peers' mappings stay
+    // valid (reading zeros) and never fault.
+    unsafe {
+        libc::fallocate(
+            e.fd,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            e.len as libc::off_t,
+        );
+        libc::close(e.fd);
+    }
+    true
+}
+
+/// How many regions are shared now.
+pub fn shared_count() -> usize {
+    REGIONS.lock().unwrap_or_else(|p| p.into_inner()).list.len()
+}
+
+/// A read-only mapping of a peer's shared region (see [`share`]).
+#[derive(Debug)]
+pub struct PeerMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain read-only memory, valid until drop; nothing
+// in it is tied to a thread.
+unsafe impl Send for PeerMap {}
+
+impl PeerMap {
+    /// Maps the memfd process `pid` holds at descriptor `fd`, if it is a
+    /// shared region's memfd (by name) with inode `ino` and size `len`.
+    pub fn open(pid: u32, fd: u32, ino: u64, len: u64) -> Result<PeerMap, crate::CopyError> {
+        use crate::CopyError;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let link = std::fs::read_link(&path).map_err(|e| map_err(&e))?;
+        let name = link.to_string_lossy();
+        if !name.starts_with(&format!("/memfd:{NAME}")) {
+            return Err(CopyError::Fault);
+        }
+        let file = std::fs::File::open(&path).map_err(|e| map_err(&e))?;
+        let meta = file.metadata().map_err(|e| map_err(&e))?;
+        if meta.ino() != ino || meta.len() != len || len == 0 {
+            return Err(CopyError::Fault);
+        }
+        let size = usize::try_from(len).map_err(|_| CopyError::Invalid)?;
+        // SAFETY: a read-only shared mapping of a file we hold open; its size
+        // was just checked, and a region's memfd never shrinks (punched,
+        // never truncated), so no access within `len` faults.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(CopyError::Other(errno()));
+        }
+        Ok(PeerMap {
+            ptr: p.cast(),
+            len: size,
+        })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is mapped (never: `open` refuses empty files).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `len` bytes at offset `off` of the region to address `dst` of
+    /// this process. False if the range leaves the mapping.
+    ///
+    /// # Safety
+    ///
+    /// `[dst, dst + len)` must be memory of this process that may be written
+    /// now (allocated, writable, referenced by no live Rust reference).
+    pub unsafe fn copy_to(&self, off: u64, dst: u64, len: u64) -> bool {
+        let end = off.checked_add(len);
+        if end.is_none_or(|e| e > self.len as u64) {
+            return false;
+        }
+        // SAFETY: the source lies inside our read-only mapping (checked
+        // above); the caller promised the destination; a mapping of the
+        // peer's memfd is a range of its own, distinct from `dst`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.add(off as usize), dst as *mut u8, len as usize)
+        };
+        true
+    }
+}
+
+impl Drop for PeerMap {
+    fn drop(&mut self) {
+        // SAFETY: our mapping, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+fn map_err(e: &io::Error) -> crate::CopyError {
+    use crate::CopyError;
+    match e.raw_os_error() {
+        // The process is gone (its /proc directory with it).
+        Some(libc::ESRCH) => CopyError::Gone,
+        Some(libc::EACCES | libc::EPERM) => CopyError::Denied,
+        // The descriptor is closed (the region deregistered).
+        Some(libc::ENOENT) => CopyError::Fault,
+        Some(e) => CopyError::Other(e),
+        None => CopyError::Other(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A private anonymous mapping of `pages` pages, filled with a pattern.
+    fn region(pages: usize) -> (u64, usize) {
+        let len = pages * page_size() as usize;
+        // SAFETY: a fresh private anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: the fresh mapping, ours.
+        let s = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+        for (i, b) in s.iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        (p as u64, len)
+    }
+
+    fn bytes(addr: u64, len: usize) -> Vec<u8> {
+        // SAFETY: callers pass ranges of `region`s still mapped.
+        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec()
+    }
+
+    fn mapping_of(addr: u64) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .find(|l| {
+                let (s, e) = l
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .split_once('-')
+                    .unwrap();
+                let (s, e) = (
+                    u64::from_str_radix(s, 16).unwrap(),
+                    u64::from_str_radix(e, 16).unwrap(),
+                );
+                (s..e).contains(&addr)
+            })
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn interior_is_whole_pages() {
+        let p = page_size();
+        assert_eq!(interior(p, 3 * p), (p, 3 * p));
+        assert_eq!(interior(p + 1, 3 * p), (2 * p, 2 * p));
+        assert_eq!(interior(p + 1, p), (2 * p, 0));
+        assert_eq!(interior(u64::MAX - 5, 10).1, 0);
+    }
+
+    #[test]
+    fn share_keeps_contents_and_addresses_and_unshare_restores_private() {
+        let (base, len) = region(8);
+        let before = bytes(base, len);
+        let p = page_size();
+        // An unaligned region: its head and tail pages stay private.
+        let s = share(base + 100, len as u64 - 200, 0, u64::MAX).unwrap();
+        assert_eq!((s.addr, s.len), (base + p, len as u64 - 2 * p));
+        assert_eq!(bytes(base, len), before);
+        assert!(
+            mapping_of(s.addr).contains("/memfd:softrdma-mr"),
+            "{}",
+            mapping_of(s.addr)
+        );
+        assert!(!mapping_of(base).contains("memfd"));
+        // Writes through the application's pointers land in the memfd.
+        // SAFETY: inside our region.
+        unsafe { *((s.addr + 5) as *mut u8) = 0xAB };
+        let me = std::process::id();
+        let m = PeerMap::open(me, s.fd as u32, s.ino, s.len).unwrap();
+        let mut out = [0u8; 8];
+        // SAFETY: `out` is ours and not borrowed during the call.
+        assert!(unsafe { m.copy_to(3, out.as_mut_ptr() as u64, 8) });
+        assert_eq!(out[2], 0xAB);
+        assert_eq!(out[0], before[(p + 3) as usize]);
+        // SAFETY: as above; past the end is refused.
+        assert!(!unsafe { m.copy_to(s.len - 4, out.as_mut_ptr() as u64, 8) });
+        // Wrong inode or size: refused.
+        assert!(PeerMap::open(me, s.fd as u32, s.ino + 1, s.len).is_err());
+        assert!(PeerMap::open(me, s.fd as u32, s.ino, s.len + 1).is_err());
+
+        assert!(unshare(s.id));
+        assert!(!unshare(s.id));
+        let mut expect = before.clone();
+        expect[(p + 5) as usize] = 0xAB;
+        assert_eq!(bytes(base, len), expect);
+        assert!(
+            !mapping_of(s.addr).contains("memfd"),
+            "{}",
+            mapping_of(s.addr)
+        );
+        // A peer's mapping made before deregistration sees neither the
+        // owner's later writes nor its old data.
+        // SAFETY: inside our region.
+        unsafe { *((s.addr + 5) as *mut u8) = 0xCD };
+        // SAFETY: as above.
+        assert!(unsafe { m.copy_to(0, out.as_mut_ptr() as u64, 8) });
+        assert_eq!(out, [0; 8]);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(base as *mut libc::c_void, len) };
+    }
+
+    #[test]
+    fn untouched_pages_take_no_memory_and_come_back_as_zeros() {
+        let p = page_size() as usize;
+        let len = 64 * p;
+        // SAFETY: a fresh private anonymous mapping, never touched but one byte.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as u64;
+        // SAFETY: inside the mapping.
+        unsafe { *((base + 3 * p as u64 + 7) as *mut u8) = 9 };
+        let s = share(base, len as u64, 0, u64::MAX).unwrap();
+        let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+        // SAFETY: our memfd and a writable stat.
+        assert_eq!(unsafe { libc::fstat(s.fd, st.as_mut_ptr()) }, 0);
+        // SAFETY: filled by fstat.
+        let blocks = unsafe { st.assume_init() }.st_blocks as usize;
+        assert!(
+            blocks * 512 <= 2 * p,
+            "{blocks} blocks for one touched page"
+        );
+        // SAFETY: inside the mapping, now the memfd's.
+        unsafe { *((base + 40 * p as u64) as *mut u8) = 5 };
+        assert!(unshare(s.id));
+        let b = bytes(base, len);
+        assert_eq!((b[3 * p + 7], b[40 * p]), (9, 5));
+        assert_eq!(b.iter().filter(|&&x| x != 0).count(), 2);
+        assert!(!mapping_of(base).contains("memfd"));
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(base as *mut libc::c_void, len) };
+    }
+
+    #[test]
+    fn refuses_what_it_must_not_share() {
+        let p = page_size();
+        let (base, len) = region(4);
+        assert_eq!(
+            share(base, len as u64, 8 * p, u64::MAX),
+            Err(Refused::TooSmall)
+        );
+        assert_eq!(share(base, len as u64, 0, p), Err(Refused::TooLarge));
+        assert_eq!(share(base + 1, p, 0, u64::MAX), Err(Refused::TooSmall));
+        // Already shared.
+        let s = share(base, len as u64, 0, u64::MAX).unwrap();
+        assert!(matches!(
+            share(base, len as u64, 0, u64::MAX),
+            Err(Refused::NotPrivate(_))
+        ));
+        unshare(s.id);
+        // A shared anonymous mapping.
+        // SAFETY: a fresh shared anonymous mapping.
+        let sh = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(matches!(
+            share(sh as u64, len as u64, 0, u64::MAX),
+            Err(Refused::NotPrivate(_))
+        ));
+        // Read-only memory.
+        // SAFETY: our mapping.
+        unsafe { libc::mprotect(base as *mut libc::c_void, len, libc::PROT_READ) };
+        assert!(matches!(
+            share(base, len as u64, 0, u64::MAX),
+            Err(Refused::NotPrivate(_))
+        ));
+        // SAFETY: our mappings.
+        unsafe {
+            libc::munmap(base as *mut libc::c_void, len);
+            libc::munmap(sh, len);
+        }
+        // Unmapped.
+        assert!(matches!(
+            share(base, len as u64, 0, u64::MAX),
+            Err(Refused::NotPrivate(_))
+        ));
+    }
+
+    #[test]
+    fn unshare_after_the_memory_was_unmapped_leaves_its_new_tenant_alone() {
+        let (base, len) = region(4);
+        let s = share(base, len as u64, 0, u64::MAX).unwrap();
+        // The application frees the memory without deregistering, and a
+        // shared mapping of its own lands at the same place.
+        // SAFETY: our mapping, replaced by another of our own.
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(p as u64, base);
+        // SAFETY: inside the new mapping.
+        unsafe { *(base as *mut u8) = 42 };
+        let before = mapping_of(base);
+        assert!(unshare(s.id));
+        assert_eq!(mapping_of(base), before, "the new mapping was replaced");
+        assert_eq!(bytes(base, 1), [42]);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(base as *mut libc::c_void, len) };
+    }
+
+    #[test]
+    fn a_forked_child_gets_a_private_copy() {
+        let (base, len) = region(4);
+        let s = share(base, len as u64, 0, u64::MAX).unwrap();
+        let before = bytes(base, len);
+        // SAFETY: the child only reads and writes memory and calls
+        // async-signal-safe functions before `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // Child: same contents, then a write its parent must not see.
+            // SAFETY: inside the region, mapped in the child too.
+            let ok = unsafe { *((base + 9) as *const u8) } == before[9];
+            // SAFETY: as above.
+            unsafe { *((base + 9) as *mut u8) = before[9].wrapping_add(1) };
+            // SAFETY: ends the child without running the parent's atexit code.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert_eq!(
+            bytes(base, len),
+            before,
+            "the child's write reached the parent"
+        );
+        assert!(unshare(s.id));
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(base as *mut libc::c_void, len) };
+    }
+}
