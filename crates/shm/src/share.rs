@@ -128,6 +128,49 @@ fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// A fresh read-write mapping of `size` bytes wherever the kernel puts it:
+/// of `fd` shared (`Some`), or private anonymous memory (`None`).
+fn map_fresh(size: usize, fd: Option<RawFd>) -> Option<*mut libc::c_void> {
+    let (flags, fd) = match fd {
+        Some(fd) => (libc::MAP_SHARED, fd),
+        None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
+    };
+    // SAFETY: a new mapping at an address of the kernel's choice; nothing
+    // of ours is replaced.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p)
+}
+
+/// Moves the mapping `tmp` (`size` bytes, ours) over the pages at `dest`
+/// in one step; on failure `tmp` is still ours, at its place.
+///
+/// # Safety
+/// The pages at `dest` must be the caller's to replace (a region it
+/// registered).
+unsafe fn move_over(tmp: *mut libc::c_void, size: usize, dest: u64) -> bool {
+    // SAFETY: per the contract; the kernel replaces the old mapping at
+    // `dest` atomically.
+    let r = unsafe {
+        libc::mremap(
+            tmp,
+            size,
+            size,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            dest as *mut libc::c_void,
+        )
+    };
+    r != libc::MAP_FAILED
+}
+
 /// Whether `/proc/self/maps` shows `[addr, addr + len)` covered by private
 /// anonymous read-write mappings only (the heap and named anonymous memory
 /// included; the stack, files, shared and hugetlb mappings not).
@@ -281,20 +324,9 @@ pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused>
     }
     // SAFETY: fstat filled it.
     let ino = unsafe { st.assume_init() }.st_ino;
-    // SAFETY: a fresh mapping of our memfd wherever the kernel puts it.
-    let tmp = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if tmp == libc::MAP_FAILED {
+    let Some(tmp) = map_fresh(size, Some(fd)) else {
         return fail(errno());
-    }
+    };
     // Pages that read as zeros (never touched: the kernel's zero page) are
     // not copied, so the memfd allocates only what the region holds.
     let page = page_size() as usize;
@@ -309,19 +341,8 @@ pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused>
         // region; `off + page <= n`.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), tmp.cast::<u8>().add(off), page) };
     }
-    // SAFETY: moves our fresh mapping over the region's pages, which the
-    // caller registers (it owns them); the kernel replaces the old mapping
-    // there atomically.
-    let r = unsafe {
-        libc::mremap(
-            tmp,
-            size,
-            size,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            first as *mut libc::c_void,
-        )
-    };
-    if r == libc::MAP_FAILED {
+    // SAFETY: the region's pages, which the caller registers (it owns them).
+    if !unsafe { move_over(tmp, size, first) } {
         let e = errno();
         // SAFETY: `tmp` is still our mapping (mremap failed).
         unsafe { libc::munmap(tmp, size) };
@@ -352,20 +373,9 @@ pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused>
 /// nothing faults if the range was unmapped meanwhile). Only system calls.
 fn restore_private(addr: u64, len: u64, fd: RawFd) -> bool {
     let size = len as usize;
-    // SAFETY: a fresh private anonymous mapping.
-    let tmp = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if tmp == libc::MAP_FAILED {
+    let Some(tmp) = map_fresh(size, None) else {
         return false;
-    }
+    };
     let fail = || {
         // SAFETY: `tmp` is our mapping.
         unsafe { libc::munmap(tmp, size) };
@@ -404,18 +414,9 @@ fn restore_private(addr: u64, len: u64, fd: RawFd) -> bool {
         }
         off = hole;
     }
-    // SAFETY: replaces the shared pages at `addr` (the caller checked they
-    // are still the memfd's) with the private copy; `tmp` is ours.
-    let r = unsafe {
-        libc::mremap(
-            tmp,
-            size,
-            size,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            addr as *mut libc::c_void,
-        )
-    };
-    if r == libc::MAP_FAILED {
+    // SAFETY: the shared pages at `addr`, which the caller checked are
+    // still the memfd's.
+    if !unsafe { move_over(tmp, size, addr) } {
         return fail();
     }
     true
