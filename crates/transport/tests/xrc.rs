@@ -4,7 +4,7 @@
 //! XRC domain is NAKed; go-back-N recovers a lost packet.
 
 use softrdma_transport::{
-    Access, AddressVector, Config, CqHandle, Datagram, Endpoint, Instant, Memory, Mtu, QpAttr,
+    Access, AddressVector, Config, CqHandle, Datagram, Endpoint, Instant, Mtu, QpAttr,
     QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, Qpn, RecvWr, SendFlags, SendWr, Sge,
     SrqHandle, Wc, WcOpcode, WcStatus, WrOpcode,
 };
@@ -12,38 +12,8 @@ use softrdma_wire::{Opcode, Packet, xrc_srqn};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-/// Flat memory for one sans-IO endpoint: host addresses `base..base + len`.
-struct Flat {
-    base: u64,
-    buf: Vec<u8>,
-}
-
-impl Memory for Flat {
-    fn read(&mut self, addr: u64, dst: &mut [u8]) {
-        let o = (addr - self.base) as usize;
-        dst.copy_from_slice(&self.buf[o..o + dst.len()]);
-    }
-    fn write(&mut self, addr: u64, src: &[u8]) {
-        let o = (addr - self.base) as usize;
-        self.buf[o..o + src.len()].copy_from_slice(src);
-    }
-    fn atomic(&mut self, addr: u64, op: softrdma_transport::AtomicOp) -> u64 {
-        let o = (addr - self.base) as usize;
-        let old = u64::from_ne_bytes(self.buf[o..o + 8].try_into().unwrap());
-        let new = match op {
-            softrdma_transport::AtomicOp::FetchAdd { add } => old.wrapping_add(add),
-            softrdma_transport::AtomicOp::CompareSwap { compare, swap } => {
-                if old == compare {
-                    swap
-                } else {
-                    old
-                }
-            }
-        };
-        self.buf[o..o + 8].copy_from_slice(&new.to_ne_bytes());
-        old
-    }
-}
+mod flat;
+use flat::Flat;
 
 const BASE: u64 = 0x10_0000;
 const LEN: usize = 1 << 16;
