@@ -171,59 +171,32 @@ unsafe fn move_over(tmp: *mut libc::c_void, size: usize, dest: u64) -> bool {
     r != libc::MAP_FAILED
 }
 
-/// Whether `/proc/self/maps` shows `[addr, addr + len)` covered by private
-/// anonymous read-write mappings only (the heap and named anonymous memory
-/// included; the stack, files, shared and hugetlb mappings not).
-fn private_anonymous(addr: u64, len: u64) -> Result<(), Refused> {
-    let maps = std::fs::read_to_string("/proc/self/maps")
-        .map_err(|e| Refused::Sys(e.raw_os_error().unwrap_or(0)))?;
-    let end = addr + len;
-    let mut at = addr;
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let (_off, _dev, inode) = (f.next(), f.next(), f.next());
-        let path: Vec<&str> = f.collect();
-        let path = path.join(" ");
-        let Some((s, e)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(s), Ok(e)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else {
-            continue;
-        };
-        if e <= at || s >= end {
-            continue;
-        }
-        if s > at {
-            return Err(Refused::NotPrivate(format!("unmapped at {at:#x}")));
-        }
-        let anon = inode == Some("0")
-            && (path.is_empty() || path == "[heap]" || path.starts_with("[anon:"));
-        if !perms.starts_with("rw") || !perms.ends_with('p') || !anon {
-            return Err(Refused::NotPrivate(line.to_owned()));
-        }
-        at = e;
-        if at >= end {
-            return Ok(());
-        }
-    }
-    Err(Refused::NotPrivate(format!("unmapped at {at:#x}")))
+/// What [`walk_range`] shows of one line of `/proc/self/maps`: its
+/// permissions, inode, path, and the whole line (for the memfd's name and
+/// for messages).
+struct MapLine<'a> {
+    perms: &'a str,
+    inode: &'a str,
+    path: String,
+    line: &'a str,
 }
 
-/// Whether `/proc/self/maps` shows `[addr, addr + len)` still mapped from
-/// the region's memfd (inode `ino`) and nothing else: the application may
-/// have unmapped it (freed without deregistering), and something else may
-/// sit there now, which must be left alone.
-fn still_shared(addr: u64, len: u64, ino: u64) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return false;
-    };
+/// Calls `each` for every mapping in `maps` (`/proc/self/maps`) that
+/// overlaps `[addr, addr + len)`, in address order. `Ok` if they cover the
+/// range without a gap and `each` accepted them all; the first unmapped
+/// address ends the walk with `gap(address)`, and a mapping `each` refuses
+/// with its error.
+fn walk_range<E>(
+    maps: &str,
+    addr: u64,
+    len: u64,
+    mut each: impl FnMut(&MapLine<'_>) -> Result<(), E>,
+    gap: impl FnOnce(u64) -> E,
+) -> Result<(), E> {
     let (end, mut at) = (addr + len, addr);
     for line in maps.lines() {
         let mut f = line.split_whitespace();
-        let (Some(range), _, _, _, Some(inode)) =
+        let (Some(range), Some(perms), _, _, Some(inode)) =
             (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             continue;
@@ -237,15 +210,70 @@ fn still_shared(addr: u64, len: u64, ino: u64) -> bool {
         if e <= at || s >= end {
             continue;
         }
-        if s > at || inode != ino.to_string() || !line.contains(NAME) {
-            return false;
+        if s > at {
+            return Err(gap(at));
         }
+        let path = f.collect::<Vec<_>>().join(" ");
+        each(&MapLine {
+            perms,
+            inode,
+            path,
+            line,
+        })?;
         at = e;
         if at >= end {
-            return true;
+            return Ok(());
         }
     }
-    false
+    Err(gap(at))
+}
+
+/// Whether `/proc/self/maps` shows `[addr, addr + len)` covered by private
+/// anonymous read-write mappings only (the heap and named anonymous memory
+/// included; the stack, files, shared and hugetlb mappings not).
+fn private_anonymous(addr: u64, len: u64) -> Result<(), Refused> {
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| Refused::Sys(e.raw_os_error().unwrap_or(0)))?;
+    walk_range(
+        &maps,
+        addr,
+        len,
+        |m| {
+            let anon = m.inode == "0"
+                && (m.path.is_empty() || m.path == "[heap]" || m.path.starts_with("[anon:"));
+            if m.perms.starts_with("rw") && m.perms.ends_with('p') && anon {
+                Ok(())
+            } else {
+                Err(Refused::NotPrivate(m.line.to_owned()))
+            }
+        },
+        |at| Refused::NotPrivate(format!("unmapped at {at:#x}")),
+    )
+}
+
+/// Whether `/proc/self/maps` shows `[addr, addr + len)` still mapped from
+/// the region's memfd (inode `ino`) and nothing else: the application may
+/// have unmapped it (freed without deregistering), and something else may
+/// sit there now, which must be left alone.
+fn still_shared(addr: u64, len: u64, ino: u64) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    let ino = ino.to_string();
+    walk_range(
+        &maps,
+        addr,
+        len,
+        |m| {
+            if m.inode == ino && m.line.contains(NAME) {
+                Ok(())
+            } else {
+                Err(())
+            }
+        },
+        |_| (),
+    )
+    .is_ok()
 }
 
 fn install_fork_handlers() {
