@@ -325,24 +325,7 @@ fn deregistration_keeps_contents_and_ends_remote_access() {
     b.e.dereg_mr(b.key).unwrap();
     // The region's memory is the application's again, contents kept.
     assert_eq!(b.buf, expect);
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    let p = b.addr() + 8192;
-    let line = maps
-        .lines()
-        .find(|l| {
-            let (s, e) = l
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .split_once('-')
-                .unwrap();
-            let (s, e) = (
-                u64::from_str_radix(s, 16).unwrap(),
-                u64::from_str_radix(e, 16).unwrap(),
-            );
-            (s..e).contains(&p)
-        })
-        .unwrap();
+    let line = mapping_line(b.addr() + 8192);
     assert!(!line.contains("memfd"), "{line}");
     // A READ through the old rkey is refused and copies nothing.
     let a0 = a.buf.clone();
