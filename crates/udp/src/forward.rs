@@ -127,10 +127,10 @@ pub struct Forwarder {
     _fork_private: crate::fork_private::ForkPrivate,
     inbox: UnixDatagram,
     path: PathBuf,
-    /// Connected sockets, one per member slot forwarded to: a connected unix
-    /// datagram socket waits for room in its peer's queue (up to its send
-    /// timeout), an unconnected one cannot.
-    links: Mutex<Vec<(u8, PathBuf, UnixDatagram)>>,
+    /// Connected sockets, one per member forwarded to (by the path it is
+    /// bound at): a connected unix datagram socket waits for room in its
+    /// peer's queue (up to its send timeout), an unconnected one cannot.
+    links: Mutex<Vec<(PathBuf, UnixDatagram)>>,
     stats: ForwardStats,
 }
 
@@ -166,11 +166,11 @@ impl Forwarder {
         &self.stats
     }
 
-    /// Hands `envelope` to the member `slot`, bound at `to`. Waits up to
-    /// `ROOM_WAIT` (2 ms) for room in its queue; an error means the datagram is
-    /// dropped (counted in [`ForwardStats::failed`]).
-    pub fn forward(&self, slot: u8, to: &Path, envelope: &[u8]) -> io::Result<()> {
-        let r = self.forward_inner(slot, to, envelope);
+    /// Hands `envelope` to the member bound at `to`. Waits up to
+    /// `ROOM_WAIT` (2 ms) for room in its queue; an error means the datagram
+    /// was not handed over (counted in [`ForwardStats::failed`]).
+    pub fn forward(&self, to: &Path, envelope: &[u8]) -> io::Result<()> {
+        let r = self.forward_inner(to, envelope);
         let c = if r.is_ok() {
             &self.stats.sent
         } else {
@@ -180,36 +180,30 @@ impl Forwarder {
         r
     }
 
-    fn forward_inner(&self, slot: u8, to: &Path, envelope: &[u8]) -> io::Result<()> {
+    fn forward_inner(&self, to: &Path, envelope: &[u8]) -> io::Result<()> {
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        // A link to an earlier holder of the slot refuses (its socket is
-        // closed): connect again once, to whoever is bound there now.
-        for attempt in 0..2 {
-            let i = match links.iter().position(|(s, p, _)| *s == slot && p == to) {
-                Some(i) if attempt == 0 => i,
-                found => {
-                    if let Some(i) = found {
-                        links.swap_remove(i);
-                    }
-                    let l = UnixDatagram::unbound()?;
-                    l.connect(to)?;
-                    l.set_write_timeout(Some(ROOM_WAIT))?;
-                    links.push((slot, to.to_path_buf(), l));
-                    links.len() - 1
-                }
-            };
-            match links[i].2.send(envelope) {
+        if let Some(i) = links.iter().position(|(p, _)| p == to) {
+            match links[i].1.send(envelope) {
                 Ok(_) => return Ok(()),
+                // A link to an earlier holder of the name (its socket is
+                // closed): connect again, to whoever is bound there now.
                 Err(e)
-                    if attempt == 0
-                        && matches!(
-                            e.raw_os_error(),
-                            Some(libc::ECONNREFUSED | libc::ENOTCONN | libc::ECONNRESET)
-                        ) => {}
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ECONNREFUSED | libc::ENOTCONN | libc::ECONNRESET)
+                    ) =>
+                {
+                    links.swap_remove(i);
+                }
                 Err(e) => return Err(e),
             }
         }
-        Err(io::Error::from(io::ErrorKind::ConnectionRefused))
+        let l = UnixDatagram::unbound()?;
+        l.connect(to)?;
+        l.set_write_timeout(Some(ROOM_WAIT))?;
+        l.send(envelope)?;
+        links.push((to.to_path_buf(), l));
+        Ok(())
     }
 
     /// Receives one envelope into `buf` (resized to hold the largest
@@ -290,16 +284,16 @@ mod tests {
             b"p",
         )
         .unwrap();
-        a.forward(2, b.path(), &e).unwrap();
+        a.forward(b.path(), &e).unwrap();
         assert_eq!(b.recv(&mut buf).unwrap(), Some(&e[..]));
         assert_eq!(a.stats().sent.load(Ordering::Relaxed), 1);
         assert_eq!(b.stats().received.load(Ordering::Relaxed), 1);
 
         // The slot's next holder binds the same name: the link reconnects.
         drop(b);
-        assert!(a.forward(2, &d.join("fwd-2"), &e).is_err(), "nobody there");
+        assert!(a.forward(&d.join("fwd-2"), &e).is_err(), "nobody there");
         let b2 = Forwarder::bind(&d.join("fwd-2")).unwrap();
-        a.forward(2, b2.path(), &e).unwrap();
+        a.forward(b2.path(), &e).unwrap();
         assert_eq!(b2.recv(&mut buf).unwrap(), Some(&e[..]));
         assert_eq!(a.stats().failed.load(Ordering::Relaxed), 1);
         let _ = std::fs::remove_dir_all(&d);
@@ -318,7 +312,7 @@ mod tests {
         .unwrap();
         let t0 = std::time::Instant::now();
         let mut sent = 0;
-        while a.forward(2, b.path(), &e).is_ok() {
+        while a.forward(b.path(), &e).is_ok() {
             sent += 1;
             assert!(sent < 100_000, "a queue without a limit");
         }
@@ -331,7 +325,7 @@ mod tests {
             got += 1;
         }
         assert_eq!(got, sent, "every forward that succeeded arrived");
-        a.forward(2, b.path(), &e).unwrap();
+        a.forward(b.path(), &e).unwrap();
         let _ = std::fs::remove_dir_all(&d);
     }
 }

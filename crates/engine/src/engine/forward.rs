@@ -48,6 +48,15 @@ impl Pending {
     }
 }
 
+/// The datagram in an envelope (None for anything else).
+fn unwrap(envelope: &[u8]) -> Option<Datagram<'_>> {
+    forward::decode(envelope).map(|fw| Datagram {
+        src: fw.src,
+        dst_ip: fw.dst_ip,
+        payload: fw.payload,
+    })
+}
+
 impl Shared {
     /// Binds this member's forwarding socket and watches it.
     pub(super) fn open_forwarder(
@@ -88,7 +97,7 @@ impl Shared {
             let slot = match p.to {
                 ForwardTo::Slot(s) => Some(s),
                 ForwardTo::Listener(sid) => {
-                    let dst = forward::decode(&p.envelope).map(|d| d.dst_ip);
+                    let dst = unwrap(&p.envelope).map(|d| d.dst_ip);
                     dst.and_then(|ip| h.registry().listeners(ip).ok())
                         .and_then(|ls| {
                             ls.into_iter()
@@ -103,7 +112,7 @@ impl Shared {
             // No listener yet: the port's holder has not called listen, and
             // the client's retransmission finds it once it has.
             if let Some(s) = slot
-                && f.forward(s, &h.registry().forward_path(s), &p.envelope)
+                && f.forward(&h.registry().forward_path(s), &p.envelope)
                     .is_err()
                 && p.here_if_nobody
             {
@@ -121,12 +130,7 @@ impl Shared {
         let now = self.now();
         let mut requests = 0;
         for e in envelopes {
-            if let Some(fw) = forward::decode(e) {
-                let dg = Datagram {
-                    src: fw.src,
-                    dst_ip: fw.dst_ip,
-                    payload: fw.payload,
-                };
+            if let Some(dg) = unwrap(e) {
                 requests += u64::from(self.deliver(&mut core, now, &dg, None));
             }
         }
@@ -145,13 +149,8 @@ impl Shared {
         let mut noticed = Noticed::default();
         let mut requests = 0;
         while let Ok(Some(e)) = f.recv(&mut buf) {
-            let Some(fw) = forward::decode(e) else {
+            let Some(dg) = unwrap(e) else {
                 continue;
-            };
-            let dg = Datagram {
-                src: fw.src,
-                dst_ip: fw.dst_ip,
-                payload: fw.payload,
             };
             let mut core = self.lock();
             let now = self.now();
