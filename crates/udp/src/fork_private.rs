@@ -67,7 +67,7 @@ impl Drop for ForkPrivate {
 /// In the child, right after `fork` (only async-signal-safe calls: the
 /// parent's other threads may have held any lock).
 extern "C" fn in_child() {
-    crate::sys::point_at_dev_null(FDS.iter().map(|s| s.swap(-1, Ordering::AcqRel)));
+    let _ = crate::sys::point_at_dev_null(FDS.iter().map(|s| s.swap(-1, Ordering::AcqRel)));
 }
 
 #[cfg(test)]

@@ -54,11 +54,28 @@ fn owned(fd: libc::c_int) -> io::Result<OwnedFd> {
 /// valid: threads still using it get errors, never another file opened
 /// meanwhile under the same number.
 pub(crate) fn replace_with_dev_null(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let null = std::fs::File::open("/dev/null")?;
-    // SAFETY: both descriptors are open for the whole call; dup3 only changes
-    // what `fd` refers to, and its owner still closes it once.
-    cvt(unsafe { libc::dup3(null.as_raw_fd(), fd.as_raw_fd(), libc::O_CLOEXEC) })?;
-    Ok(())
+    point_at_dev_null(std::iter::once(fd.as_raw_fd()))
+}
+
+/// [`replace_with_dev_null`] for each of `fds` (negative entries skipped);
+/// the first failure is returned, after the rest were tried. Only
+/// async-signal-safe calls (open, dup3, close, no allocation): a forked
+/// child runs it.
+pub(crate) fn point_at_dev_null(fds: impl Iterator<Item = RawFd>) -> io::Result<()> {
+    // SAFETY: a NUL-terminated literal path; open creates no Rust object.
+    let null = cvt(unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) })?;
+    let mut r = Ok(());
+    for fd in fds.filter(|&fd| fd >= 0) {
+        // SAFETY: dup3 only changes what the number `fd` refers to; whoever
+        // owns the number still closes it once.
+        let d = cvt(unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) });
+        if r.is_ok() {
+            r = d.map(drop);
+        }
+    }
+    // SAFETY: `null` was opened above and is not used after this.
+    unsafe { libc::close(null) };
+    r
 }
 
 /// Registers `child` to run in the child of every later `fork(2)`.
@@ -66,23 +83,6 @@ pub(crate) fn at_fork_in_child(child: extern "C" fn()) {
     // SAFETY: `child` is a plain function that lives forever; no prepare or
     // parent handler.
     unsafe { libc::pthread_atfork(None, None, Some(child)) };
-}
-
-/// Points each of `fds` (negative entries skipped) at `/dev/null`. Only
-/// async-signal-safe calls (open, dup3, close): it runs in a forked child.
-pub(crate) fn point_at_dev_null(fds: impl Iterator<Item = RawFd>) {
-    // SAFETY: a NUL-terminated literal path; open creates no Rust object.
-    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if null < 0 {
-        return;
-    }
-    for fd in fds.filter(|&fd| fd >= 0) {
-        // SAFETY: dup3 only changes what the number `fd` refers to; whoever
-        // owns the number still closes it once.
-        unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) };
-    }
-    // SAFETY: `null` was opened above and is not used after this.
-    unsafe { libc::close(null) };
 }
 
 /// Test helper: forks; the child checks, for each `(fd, at_null)`, whether
