@@ -67,7 +67,10 @@ impl Engine {
     ) -> Result<Mr, VerbsError> {
         // Same-host path: the region's whole pages move into a memfd that
         // peers copy from (`shm/peer_copy.rs`), before anyone can use it.
-        let shares = self.shared.shm.as_ref().map(|s| &s.mr_share);
+        // Not an on-demand-paging region's: its memory is the application's
+        // to map and unmap as it likes after registration.
+        let shares = (self.shared.shm.as_ref().map(|s| &s.mr_share))
+            .filter(|_| !access.contains(Access::ON_DEMAND));
         let shared = shares.and_then(|m| m.share(host, length));
         let r = self.with(|ep, _| {
             let mut mr = ep.reg_mr(pd, host, length, iova, access)?;
