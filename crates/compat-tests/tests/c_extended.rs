@@ -5,7 +5,8 @@
 //! `cc ... -libverbs` against the installed headers and run against
 //! `target/compat` (see the program's header for every check). This runs in
 //! CI whether or not python3-pyverbs is installed. `c/xrc_verbs.c` does the
-//! same for the XRC object verbs (issue 20).
+//! same for the XRC object verbs (issue 20), `c/odp_verbs.c` for on-demand
+//! paging (issue 20).
 //!
 //! Needs `cargo xtask compat`, gcc and libibverbs-dev; fails (never skips) without.
 
@@ -49,6 +50,26 @@ fn xrc_domains_srqs_qps_open_qp() {
     let out = run_with_timeout(
         compat_command(&bin).env("SOFTRDMA_ADDR", addr.to_string()),
         Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), Some(0), "{out}");
+    assert_eq!(out.stdout.lines().last(), Some("PASS"), "{out}");
+    assert!(!out.stdout.contains("FAILED"), "{out}");
+}
+
+/// Issue 20: `c/odp_verbs.c`, on-demand paging: the caps, ON_DEMAND regions
+/// over memory unmapped and mapped after registration (REM_ACCESS_ERR,
+/// LOC_PROT_ERR, the bytes where mapped), implicit ODP, `ibv_advise_mr`.
+#[test]
+fn on_demand_paging() {
+    let bin = build_c_program(
+        "odp_verbs",
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &[LIBIBVERBS],
+    );
+    let addr = unique_loopback_addr(NET);
+    let out = run_with_timeout(
+        compat_command(&bin).env("SOFTRDMA_ADDR", addr.to_string()),
+        Duration::from_secs(60),
     );
     assert_eq!(out.code(), Some(0), "{out}");
     assert_eq!(out.stdout.lines().last(), Some("PASS"), "{out}");
