@@ -367,3 +367,38 @@ fn rereg_to_new_memory_gives_the_old_back_and_copies_into_the_new() {
     drop(b);
     drop(fresh);
 }
+
+/// Issue 20: a region re-registered for on-demand paging gives its shared
+/// pages back (the application may unmap them now) and still takes peer
+/// copies, all by `process_vm_readv`.
+#[test]
+fn rereg_to_on_demand_gives_the_shared_pages_back() {
+    let (a, b) = pair();
+    let page = b.addr() + 3 * 4096;
+    assert!(mapping_line(page).contains("memfd:softrdma-mr"));
+    let odp = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::ON_DEMAND;
+    let r = Rereg {
+        access: Some(odp),
+        ..Rereg::default()
+    };
+    b.e.rereg_mr(b.key, r).unwrap();
+    assert!(
+        !mapping_line(page).contains("memfd"),
+        "{}",
+        mapping_line(page)
+    );
+    post(
+        &a,
+        WrOpcode::RdmaWrite,
+        a.addr() + 5,
+        70_000,
+        b.addr() + 9,
+        b.key,
+    );
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    assert_eq!(&b.buf[9..9 + 70_000], &a.buf[5..5 + 70_000]);
+    assert_eq!(counter(&b, "shm_peer_copies"), 1);
+    // Not through the mapping of a's shared pages: that would `memcpy`
+    // into b's on-demand memory.
+    assert_eq!(counter(&b, "shm_peer_copy_mapped_bytes"), 0);
+}

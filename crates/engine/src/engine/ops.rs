@@ -101,8 +101,12 @@ impl Engine {
     pub fn rereg_mr(&self, key: u32, r: Rereg) -> Result<Mr, VerbsError> {
         let moved = r.translation.is_some();
         let mr = self.with(|ep, _| ep.rereg_mr(key, r))?;
-        if moved && let Some(shm) = &self.shared.shm {
-            // The old memory is no longer the region's: back to private.
+        let on_demand = mr.access.contains(Access::ON_DEMAND);
+        if (moved || on_demand)
+            && let Some(shm) = &self.shared.shm
+        {
+            // The old memory is no longer the region's, or is now the
+            // application's to unmap as it likes: back to private.
             shm.mr_share.deregistered(key);
         }
         Ok(mr)
