@@ -34,17 +34,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "verbs_util.h"
+
 #define PAGE 4096
 #define LEN 2048
-
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", ok ? "ok" : "FAILED", what);
-	if (!ok) {
-		fflush(stdout);
-		exit(1);
-	}
-}
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -52,39 +45,6 @@ static union ibv_gid gid;
 /* Client c and server s: a CQ and an RC QP each. */
 static struct ibv_cq *cq[2];
 static struct ibv_qp *qp[2];
-
-static void to_rts(struct ibv_qp *q, uint32_t dest_qpn)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-				   IBV_ACCESS_REMOTE_ATOMIC,
-	};
-	check(!ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			     IBV_QP_ACCESS_FLAGS), "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest_qpn;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	check(!ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	check(!ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-	      "RTS");
-}
 
 /* A new connected QP pair (and CQs), in place of the last one. */
 static void fresh_pair(void)
@@ -106,8 +66,8 @@ static void fresh_pair(void)
 		qp[i] = ibv_create_qp(pd, &qa);
 		check(cq[i] && qp[i], "a CQ and an RC QP");
 	}
-	to_rts(qp[0], qp[1]->qp_num);
-	to_rts(qp[1], qp[0]->qp_num);
+	rc_to_rts(qp[0], qp[1]->qp_num, gid, 0);
+	rc_to_rts(qp[1], qp[0]->qp_num, gid, 0);
 }
 
 /* Posts one work request on the client: `op` of `len` bytes from

@@ -352,20 +352,25 @@ fn rereg_to_new_memory_gives_the_old_back_and_copies_into_the_new() {
     let before = b.buf.clone();
     // A WRITE through the same rkey and iova lands in the new buffer,
     // copied from a's shared pages.
+    write_70k(&a, &b);
+    assert_eq!(&fresh[9..9 + 70_000], &a.buf[5..5 + 70_000]);
+    assert!(b.buf == before, "the old buffer changed");
+    assert_eq!(counter(&b, "shm_peer_copy_failed"), 0);
+    drop(b);
+    drop(fresh);
+}
+
+/// A successful 70000-byte WRITE from byte 5 of a's region to byte 9 of b's.
+fn write_70k(a: &Side, b: &Side) {
     post(
-        &a,
+        a,
         WrOpcode::RdmaWrite,
         a.addr() + 5,
         70_000,
         b.addr() + 9,
         b.key,
     );
-    assert_eq!(wait_wc(&a).status, WcStatus::Success);
-    assert_eq!(&fresh[9..9 + 70_000], &a.buf[5..5 + 70_000]);
-    assert!(b.buf == before, "the old buffer changed");
-    assert_eq!(counter(&b, "shm_peer_copy_failed"), 0);
-    drop(b);
-    drop(fresh);
+    assert_eq!(wait_wc(a).status, WcStatus::Success);
 }
 
 /// Issue 20: a region re-registered for on-demand paging gives its shared
@@ -387,15 +392,7 @@ fn rereg_to_on_demand_gives_the_shared_pages_back() {
         "{}",
         mapping_line(page)
     );
-    post(
-        &a,
-        WrOpcode::RdmaWrite,
-        a.addr() + 5,
-        70_000,
-        b.addr() + 9,
-        b.key,
-    );
-    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    write_70k(&a, &b);
     assert_eq!(&b.buf[9..9 + 70_000], &a.buf[5..5 + 70_000]);
     assert_eq!(counter(&b, "shm_peer_copies"), 1);
     // Not through the mapping of a's shared pages: that would `memcpy`
