@@ -16,6 +16,7 @@ use softrdma_engine::transport::{
 use softrdma_engine::{Engine, EngineConfig};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 const PAGE: usize = 4096;
 /// Pages of each side's on-demand arena: the first half mapped, the second
@@ -60,10 +61,13 @@ impl Side {
 }
 
 impl Drop for Side {
+    /// Unmaps the arena's first half only: the hole is not ours (another
+    /// mapping of the process may have landed there), unless a test mapped
+    /// it again, and then that test unmaps it.
     fn drop(&mut self) {
-        // SAFETY: the arena is this side's own mapping; unmapping a hole is
-        // harmless. The engine reaches it only through the kernel.
-        unsafe { libc::munmap(self.arena as *mut _, PAGES * PAGE) };
+        // SAFETY: the first half is this side's own mapping, which the
+        // engine reaches only through the kernel.
+        unsafe { libc::munmap(self.arena as *mut _, HALF as usize) };
     }
 }
 
@@ -169,6 +173,14 @@ fn wc(s: &Side) -> Wc {
 
 const N: u32 = PEER_COPY_MIN;
 
+/// Held by each test for its whole run: the tests of this file run one at
+/// a time, so no other test's engines map their own small pages into an
+/// arena's hole between its munmap and the access that must find it empty.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Peer copies `s` did (none without the lanes), and those that failed.
 fn peer_copies(s: &Side) -> (u64, u64) {
     let c = s.e.shm_counters();
@@ -182,6 +194,7 @@ fn peer_copies(s: &Side) -> (u64, u64) {
 /// them.
 #[test]
 fn remote_write_reaches_mapped_and_refuses_unmapped() {
+    let _serial = one_at_a_time();
     for shm in [false, true] {
         let (a, b) = pair(shm);
         post(&a, WrOpcode::RdmaWrite, a.sge(0), N, b.arena, b.odp);
@@ -216,6 +229,8 @@ fn remote_write_reaches_mapped_and_refuses_unmapped() {
             bytes(b.arena + HALF, N as usize) == a.buf[..N as usize],
             "shm {shm}"
         );
+        // SAFETY: the mapping made above, idle now.
+        unsafe { libc::munmap((b.arena + HALF) as *mut _, HALF as usize) };
     }
 }
 
@@ -224,6 +239,7 @@ fn remote_write_reaches_mapped_and_refuses_unmapped() {
 /// buffer untouched.
 #[test]
 fn remote_read_and_atomics_on_demand() {
+    let _serial = one_at_a_time();
     for shm in [false, true] {
         let (a, b) = pair(shm);
         post(&a, WrOpcode::RdmaRead, a.sge(0), N, b.arena, b.odp);
@@ -262,6 +278,7 @@ fn remote_read_and_atomics_on_demand() {
 /// unmapped memory is `LOC_PROT_ERR` too.
 #[test]
 fn local_sges_on_demand() {
+    let _serial = one_at_a_time();
     for shm in [false, true] {
         let (a, b) = pair(shm);
         post(
@@ -291,6 +308,7 @@ fn local_sges_on_demand() {
 /// `LOC_PROT_ERR` and the send with `REM_OP_ERR`.
 #[test]
 fn sends_into_on_demand_receive_buffers() {
+    let _serial = one_at_a_time();
     for shm in [false, true] {
         for (off, recv, send) in [
             (0, WcStatus::Success, WcStatus::Success),
@@ -324,6 +342,7 @@ fn sends_into_on_demand_receive_buffers() {
 /// itself) reaches any mapped memory and refuses holes.
 #[test]
 fn implicit_region_covers_the_address_space() {
+    let _serial = one_at_a_time();
     for shm in [false, true] {
         let (a, b) = pair(shm);
         let all = ALL | Access::ON_DEMAND;
