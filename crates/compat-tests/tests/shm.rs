@@ -1,11 +1,12 @@
 //! Issue 17, the same-host path: unmodified programs on this host exchange
-//! their packets through shared memory with `SOFTRDMA_SHM=1` (off by default
-//! for now), and over UDP without it, with the same results; a peer killed in the middle of
+//! their packets through shared memory (the default; the tests say
+//! `SOFTRDMA_SHM=1` so a CI pass with `SOFTRDMA_SHM=0` keeps them on it), and
+//! over UDP with `SOFTRDMA_SHM=0`, with the same results; a peer killed in the middle of
 //! RDMA WRITEs, READs or atomics on the shared-memory path leaves its
 //! survivor with an error completion, never a hang.
 //!
-//! Large SENDs, RDMA WRITEs and READs on the path are peer copies
-//! (`process_vm_readv` by the destination's owner); with the path off,
+//! Large SENDs, RDMA WRITEs and READs on the path are peer copies (one
+//! copy by the destination's owner); with the path off,
 //! perftest keeps to UDP.
 //!
 //! Which path ran is read from the counters each process writes at exit

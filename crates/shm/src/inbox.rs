@@ -66,10 +66,7 @@ impl Map {
             offset as i64,
         )
         .ok_or_else(io::Error::last_os_error)?;
-        Ok(Map {
-            ptr,
-            len,
-        })
+        Ok(Map { ptr, len })
     }
 
     fn u32_at(&self, at: usize) -> &AtomicU32 {

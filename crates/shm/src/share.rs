@@ -509,10 +509,7 @@ impl PeerMap {
         // truncated), so no access within `len` faults.
         let p = vm::map(size, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0)
             .ok_or_else(|| CopyError::Other(errno()))?;
-        Ok(PeerMap {
-            ptr: p,
-            len: size,
-        })
+        Ok(PeerMap { ptr: p, len: size })
     }
 
     /// Bytes mapped.
