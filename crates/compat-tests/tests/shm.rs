@@ -225,23 +225,42 @@ fn peer_copy_off_and_shm_off() {
     assert!(counter(&cs, "datagrams_sent").is_some_and(|n| n >= 8000));
 }
 
+/// Which side of a perftest pair a kill test SIGKILLs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Victim {
+    /// The server: the responder of WRITEs and atomics, the memory READs
+    /// copy from.
+    Responder,
+    /// The client: the requester, whose memory the server copies WRITEs
+    /// out of.
+    Requester,
+}
+
 /// `program` between two processes without end (`--run_infinitely`); once
-/// it runs, the server is killed: the client must exit with an error (its
-/// work requests fail), within [`SURVIVOR_BOUND`], having used the lanes.
-/// `client_copies`: the client (the requester of READs) made peer copies.
-fn peer_killed_during(program: &str, extra: &[&str], client_copies: bool) {
+/// it runs, `victim` is killed: the survivor must exit on its own within
+/// [`SURVIVOR_BOUND`] (never hang, never die of a signal such as a fault in
+/// a copy from the dead peer's memory), having used the lanes. A surviving
+/// client must fail with an error completion (its work requests fail);
+/// a surviving server learns of it from the control connection.
+/// `copier`: the side that makes peer copies (the destination's owner), if
+/// any, so the test checks they ran.
+fn peer_killed_during(program: &str, extra: &[&str], victim: Victim, copier: Option<Victim>) {
     require_compat_dir();
     let bin = require_binary(program);
     let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
     let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
-    let cs = stats_file(&format!("{program}-killed"));
+    let files = [
+        stats_file(&format!("{program}-{victim:?}-killed-s")),
+        stats_file(&format!("{program}-{victim:?}-killed-c")),
+    ];
     let port = unique_tcp_port();
     let ps = port.to_string();
     let mut args = vec!["-p", &ps, "--run_infinitely"];
     args.extend_from_slice(extra);
     let deadline = Instant::now() + TIMEOUT;
     let mut scmd = server.command(&args);
-    scmd.env("SOFTRDMA_SHM", "1");
+    scmd.env("SOFTRDMA_SHM", "1")
+        .env("SOFTRDMA_STATS", &files[0]);
     let mut s = spawn(&mut scmd);
     while !is_listening(s.pid(), port) {
         assert!(
@@ -255,7 +274,8 @@ fn peer_killed_during(program: &str, extra: &[&str], client_copies: bool) {
     let mut cargs = args.clone();
     cargs.push(&saddr);
     let mut cmd = client.command(&cargs);
-    cmd.env("SOFTRDMA_STATS", &cs).env("SOFTRDMA_SHM", "1");
+    cmd.env("SOFTRDMA_STATS", &files[1])
+        .env("SOFTRDMA_SHM", "1");
     let mut c = spawn(&mut cmd);
     // perftest prints a result line every few seconds when running
     // infinitely; the first one means traffic flows.
@@ -267,46 +287,85 @@ fn peer_killed_during(program: &str, extra: &[&str], client_copies: bool) {
         s.finish(Instant::now())
     );
     thread::sleep(Duration::from_millis(300));
-    let (out, after) = c.outlive(&mut s, SURVIVOR_BOUND);
-    println!("{program}: the client exited {after:?} after the server's SIGKILL");
+    let (out, after, survivor_stats) = match victim {
+        Victim::Responder => {
+            let (out, after) = c.outlive(&mut s, SURVIVOR_BOUND);
+            (out, after, &files[1])
+        }
+        Victim::Requester => {
+            let (out, after) = s.outlive(&mut c, SURVIVOR_BOUND);
+            (out, after, &files[0])
+        }
+    };
+    println!("{program}: the survivor exited {after:?} after the {victim:?}'s SIGKILL");
     assert!(
         after.is_some(),
-        "{program}: the client did not exit within {SURVIVOR_BOUND:?}:\n{out}"
+        "{program}: the survivor did not exit within {SURVIVOR_BOUND:?}:\n{out}"
+    );
+    assert_eq!(
+        out.signal(),
+        None,
+        "{program}: the survivor crashed:\n{out}"
     );
     assert_ne!(
         out.code(),
         Some(0),
-        "{program}: the client must fail:\n{out}"
+        "{program}: the survivor must fail:\n{out}"
     );
-    assert!(
-        out.combined().contains("status"),
-        "{program}: an error completion is reported:\n{out}"
-    );
-    assert!(
-        counter(&cs, "shm_tx").is_some_and(|n| n > 100),
-        "{program}: traffic went through shared memory: {:?}",
-        std::fs::read_to_string(&cs)
-    );
-    if client_copies {
+    if victim == Victim::Responder {
         assert!(
-            counter(&cs, "shm_peer_copies").is_some_and(|n| n > 100),
-            "{program}: the client copied from the server's memory: {:?}",
-            std::fs::read_to_string(&cs)
+            out.combined().contains("status"),
+            "{program}: an error completion is reported:\n{out}"
+        );
+    }
+    assert!(
+        counter(survivor_stats, "shm_rx").is_some_and(|n| n > 100),
+        "{program}: traffic went through shared memory: {:?}",
+        std::fs::read_to_string(survivor_stats)
+    );
+    if copier.is_some_and(|side| side != victim) {
+        assert!(
+            counter(survivor_stats, "shm_peer_copies").is_some_and(|n| n > 100),
+            "{program}: the survivor copied from its peer's memory: {:?}",
+            std::fs::read_to_string(survivor_stats)
         );
     }
 }
 
 #[test]
 fn peer_killed_during_rdma_writes() {
-    peer_killed_during("ib_write_bw", &["-s", "65536"], false);
+    let copier = Some(Victim::Responder);
+    peer_killed_during("ib_write_bw", &["-s", "65536"], Victim::Responder, copier);
 }
 
 #[test]
 fn peer_killed_during_rdma_reads() {
-    peer_killed_during("ib_read_bw", &["-s", "65536"], true);
+    let copier = Some(Victim::Requester);
+    peer_killed_during("ib_read_bw", &["-s", "65536"], Victim::Responder, copier);
 }
 
 #[test]
 fn peer_killed_during_atomics() {
-    peer_killed_during("ib_atomic_bw", &[], false);
+    peer_killed_during("ib_atomic_bw", &[], Victim::Responder, None);
+}
+
+/// The requester dies while the responder copies its WRITEs out of the
+/// requester's memory.
+#[test]
+fn requester_killed_during_rdma_writes() {
+    let copier = Some(Victim::Responder);
+    peer_killed_during("ib_write_bw", &["-s", "65536"], Victim::Requester, copier);
+}
+
+/// The requester dies while it copies READ responses out of the responder's
+/// memory; the responder must not notice anything but the end.
+#[test]
+fn requester_killed_during_rdma_reads() {
+    let copier = Some(Victim::Requester);
+    peer_killed_during("ib_read_bw", &["-s", "65536"], Victim::Requester, copier);
+}
+
+#[test]
+fn requester_killed_during_atomics() {
+    peer_killed_during("ib_atomic_bw", &[], Victim::Requester, None);
 }
