@@ -369,3 +369,59 @@ fn requester_killed_during_rdma_reads() {
 fn requester_killed_during_atomics() {
     peer_killed_during("ib_atomic_bw", &[], Victim::Requester, None);
 }
+
+/// A capture on the same-host path: the capturing requester keeps its
+/// WRITEs in packets (no peer copy), so the capture holds their data; a
+/// capturing responder of a peer that uses peer copy says that the data
+/// bypassed the wire.
+#[test]
+fn a_capture_holds_the_data_or_says_it_bypassed_the_wire() {
+    require_compat_dir();
+    let pcap = stats_file("capture.pcap");
+    let pcap_s = pcap.to_str().unwrap();
+    let args = ["-s", "65536", "-n", "100"];
+    let client_captures = [("SOFTRDMA_SHM", "1"), ("SOFTRDMA_PCAP", pcap_s)];
+    // Only the client captures: perftest_pair gives both sides one env, so
+    // the server's capture goes to the same file; run the sides by hand.
+    let bin = require_binary("ib_write_bw");
+    let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let ss = stats_file("capture-s");
+    let port = unique_tcp_port().to_string();
+    let mut sargs = vec!["-p", port.as_str()];
+    sargs.extend_from_slice(&args);
+    let mut s = with_env(server.command(&sargs), &ON);
+    s.env("SOFTRDMA_STATS", &ss);
+    let saddr = server.addr.to_string();
+    let mut cargs = sargs.clone();
+    cargs.push(&saddr);
+    let mut c = with_env(client.command(&cargs), &client_captures);
+    let out = run_pair(&mut s, port.parse().unwrap(), &mut c, TIMEOUT);
+    assert!(out.both_succeeded(), "{out}");
+    assert_eq!(counter(&ss, "shm_peer_copies"), Some(0), "no peer copy");
+    assert!(counter(&ss, "shm_rx").is_some_and(|n| n >= 1600), "lanes");
+    let len = std::fs::metadata(&pcap).map(|m| m.len()).unwrap_or(0);
+    assert!(len > 100 * 65536, "the capture holds the data: {len} bytes");
+
+    // The server captures; the client copies nothing itself but sends
+    // descriptors the server copies by.
+    let _ = std::fs::remove_file(&pcap);
+    let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
+    let port = unique_tcp_port().to_string();
+    let mut sargs = vec!["-p", port.as_str()];
+    sargs.extend_from_slice(&args);
+    let mut s = with_env(server.command(&sargs), &client_captures);
+    s.env("SOFTRDMA_STATS", &ss);
+    let saddr = server.addr.to_string();
+    let mut cargs = sargs.clone();
+    cargs.push(&saddr);
+    let mut c = with_env(client.command(&cargs), &ON);
+    let out = run_pair(&mut s, port.parse().unwrap(), &mut c, TIMEOUT);
+    assert!(out.both_succeeded(), "{out}");
+    assert!(counter(&ss, "shm_peer_copies").is_some_and(|n| n >= 100));
+    assert!(
+        out.server.stderr.contains("bypasses the wire"),
+        "the capturing side says so:\n{out}"
+    );
+    let _ = std::fs::remove_file(&pcap);
+}

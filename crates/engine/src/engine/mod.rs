@@ -313,15 +313,19 @@ impl Engine {
         let faults = crate::faults::FaultInjector::from_env(&socket)?;
         // Fault injection acts on UDP sends: with it, everything stays on UDP.
         let shm = match &host {
-            Some(h) if cfg.shm && faults.is_none() => shm::ShmPath::new(h, local.port())
-                .inspect_err(|e| {
-                    if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
-                        eprintln!(
-                            "softrdma: no shared-memory path ({e}); same-host traffic goes over UDP"
-                        );
-                    }
-                })
-                .ok(),
+            Some(h) if cfg.shm && faults.is_none() => shm::ShmPath::new(
+                h,
+                local.port(),
+                capture.is_some(),
+            )
+            .inspect_err(|e| {
+                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                    eprintln!(
+                        "softrdma: no shared-memory path ({e}); same-host traffic goes over UDP"
+                    );
+                }
+            })
+            .ok(),
             _ => None,
         };
         let forward = Shared::open_forwarder(host.as_deref(), &poller);
