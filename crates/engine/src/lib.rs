@@ -31,6 +31,7 @@ pub mod dm;
 mod engine;
 mod faults;
 mod host;
+pub mod mad;
 mod memory;
 mod stats_dump;
 

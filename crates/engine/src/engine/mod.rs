@@ -30,6 +30,7 @@ mod busy_poll;
 mod cm_ops;
 mod events;
 mod forward;
+mod mad_ops;
 mod membership;
 mod ops;
 mod policy;
@@ -67,6 +68,8 @@ pub(crate) struct Core {
     gsi_psn: u32,
     /// When to probe the peers of live CM connections next (see `KEEPALIVE`).
     keepalive_at: Option<Instant>,
+    /// libibumad's agents and the device's PMA (QP1 MADs not for the CM).
+    mad: crate::mad::MadAgents,
 }
 
 #[derive(Debug)]
@@ -343,6 +346,7 @@ impl Engine {
                 gsi_out: std::collections::VecDeque::new(),
                 gsi_psn: (seed as u32) & 0xFF_FFFF,
                 keepalive_at: None,
+                mad: crate::mad::MadAgents::new(slot),
             }),
             tx: Mutex::new(Tx {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),

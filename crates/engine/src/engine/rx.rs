@@ -235,12 +235,20 @@ impl Shared {
         total
     }
 
-    /// Feeds a packet for QP1 to the CM (after the same ICRC check as any packet).
+    /// Feeds a packet for QP1 to the CM, or to the MAD agents if it is not a
+    /// CM MAD (after the same ICRC check as any packet).
     pub(super) fn handle_gsi(&self, core: &mut Core, now: Instant, d: &Datagram<'_>) {
         if !core.ep.icrc_ok(d) {
             return;
         }
         if let Some(mad) = crate::cm::gsi_mad(d.payload) {
+            if mad[1] != softrdma_wire::mad::MGMT_CLASS_CM {
+                let Core { ep, mad: agents, .. } = core;
+                agents.handle(d.src.ip(), d.dst_ip, mad, || {
+                    crate::mad::pma_counters(&ep.stats())
+                });
+                return;
+            }
             let Core { ep, cm, .. } = core;
             cm.handle_mad(
                 now,

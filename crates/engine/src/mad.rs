@@ -1,0 +1,581 @@
+//! General Services MADs on QP1 other than the CM's: the agents programs
+//! register through libibumad (`umad_register`), the ports they read
+//! (`umad_open_port`'s descriptor), and the device's own Performance
+//! Management agent (PortCounters, PortCountersExtended).
+//!
+//! Routing follows the kernel's MAD layer (`ib_mad.c`): a request goes to
+//! the agent registered for its class, version and method (for vendor
+//! classes 0x30-0x4F also its OUI); a response goes to the agent whose
+//! high TID it carries. The high 32 bits of a request's TID are the
+//! sender's agent (`slot << 24 | agent id`): the slot lets the host
+//! device's steering bring the answer to this process
+//! (`softrdma_udp::steer::qp1_answer_slot`), the id to the agent. A request
+//! sent with a timeout is sent again until answered or out of retries, then
+//! comes back to its agent with status `ETIMEDOUT`, as from `ib_umad`.
+
+use softrdma_transport::Instant;
+use softrdma_udp::{EventFd, EventFdOptions};
+use softrdma_wire::mad::{MAD_LEN, MadHdr, method};
+use softrdma_wire::pma;
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A MAD as it travels: always 256 bytes on QP1.
+pub type Mad = [u8; MAD_LEN];
+
+/// What a port hands its reader (`struct ib_user_mad` without the buffer).
+#[derive(Debug, Clone)]
+pub struct MadRecv {
+    /// The agent it is for.
+    pub agent: u32,
+    /// 0, or `ETIMEDOUT` for a request of ours that got no answer (then
+    /// `mad` is that request and `peer` its destination).
+    pub status: u32,
+    /// The address it came from (or went to).
+    pub peer: IpAddr,
+    /// The MAD.
+    pub mad: Box<Mad>,
+}
+
+/// One `umad_open_port` descriptor: an eventfd that counts queued MADs.
+#[derive(Debug)]
+pub struct MadPort {
+    efd: EventFd,
+    pending: Mutex<VecDeque<MadRecv>>,
+}
+
+impl MadPort {
+    /// A new port with nothing queued.
+    pub fn new() -> io::Result<MadPort> {
+        Ok(MadPort {
+            efd: EventFd::with_options(EventFdOptions::default().semaphore(true).blocking(false))?,
+            pending: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    fn push(&self, r: MadRecv) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(r);
+        let _ = self.efd.notify();
+    }
+
+    /// Waits up to `timeout` (`None`: forever) for a MAD to be queued.
+    /// `Ok(false)`: none came in time.
+    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        self.efd.wait_readable(timeout)
+    }
+
+    /// The oldest queued MAD, if `fits` accepts its length (else it stays
+    /// queued and `Err(len)` says how long it is).
+    pub fn take(&self, fits: impl FnOnce(usize) -> bool) -> Option<Result<MadRecv, usize>> {
+        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        p.front()?;
+        if !fits(MAD_LEN) {
+            return Some(Err(MAD_LEN));
+        }
+        let _ = self.efd.try_read();
+        p.pop_front().map(Ok)
+    }
+}
+
+impl AsRawFd for MadPort {
+    fn as_raw_fd(&self) -> RawFd {
+        self.efd.as_raw_fd()
+    }
+}
+
+/// What an agent takes (`umad_register`, `umad_register_oui`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MadRegistration {
+    /// Management class.
+    pub class: u8,
+    /// Class version.
+    pub version: u8,
+    /// The request methods it serves (bit n: method n); 0 for a client
+    /// that only sends requests and reads their answers.
+    pub methods: u128,
+    /// The OUI of a vendor class 0x30-0x4F.
+    pub oui: Option<[u8; 3]>,
+}
+
+/// Why a MAD operation failed, as an errno.
+pub type Errno = i32;
+
+#[derive(Debug)]
+struct Agent {
+    reg: MadRegistration,
+    port: Arc<MadPort>,
+}
+
+/// A request of ours awaiting its answer.
+#[derive(Debug)]
+struct Outstanding {
+    agent: u32,
+    tid: u64,
+    src: IpAddr,
+    dst: IpAddr,
+    mad: Box<Mad>,
+    timeout: Duration,
+    retries: u32,
+    deadline: Instant,
+}
+
+/// A MAD to frame and send: (source address, destination, MAD).
+pub(crate) type MadOut = (IpAddr, IpAddr, Box<Mad>);
+
+/// The agents of this process and its requests in flight (behind the
+/// engine lock).
+#[derive(Debug)]
+pub(crate) struct MadAgents {
+    slot: u8,
+    next: u32,
+    agents: HashMap<u32, Agent>,
+    outstanding: Vec<Outstanding>,
+    out: VecDeque<MadOut>,
+}
+
+/// Highest agent id: ids live in the low 24 bits of the TID's high half.
+const MAX_AGENT: u32 = 0xFF_FFFF;
+
+fn is_vendor_oui_class(class: u8) -> bool {
+    (0x30..=0x4F).contains(&class)
+}
+
+fn is_response(m: u8) -> bool {
+    m & method::RESP != 0
+}
+
+impl MadAgents {
+    pub(crate) fn new(slot: u8) -> MadAgents {
+        MadAgents {
+            slot,
+            next: 0,
+            agents: HashMap::new(),
+            outstanding: Vec::new(),
+            out: VecDeque::new(),
+        }
+    }
+
+    /// Registers an agent on `port`. `EINVAL`: a class no agent may take
+    /// (0x01/0x81 subnet management: RoCE has no QP0; 0x07: the CM's), or
+    /// a method another agent already serves for the same class and version.
+    pub(crate) fn register(
+        &mut self,
+        port: &Arc<MadPort>,
+        reg: MadRegistration,
+    ) -> Result<u32, Errno> {
+        if matches!(reg.class, 0x01 | 0x81 | softrdma_wire::mad::MGMT_CLASS_CM)
+            || is_vendor_oui_class(reg.class) != reg.oui.is_some()
+        {
+            return Err(libc::EINVAL);
+        }
+        let clash = self.agents.values().any(|a| {
+            a.reg.class == reg.class
+                && a.reg.version == reg.version
+                && a.reg.oui == reg.oui
+                && a.reg.methods & reg.methods != 0
+        });
+        if clash || self.next > MAX_AGENT {
+            return Err(if clash { libc::EINVAL } else { libc::ENOSPC });
+        }
+        let id = self.next;
+        self.next += 1;
+        self.agents.insert(
+            id,
+            Agent {
+                reg,
+                port: Arc::clone(port),
+            },
+        );
+        Ok(id)
+    }
+
+    /// Unregisters an agent of `port` (its requests in flight are dropped).
+    pub(crate) fn unregister(&mut self, port: &Arc<MadPort>, id: u32) -> Result<(), Errno> {
+        match self.agents.get(&id) {
+            Some(a) if Arc::ptr_eq(&a.port, port) => {
+                self.agents.remove(&id);
+                self.outstanding.retain(|o| o.agent != id);
+                Ok(())
+            }
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// Unregisters every agent of a port being closed.
+    pub(crate) fn close(&mut self, port: &Arc<MadPort>) {
+        let ids: Vec<u32> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| Arc::ptr_eq(&a.port, port))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            let _ = self.unregister(port, id);
+        }
+    }
+
+    /// Sends `mad` from agent `id` of `port` to `dst` (from local address
+    /// `src`). A request gets the agent's high TID and, with a timeout, is
+    /// tracked until answered: sent again every `timeout` up to `retries`
+    /// times.
+    pub(crate) fn send(
+        &mut self,
+        now: Instant,
+        port: &Arc<MadPort>,
+        id: u32,
+        (src, dst): (IpAddr, IpAddr),
+        mut mad: Box<Mad>,
+        (timeout, retries): (Duration, u32),
+    ) -> Result<(), Errno> {
+        match self.agents.get(&id) {
+            Some(a) if Arc::ptr_eq(&a.port, port) => {}
+            _ => return Err(libc::EINVAL),
+        }
+        let hdr = MadHdr::parse(&mad[..]).map_err(|_| libc::EINVAL)?;
+        if hdr.base_version != softrdma_wire::mad::BASE_VERSION {
+            return Err(libc::EINVAL);
+        }
+        if !is_response(hdr.method) {
+            let tid = (u64::from(self.hi_tid(id)) << 32) | (hdr.tid & 0xFFFF_FFFF);
+            mad[8..16].copy_from_slice(&tid.to_be_bytes());
+            if !timeout.is_zero() {
+                self.outstanding.push(Outstanding {
+                    agent: id,
+                    tid,
+                    src,
+                    dst,
+                    mad: mad.clone(),
+                    timeout,
+                    retries,
+                    deadline: now + timeout,
+                });
+            }
+        }
+        self.out.push_back((src, dst, mad));
+        Ok(())
+    }
+
+    fn hi_tid(&self, id: u32) -> u32 {
+        (u32::from(self.slot) << 24) | (id & MAX_AGENT)
+    }
+
+    /// Handles a MAD of a class other than the CM's that arrived at local
+    /// address `dst` from `src`; `counters` are the device's for its PMA.
+    pub(crate) fn handle(
+        &mut self,
+        src: IpAddr,
+        dst: IpAddr,
+        mad: &[u8],
+        counters: impl FnOnce() -> pma::Counters,
+    ) {
+        let Ok(hdr) = MadHdr::parse(mad) else { return };
+        let Ok(whole) = <&Mad>::try_from(mad) else {
+            return;
+        };
+        if is_response(hdr.method) {
+            let id = ((hdr.tid >> 32) as u32) & MAX_AGENT;
+            if (hdr.tid >> 56) as u8 != self.slot {
+                return;
+            }
+            let Some(a) = self.agents.get(&id) else { return };
+            if a.reg.class != hdr.mgmt_class {
+                return;
+            }
+            self.outstanding.retain(|o| o.tid != hdr.tid);
+            a.port.push(MadRecv {
+                agent: id,
+                status: 0,
+                peer: src,
+                mad: Box::new(*whole),
+            });
+            return;
+        }
+        let oui = [mad.get(37), mad.get(38), mad.get(39)];
+        let server = self.agents.iter().find(|(_, a)| {
+            a.reg.class == hdr.mgmt_class
+                && a.reg.version == hdr.class_version
+                && hdr.method < 128
+                && a.reg.methods & (1u128 << hdr.method) != 0
+                && a.reg.oui.is_none_or(|o| oui == [Some(&o[0]), Some(&o[1]), Some(&o[2])])
+        });
+        if let Some((&id, a)) = server {
+            a.port.push(MadRecv {
+                agent: id,
+                status: 0,
+                peer: src,
+                mad: Box::new(*whole),
+            });
+        } else if hdr.mgmt_class == pma::MGMT_CLASS_PERF {
+            let reply = pma_answer(&hdr, whole, counters);
+            self.out.push_back((dst, src, reply));
+        }
+    }
+
+    /// The next MAD to frame and send.
+    pub(crate) fn poll_transmit(&mut self) -> Option<MadOut> {
+        self.out.pop_front()
+    }
+
+    /// When the earliest request in flight times out.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.outstanding.iter().map(|o| o.deadline).min()
+    }
+
+    /// Sends again the requests that timed out with retries left, and hands
+    /// the others back to their agents with status `ETIMEDOUT`.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.outstanding.len() {
+            let o = &mut self.outstanding[i];
+            if o.deadline > now {
+                i += 1;
+            } else if o.retries > 0 {
+                o.retries -= 1;
+                o.deadline = now + o.timeout;
+                self.out.push_back((o.src, o.dst, o.mad.clone()));
+                i += 1;
+            } else {
+                let o = self.outstanding.swap_remove(i);
+                if let Some(a) = self.agents.get(&o.agent) {
+                    a.port.push(MadRecv {
+                        agent: o.agent,
+                        status: libc::ETIMEDOUT as u32,
+                        peer: o.dst,
+                        mad: o.mad,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The device's counters as its PMA reports them: the transport's packets
+/// and bytes (the UDP path's and the shared-memory lanes'; QP1 MADs are not
+/// counted), receive errors (bad ICRC, malformed) and constraint errors
+/// (P_Key, Q_Key, source address).
+pub(crate) fn pma_counters(s: &softrdma_transport::Stats) -> pma::Counters {
+    pma::Counters {
+        xmit_bytes: s.tx_bytes,
+        rcv_bytes: s.rx_bytes,
+        xmit_pkts: s.tx_packets,
+        rcv_pkts: s.rx_packets,
+        rcv_errors: s.drop_bad_icrc + s.drop_malformed,
+        rcv_constraint_errors: s.drop_bad_pkey + s.drop_bad_qkey + s.drop_bad_addr,
+    }
+}
+
+/// The device's Performance Management agent: answers Get(ClassPortInfo),
+/// Get(PortCounters) and Get(PortCountersExtended) for port 1 (PortSelect 1
+/// or 0xFF, "all ports"); anything else gets an error status.
+fn pma_answer(hdr: &MadHdr, req: &Mad, counters: impl FnOnce() -> pma::Counters) -> Box<Mad> {
+    let mut out = Box::new(*req);
+    let data = &mut out[pma::DATA_OFFSET..];
+    let port = data[1];
+    let status = if hdr.class_version != pma::PERF_CLASS_VERSION {
+        pma::status::BAD_VERSION
+    } else if hdr.method != method::GET {
+        pma::status::BAD_METHOD
+    } else {
+        let r = match hdr.attr_id {
+            pma::attr::CLASS_PORT_INFO => {
+                data.fill(0);
+                // 2^18 × 4.096 µs ≈ 1 s: well above a loaded host's turnaround.
+                pma::write_class_port_info(18, data).map(|_| 0)
+            }
+            pma::attr::PORT_COUNTERS | pma::attr::PORT_COUNTERS_EXT if port != 1 && port != 0xFF => {
+                Ok(pma::status::BAD_ATTR_VALUE)
+            }
+            pma::attr::PORT_COUNTERS => {
+                data[2..].fill(0);
+                pma::write_port_counters(&counters(), port, data).map(|_| 0)
+            }
+            pma::attr::PORT_COUNTERS_EXT => {
+                data[2..].fill(0);
+                pma::write_port_counters_ext(&counters(), port, data).map(|_| 0)
+            }
+            _ => Ok(pma::status::BAD_METHOD_ATTR),
+        };
+        r.unwrap_or(pma::status::BAD_METHOD_ATTR)
+    };
+    // Every answer of the PMA is a GetResp, a Set's too (IBTA 13.4.5).
+    let reply = MadHdr {
+        method: method::GET | method::RESP,
+        status,
+        ..*hdr
+    };
+    let _ = reply.write(&mut out[..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+
+    fn pma_get(attr: u16, port: u8) -> Box<Mad> {
+        let mut m = Box::new([0u8; MAD_LEN]);
+        MadHdr {
+            base_version: 1,
+            mgmt_class: pma::MGMT_CLASS_PERF,
+            class_version: 1,
+            method: method::GET,
+            status: 0,
+            class_specific: 0,
+            tid: 0x1234_5678,
+            attr_id: attr,
+            resv: 0,
+            attr_mod: 0,
+        }
+        .write(&mut m[..])
+        .unwrap();
+        m[pma::DATA_OFFSET + 1] = port;
+        m
+    }
+
+    fn counters() -> pma::Counters {
+        pma::Counters {
+            xmit_bytes: 400,
+            rcv_bytes: 800,
+            xmit_pkts: 7,
+            rcv_pkts: 9,
+            ..Default::default()
+        }
+    }
+
+    fn client(a: &mut MadAgents, port: &Arc<MadPort>) -> u32 {
+        let reg = MadRegistration {
+            class: pma::MGMT_CLASS_PERF,
+            version: 1,
+            methods: 0,
+            oui: None,
+        };
+        a.register(port, reg).unwrap()
+    }
+
+    /// A request goes out with the agent's high TID; the device's PMA
+    /// answers it with the counters; the answer reaches the agent's port.
+    #[test]
+    fn pma_get_round_trip() {
+        let now = Instant::from_nanos(0);
+        let port = Arc::new(MadPort::new().unwrap());
+        let mut asker = MadAgents::new(3);
+        let id = client(&mut asker, &port);
+        asker
+            .send(
+                now,
+                &port,
+                id,
+                (A, B),
+                pma_get(pma::attr::PORT_COUNTERS, 1),
+                (Duration::from_millis(100), 2),
+            )
+            .unwrap();
+        let (src, dst, req) = asker.poll_transmit().unwrap();
+        assert_eq!((src, dst), (A, B));
+        let tid = u64::from_be_bytes(req[8..16].try_into().unwrap());
+        assert_eq!(tid, (3u64 << 56) | (u64::from(id) << 32) | 0x1234_5678);
+
+        let mut device = MadAgents::new(1);
+        device.handle(A, B, &req[..], counters);
+        let (src, dst, resp) = device.poll_transmit().unwrap();
+        assert_eq!((src, dst), (B, A));
+        let h = MadHdr::parse(&resp[..]).unwrap();
+        assert_eq!((h.method, h.status, h.tid), (0x81, 0, tid));
+        let pc = pma::PortCounters::parse(&resp[pma::DATA_OFFSET..]).unwrap();
+        assert_eq!((pc.port, pc.xmit_data, pc.rcv_data), (1, 100, 200));
+        assert_eq!((pc.xmit_pkts, pc.rcv_pkts), (7, 9));
+
+        asker.handle(B, A, &resp[..], || unreachable!("a response is not answered"));
+        assert!(port.wait(Some(Duration::ZERO)).unwrap());
+        let got = port.take(|_| true).unwrap().unwrap();
+        assert_eq!((got.agent, got.status, got.peer), (id, 0, B));
+        assert_eq!(got.mad, resp);
+        assert_eq!(asker.poll_timeout(), None, "answered: no longer in flight");
+    }
+
+    #[test]
+    fn unanswered_request_is_retried_then_times_out() {
+        let t0 = Instant::from_nanos(0);
+        let port = Arc::new(MadPort::new().unwrap());
+        let mut a = MadAgents::new(1);
+        let id = client(&mut a, &port);
+        let req = pma_get(pma::attr::PORT_COUNTERS, 1);
+        a.send(t0, &port, id, (A, B), req, (Duration::from_millis(10), 1))
+            .unwrap();
+        assert!(a.poll_transmit().is_some());
+        let t1 = a.poll_timeout().unwrap();
+        assert_eq!(t1, t0 + Duration::from_millis(10));
+        a.handle_timeout(t1);
+        assert!(a.poll_transmit().is_some(), "one retry");
+        assert!(port.take(|_| true).is_none());
+        a.handle_timeout(a.poll_timeout().unwrap());
+        assert!(a.poll_transmit().is_none());
+        let got = port.take(|_| true).unwrap().unwrap();
+        assert_eq!(got.status, libc::ETIMEDOUT as u32);
+        assert_eq!(got.peer, B);
+        assert_eq!(a.poll_timeout(), None);
+    }
+
+    #[test]
+    fn pma_errors_and_extended_counters() {
+        let mut d = MadAgents::new(1);
+        let mut answer = |m: Box<Mad>| {
+            d.handle(A, B, &m[..], counters);
+            d.poll_transmit().unwrap().2
+        };
+        let r = answer(pma_get(pma::attr::PORT_COUNTERS, 2));
+        assert_eq!(MadHdr::parse(&r[..]).unwrap().status, pma::status::BAD_ATTR_VALUE);
+        let r = answer(pma_get(0x0016, 1));
+        assert_eq!(MadHdr::parse(&r[..]).unwrap().status, pma::status::BAD_METHOD_ATTR);
+        let mut set = pma_get(pma::attr::PORT_COUNTERS, 1);
+        set[3] = method::SET;
+        let r = answer(set);
+        let h = MadHdr::parse(&r[..]).unwrap();
+        assert_eq!((h.method, h.status), (0x81, pma::status::BAD_METHOD));
+        let r = answer(pma_get(pma::attr::PORT_COUNTERS_EXT, 0xFF));
+        let e = pma::PortCountersExt::parse(&r[pma::DATA_OFFSET..]).unwrap();
+        assert_eq!((e.xmit_data, e.rcv_pkts), (100, 9));
+    }
+
+    #[test]
+    fn requests_reach_the_registered_server_and_registrations_are_checked() {
+        let port = Arc::new(MadPort::new().unwrap());
+        let mut a = MadAgents::new(1);
+        let get = MadRegistration {
+            class: pma::MGMT_CLASS_PERF,
+            version: 1,
+            methods: 1 << method::GET,
+            oui: None,
+        };
+        let id = a.register(&port, get).unwrap();
+        assert_eq!(a.register(&port, get), Err(libc::EINVAL), "Get taken");
+        for bad in [0x01, 0x81, 0x07] {
+            let r = MadRegistration { class: bad, ..get };
+            assert_eq!(a.register(&port, r), Err(libc::EINVAL));
+        }
+        let vendor = MadRegistration {
+            class: 0x30,
+            ..get
+        };
+        assert_eq!(a.register(&port, vendor), Err(libc::EINVAL), "needs an OUI");
+        a.handle(B, A, &pma_get(pma::attr::PORT_COUNTERS, 1)[..], || {
+            unreachable!("a registered server takes it, not the device")
+        });
+        assert!(a.poll_transmit().is_none());
+        assert_eq!(port.take(|_| true).unwrap().unwrap().agent, id);
+        assert!(port.take(|_| false).is_none(), "queue empty");
+        let other = Arc::new(MadPort::new().unwrap());
+        assert_eq!(a.unregister(&other, id), Err(libc::EINVAL));
+        a.close(&port);
+        assert_eq!(a.unregister(&port, id), Err(libc::EINVAL));
+    }
+}
