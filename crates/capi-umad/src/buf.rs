@@ -16,7 +16,9 @@ pub extern "C" fn umad_size() -> usize {
 /// `void *umad_get_mad(void *umad)`: the MAD after the header.
 #[unsafe(no_mangle)]
 pub extern "C" fn umad_get_mad(umad: *mut c_void) -> *mut c_void {
-    umad.cast::<u8>().wrapping_add(size_of::<ib_user_mad>()).cast()
+    umad.cast::<u8>()
+        .wrapping_add(size_of::<ib_user_mad>())
+        .cast()
 }
 
 /// `ib_mad_addr_t *umad_get_mad_addr(void *umad)`.

@@ -424,6 +424,15 @@ mod tests {
     fn names_are_truncated_and_terminated() {
         let mut a = [1 as c_char; 5];
         put(&mut a, "softrdma0");
-        assert_eq!(a, [b's' as c_char, b'o' as c_char, b'f' as c_char, b't' as c_char, 0]);
+        assert_eq!(
+            a,
+            [
+                b's' as c_char,
+                b'o' as c_char,
+                b'f' as c_char,
+                b't' as c_char,
+                0
+            ]
+        );
     }
 }

@@ -142,7 +142,10 @@ mod tests {
         assert_eq!(method_name(0x81), c"GetResp");
         assert_eq!(attribute_name(0x04, 0x001D), c"PortCountersExtended");
         assert_eq!(attribute_name(0x03, 0x0012), UNKNOWN);
-        assert_eq!(common_status(3 << 2), c"Method/Attribute combo not supported");
+        assert_eq!(
+            common_status(3 << 2),
+            c"Method/Attribute combo not supported"
+        );
         assert_eq!(common_status(1), c"Busy");
         assert_eq!(sa_status(3 << 8), c"No Records");
     }

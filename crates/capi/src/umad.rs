@@ -53,7 +53,10 @@ fn neg(r: Result<c_int, c_int>) -> c_int {
 ///
 /// `ca_name` must be NULL or a C string.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __softrdma_umad_open_port(ca_name: *const c_char, portnum: c_int) -> c_int {
+pub unsafe extern "C" fn __softrdma_umad_open_port(
+    ca_name: *const c_char,
+    portnum: c_int,
+) -> c_int {
     ffi_guard(
         || -libc::EIO,
         || {

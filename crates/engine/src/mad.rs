@@ -162,15 +162,21 @@ impl MadAgents {
         }
     }
 
-    /// Registers an agent on `port`. `EINVAL`: a class no agent may take
-    /// (0x01/0x81 subnet management: RoCE has no QP0; 0x07: the CM's), or
-    /// a method another agent already serves for the same class and version.
+    /// Registers an agent on `port`. `EPROTONOSUPPORT` for the subnet
+    /// management classes 0x01/0x81: they travel on QP0, which a RoCE port
+    /// lacks (the kernel's `ib_register_mad_agent` answers the same on
+    /// rxe). `EINVAL`: class 0x07 (the CM's own agent has it), a vendor
+    /// class without an OUI or the reverse, or a method another agent
+    /// already serves for the same class and version.
     pub(crate) fn register(
         &mut self,
         port: &Arc<MadPort>,
         reg: MadRegistration,
     ) -> Result<u32, Errno> {
-        if matches!(reg.class, 0x01 | 0x81 | softrdma_wire::mad::MGMT_CLASS_CM)
+        if matches!(reg.class, 0x01 | 0x81) {
+            return Err(libc::EPROTONOSUPPORT);
+        }
+        if reg.class == softrdma_wire::mad::MGMT_CLASS_CM
             || is_vendor_oui_class(reg.class) != reg.oui.is_some()
         {
             return Err(libc::EINVAL);
@@ -284,7 +290,9 @@ impl MadAgents {
             if (hdr.tid >> 56) as u8 != self.slot {
                 return;
             }
-            let Some(a) = self.agents.get(&id) else { return };
+            let Some(a) = self.agents.get(&id) else {
+                return;
+            };
             if a.reg.class != hdr.mgmt_class {
                 return;
             }
@@ -303,7 +311,9 @@ impl MadAgents {
                 && a.reg.version == hdr.class_version
                 && hdr.method < 128
                 && a.reg.methods & (1u128 << hdr.method) != 0
-                && a.reg.oui.is_none_or(|o| oui == [Some(&o[0]), Some(&o[1]), Some(&o[2])])
+                && a.reg
+                    .oui
+                    .is_none_or(|o| oui == [Some(&o[0]), Some(&o[1]), Some(&o[2])])
         });
         if let Some((&id, a)) = server {
             a.port.push(MadRecv {
@@ -389,7 +399,9 @@ fn pma_answer(hdr: &MadHdr, req: &Mad, counters: impl FnOnce() -> pma::Counters)
                 // 2^18 × 4.096 µs ≈ 1 s: well above a loaded host's turnaround.
                 pma::write_class_port_info(18, data).map(|_| 0)
             }
-            pma::attr::PORT_COUNTERS | pma::attr::PORT_COUNTERS_EXT if port != 1 && port != 0xFF => {
+            pma::attr::PORT_COUNTERS | pma::attr::PORT_COUNTERS_EXT
+                if port != 1 && port != 0xFF =>
+            {
                 Ok(pma::status::BAD_ATTR_VALUE)
             }
             pma::attr::PORT_COUNTERS => {
@@ -494,7 +506,9 @@ mod tests {
         assert_eq!((pc.port, pc.xmit_data, pc.rcv_data), (1, 100, 200));
         assert_eq!((pc.xmit_pkts, pc.rcv_pkts), (7, 9));
 
-        asker.handle(B, A, &resp[..], || unreachable!("a response is not answered"));
+        asker.handle(B, A, &resp[..], || {
+            unreachable!("a response is not answered")
+        });
         assert!(port.wait(Some(Duration::ZERO)).unwrap());
         let got = port.take(|_| true).unwrap().unwrap();
         assert_eq!((got.agent, got.status, got.peer), (id, 0, B));
@@ -533,9 +547,15 @@ mod tests {
             d.poll_transmit().unwrap().2
         };
         let r = answer(pma_get(pma::attr::PORT_COUNTERS, 2));
-        assert_eq!(MadHdr::parse(&r[..]).unwrap().status, pma::status::BAD_ATTR_VALUE);
+        assert_eq!(
+            MadHdr::parse(&r[..]).unwrap().status,
+            pma::status::BAD_ATTR_VALUE
+        );
         let r = answer(pma_get(0x0016, 1));
-        assert_eq!(MadHdr::parse(&r[..]).unwrap().status, pma::status::BAD_METHOD_ATTR);
+        assert_eq!(
+            MadHdr::parse(&r[..]).unwrap().status,
+            pma::status::BAD_METHOD_ATTR
+        );
         let mut set = pma_get(pma::attr::PORT_COUNTERS, 1);
         set[3] = method::SET;
         let r = answer(set);
@@ -558,14 +578,15 @@ mod tests {
         };
         let id = a.register(&port, get).unwrap();
         assert_eq!(a.register(&port, get), Err(libc::EINVAL), "Get taken");
-        for bad in [0x01, 0x81, 0x07] {
-            let r = MadRegistration { class: bad, ..get };
-            assert_eq!(a.register(&port, r), Err(libc::EINVAL));
+        for (class, errno) in [
+            (0x01, libc::EPROTONOSUPPORT),
+            (0x81, libc::EPROTONOSUPPORT),
+            (0x07, libc::EINVAL),
+        ] {
+            let r = MadRegistration { class, ..get };
+            assert_eq!(a.register(&port, r), Err(errno));
         }
-        let vendor = MadRegistration {
-            class: 0x30,
-            ..get
-        };
+        let vendor = MadRegistration { class: 0x30, ..get };
         assert_eq!(a.register(&port, vendor), Err(libc::EINVAL), "needs an OUI");
         a.handle(B, A, &pma_get(pma::attr::PORT_COUNTERS, 1)[..], || {
             unreachable!("a registered server takes it, not the device")

@@ -243,7 +243,9 @@ impl Shared {
         }
         if let Some(mad) = crate::cm::gsi_mad(d.payload) {
             if mad[1] != softrdma_wire::mad::MGMT_CLASS_CM {
-                let Core { ep, mad: agents, .. } = core;
+                let Core {
+                    ep, mad: agents, ..
+                } = core;
                 agents.handle(d.src.ip(), d.dst_ip, mad, || {
                     crate::mad::pma_counters(&ep.stats())
                 });
