@@ -13,15 +13,15 @@
 //! sent with a timeout is sent again until answered or out of retries, then
 //! comes back to its agent with status `ETIMEDOUT`, as from `ib_umad`.
 
+use crate::channel::EventQueue;
 use softrdma_transport::Instant;
-use softrdma_udp::{EventFd, EventFdOptions};
 use softrdma_wire::mad::{MAD_LEN, MadHdr, method};
 use softrdma_wire::pma;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A MAD as it travels: always 256 bytes on QP1.
@@ -44,49 +44,39 @@ pub struct MadRecv {
 /// One `umad_open_port` descriptor: an eventfd that counts queued MADs.
 #[derive(Debug)]
 pub struct MadPort {
-    efd: EventFd,
-    pending: Mutex<VecDeque<MadRecv>>,
+    queue: EventQueue<MadRecv>,
 }
 
 impl MadPort {
     /// A new port with nothing queued.
     pub fn new() -> io::Result<MadPort> {
         Ok(MadPort {
-            efd: EventFd::with_options(EventFdOptions::default().semaphore(true).blocking(false))?,
-            pending: Mutex::new(VecDeque::new()),
+            queue: EventQueue::new(false)?,
         })
     }
 
     fn push(&self, r: MadRecv) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(r);
-        let _ = self.efd.notify();
+        self.queue.push(r);
     }
 
     /// Waits up to `timeout` (`None`: forever) for a MAD to be queued.
     /// `Ok(false)`: none came in time.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        self.efd.wait_readable(timeout)
+        self.queue.efd().wait_readable(timeout)
     }
 
     /// The oldest queued MAD, if `fits` accepts its length (else it stays
     /// queued and `Err(len)` says how long it is).
     pub fn take(&self, fits: impl FnOnce(usize) -> bool) -> Option<Result<MadRecv, usize>> {
-        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        p.front()?;
-        if !fits(MAD_LEN) {
-            return Some(Err(MAD_LEN));
-        }
-        let _ = self.efd.try_read();
-        p.pop_front().map(Ok)
+        self.queue
+            .pop_if(|_| fits(MAD_LEN))
+            .map(|r| r.map_err(|()| MAD_LEN))
     }
 }
 
 impl AsRawFd for MadPort {
     fn as_raw_fd(&self) -> RawFd {
-        self.efd.as_raw_fd()
+        self.queue.as_raw_fd()
     }
 }
 

@@ -61,14 +61,6 @@ impl Engine {
         &self,
         f: impl FnOnce(&mut crate::mad::MadAgents, softrdma_transport::Instant) -> R,
     ) -> R {
-        let r = {
-            let mut core = self.lock();
-            let now = self.now();
-            let r = f(&mut core.mad, now);
-            self.shared.after(&mut core);
-            r
-        };
-        self.shared.flush_tx();
-        r
+        self.with_core(|core, now| f(&mut core.mad, now))
     }
 }

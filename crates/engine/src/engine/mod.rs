@@ -495,12 +495,18 @@ impl Engine {
     /// queued. Private to the engine: higher layers call the typed
     /// operations (`ops.rs`).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Endpoint, Instant) -> R) -> R {
+        self.with_core(|core, now| f(&mut core.ep, now))
+    }
+
+    /// Runs `f` on the state behind the engine lock, then delivers events
+    /// and sends whatever it queued.
+    fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
         // Answers a busy poller left unsent go first: `f` may destroy their QP.
         self.shared.flush_pending_sync();
         let r = {
             let mut core = self.lock();
             let now = self.now();
-            let r = f(&mut core.ep, now);
+            let r = f(&mut core, now);
             self.shared.after(&mut core);
             r
         };
