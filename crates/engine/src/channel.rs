@@ -337,11 +337,7 @@ mod tests {
     #[test]
     fn event_queue_counts_what_it_holds() {
         let q = EventQueue::new(false).unwrap();
-        let readable = |q: &EventQueue<u32>| {
-            q.efd()
-                .wait_readable(Some(std::time::Duration::ZERO))
-                .unwrap()
-        };
+        let readable = |q: &EventQueue<u32>| q.efd().wait_readable(Some(Duration::ZERO)).unwrap();
         assert!(!readable(&q));
         for i in 1..=3 {
             q.push(i);
