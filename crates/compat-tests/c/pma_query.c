@@ -19,6 +19,15 @@
  *       5. PortSelect 2 is answered with status "invalid attribute value";
  *          a Get to an address nobody serves comes back from umad_recv with
  *          umad_status() == ETIMEDOUT after its retries.
+ *   pma_query serve
+ *       Registers as the server of Get requests of vendor class 0x09
+ *       (umad_register with a method mask), prints "serving", answers one
+ *       Get with 0xC0FFEE at data offset 32, prints "served 1" and exits.
+ *       (Not the PMA's class: a process serving a class serves it for the
+ *       whole host device, and other tests read the device's PMA.)
+ *   pma_query ask <peer address>
+ *       One Get of class 0x09 to the peer; prints "answer <word>" (the
+ *       word at data offset 32).
  *   Exit 0 if every check holds; else a message on stderr and exit 1.
  */
 #include <arpa/inet.h>
@@ -138,16 +147,16 @@ struct pma {
 	uint32_t tid;
 };
 
-/* Sends Get(attr) with PortSelect `select` to `addr`; returns the MAD
- * status (or -ETIMEDOUT-style umad status negated) and leaves the answer
- * in p->resp. */
-static int pma_get(struct pma *p, const char *addr, uint16_t attr, uint8_t select,
-		   int timeout_ms, int retries)
+/* Sends Get(attr) of `class` with PortSelect `select` to `addr`; returns
+ * the MAD status (or umad_status() negated: -ETIMEDOUT) and leaves the
+ * answer in p->resp. */
+static int mad_get(struct pma *p, const char *addr, uint8_t class, uint16_t attr,
+		   uint8_t select, int timeout_ms, int retries)
 {
 	uint8_t *mad = umad_get_mad(p->req);
 	memset(mad, 0, MAD_SIZE);
-	mad[0] = 1;    /* base version */
-	mad[1] = 0x04; /* Performance Management */
+	mad[0] = 1;     /* base version */
+	mad[1] = class; /* 0x04: Performance Management */
 	mad[2] = 1;    /* class version */
 	mad[3] = 0x01; /* Get */
 	uint32_t tid = htobe32(++p->tid);
@@ -172,12 +181,19 @@ static int pma_get(struct pma *p, const char *addr, uint16_t attr, uint8_t selec
 			continue; /* an older answer */
 		if (umad_status(p->resp))
 			return -umad_status(p->resp);
-		CHECK(len == MAD_SIZE && got[1] == 0x04 && got[3] == 0x81,
-		      "not a PMA GetResp (len %d class %u method %#x)", len, got[1], got[3]);
+		CHECK(len == MAD_SIZE && got[1] == class && got[3] == 0x81,
+		      "not a GetResp of class %#x (len %d class %#x method %#x)", class, len,
+		      got[1], got[3]);
 		uint16_t st;
 		memcpy(&st, got + 4, 2);
 		return be16toh(st);
 	}
+}
+
+static int pma_get(struct pma *p, const char *addr, uint16_t attr, uint8_t select,
+		   int timeout_ms, int retries)
+{
+	return mad_get(p, addr, 0x04, attr, select, timeout_ms, retries);
 }
 
 static uint32_t be32at(const uint8_t *b) { uint32_t v; memcpy(&v, b, 4); return be32toh(v); }
@@ -295,13 +311,67 @@ static int query(const char *addr, uint32_t qpn, int count)
 	return 0;
 }
 
+#define VENDOR_CLASS 0x09
+#define VENDOR_ATTR 0x0010
+
+static int serve(void)
+{
+	long methods[16 / sizeof(long)] = { 0 };
+	methods[0] = 1L << 0x01; /* Get */
+	int port = umad_open_port("softrdma0", 1);
+	CHECK(port >= 0, "umad_open_port: %d", port);
+	int agent = umad_register(port, VENDOR_CLASS, 1, 0, methods);
+	CHECK(agent >= 0, "umad_register: %d", agent);
+	CHECK(umad_get_fd(port) == port, "umad_get_fd");
+	void *buf = umad_alloc(1, umad_size() + MAD_SIZE);
+	printf("serving\n");
+	CHECK(umad_poll(port, 30000) == 0, "no request came");
+	int len = MAD_SIZE;
+	int r = umad_recv(port, buf, &len, 0);
+	CHECK(r == agent && len == MAD_SIZE, "umad_recv: %d (len %d)", r, len);
+	uint8_t *mad = umad_get_mad(buf);
+	CHECK(mad[1] == VENDOR_CLASS && mad[3] == 0x01 && mad[17] == VENDOR_ATTR,
+	      "not a Get of class %#x", VENDOR_CLASS);
+	ib_mad_addr_t *from = umad_get_mad_addr(buf);
+	CHECK(from->grh_present && be32toh(from->qpn) == 1, "the request's address");
+	/* The answer goes back where the request came from: same address. */
+	mad[3] = 0x81;
+	memset(mad + PMA_DATA, 0, MAD_SIZE - PMA_DATA);
+	uint32_t marker = htobe32(0xC0FFEE);
+	memcpy(mad + PMA_DATA + 32, &marker, 4);
+	r = umad_send(port, agent, buf, MAD_SIZE, 0, 0);
+	CHECK(r == 0, "umad_send: %d", r);
+	printf("served 1\n");
+	umad_free(buf);
+	return umad_close_port(port);
+}
+
+static int ask(const char *addr)
+{
+	struct pma p = { .tid = 0x200 };
+	p.port = umad_open_port(NULL, 0);
+	CHECK(p.port >= 0, "umad_open_port: %d", p.port);
+	p.agent = umad_register(p.port, VENDOR_CLASS, 1, 0, NULL);
+	CHECK(p.agent >= 0, "umad_register: %d", p.agent);
+	p.req = umad_alloc(1, umad_size() + MAD_SIZE);
+	p.resp = umad_alloc(1, umad_size() + MAD_SIZE);
+	int st = mad_get(&p, addr, VENDOR_CLASS, VENDOR_ATTR, 0, 1000, 3);
+	CHECK(st == 0, "Get of class %#x: status %d", VENDOR_CLASS, st);
+	printf("answer %#x\n", be32at((const uint8_t *)umad_get_mad(p.resp) + PMA_DATA + 32));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 2 && !strcmp(argv[1], "peer"))
 		return peer();
+	if (argc == 2 && !strcmp(argv[1], "serve"))
+		return serve();
+	if (argc == 3 && !strcmp(argv[1], "ask"))
+		return ask(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "query"))
 		return query(argv[2], (uint32_t)strtoul(argv[3], NULL, 0), atoi(argv[4]));
-	fprintf(stderr, "usage: pma_query peer | query ADDR QPN COUNT\n");
+	fprintf(stderr, "usage: pma_query peer | serve | ask ADDR | query ADDR QPN COUNT\n");
 	return 2;
 }

@@ -8,6 +8,12 @@
 //!   MADs (PortCounters, PortCountersExtended) through `umad_send`/`umad_recv`
 //!   on QP1, sends it UD datagrams, and checks the counters grew; an error
 //!   status for a bad PortSelect and `ETIMEDOUT` for a Get nobody answers.
+//! - A process that registers as the Get server of a class (vendor class
+//!   0x09) gets the Get even when it is the second member at its address
+//!   (the first, which the kernel's steering gives requests to, hands it
+//!   on), and its answer reaches the asker. (Not the PMA's class: a server
+//!   serves its class for the whole host device, so it would take the other
+//!   tests' PMA requests.)
 //!
 //! Needs `cargo xtask compat`, infiniband-diags, libibumad-dev and
 //! libibverbs-dev; fails (never skips) without.
@@ -120,4 +126,72 @@ fn pma_reads_a_peers_counters_over_qp1() {
         peer_out.stdout.contains(&format!("received {count}\n")),
         "the peer's QP got every datagram: {peer_out}"
     );
+}
+
+/// Reads `SOFTRDMA_STATS` dump `path`'s `key` (summed over its blocks).
+fn dumped(path: &Path, key: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_registered_server_gets_requests_for_its_class() {
+    let bin = pma_query();
+    let (shared, asker) = (unique_loopback_addr(NET), unique_loopback_addr(NET));
+    let stats = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("umad-first-member-{}.stats", std::process::id()));
+    let _ = std::fs::remove_file(&stats);
+    let deadline = Instant::now() + TIMEOUT;
+    // The first member at `shared`: the steering's choice for requests.
+    let mut first = spawn(
+        compat_command(&bin)
+            .env("SOFTRDMA_ADDR", shared.to_string())
+            .env("SOFTRDMA_STATS", &stats)
+            .arg("peer"),
+    );
+    assert!(
+        first.wait_for_stdout(deadline, |s| s.contains("qpn ")),
+        "first member: {}",
+        first.stderr_so_far()
+    );
+    let mut server = spawn(
+        compat_command(&bin)
+            .env("SOFTRDMA_ADDR", shared.to_string())
+            .arg("serve"),
+    );
+    assert!(
+        server.wait_for_stdout(deadline, |s| s.contains("serving")),
+        "server: {}",
+        server.stderr_so_far()
+    );
+    let out = run_with_timeout(
+        compat_command(&bin)
+            .env("SOFTRDMA_ADDR", asker.to_string())
+            .args(["ask", &shared.to_string()]),
+        TIMEOUT,
+    );
+    let served = server.finish(deadline);
+    let stop = Command::new("kill")
+        .args(["-USR1", &first.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(stop.success());
+    let first_out = first.finish(deadline);
+    assert_eq!(out.code(), Some(0), "{out}\nserver: {served}");
+    assert_eq!(
+        out.stdout, "answer 0xc0ffee\n",
+        "the server's answer: {out}"
+    );
+    assert_eq!(served.code(), Some(0), "{served}");
+    assert!(served.stdout.contains("served 1\n"), "{served}");
+    assert_eq!(first_out.code(), Some(0), "{first_out}");
+    assert!(
+        dumped(&stats, "host_forwarded") >= 1,
+        "the first member handed the request on: {}",
+        std::fs::read_to_string(&stats).unwrap_or_default()
+    );
+    let _ = std::fs::remove_file(&stats);
 }

@@ -116,6 +116,17 @@ struct Outstanding {
     deadline: Instant,
 }
 
+/// Who serves which management class on the other processes of the host
+/// device (`host.rs`: leases in the registry).
+pub(crate) trait MadServers: Send + std::fmt::Debug {
+    /// Records that this process serves `(class, version)`; the record
+    /// lasts while the returned value lives. `EINVAL` if another process of
+    /// the host serves it.
+    fn claim(&self, class: u8, version: u8) -> Result<Claim, Errno>;
+    /// The member slot of the other process serving `(class, version)`.
+    fn holder(&self, class: u8, version: u8) -> Option<u8>;
+}
+
 /// A MAD to frame and send: (source address, destination, MAD).
 pub(crate) type MadOut = (IpAddr, IpAddr, Box<Mad>);
 
@@ -128,6 +139,32 @@ pub(crate) struct MadAgents {
     agents: HashMap<u32, Agent>,
     outstanding: Vec<Outstanding>,
     out: VecDeque<MadOut>,
+    servers: Option<Box<dyn MadServers>>,
+    /// This process's host-wide claims: (class, version) -> (how many
+    /// local server agents, the claim).
+    claims: HashMap<(u8, u8), (usize, Claim)>,
+    /// The member the last request handled belongs to (see `handle`).
+    forward: Option<u8>,
+}
+
+/// A host-wide record that this process serves a class; dropped, released.
+pub(crate) struct Claim {
+    _held: Box<dyn std::any::Any + Send>,
+}
+
+impl Claim {
+    /// Holds `held` (what keeps the record) until dropped.
+    pub(crate) fn new(held: impl std::any::Any + Send) -> Claim {
+        Claim {
+            _held: Box::new(held),
+        }
+    }
+}
+
+impl std::fmt::Debug for Claim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Claim")
+    }
 }
 
 /// Highest agent id: ids live in the low 24 bits of the TID's high half.
@@ -149,7 +186,21 @@ impl MadAgents {
             agents: HashMap::new(),
             outstanding: Vec::new(),
             out: VecDeque::new(),
+            servers: None,
+            claims: HashMap::new(),
+            forward: None,
         }
+    }
+
+    /// Where the host records which process serves which class.
+    pub(crate) fn set_servers(&mut self, servers: Box<dyn MadServers>) {
+        self.servers = Some(servers);
+    }
+
+    /// The member to hand the last request handled on to: one this process
+    /// does not serve, whose class another process of the host does.
+    pub(crate) fn take_forward(&mut self) -> Option<u8> {
+        self.forward.take()
     }
 
     /// Registers an agent on `port`. `EPROTONOSUPPORT` for the subnet
@@ -180,6 +231,9 @@ impl MadAgents {
         if clash || self.next > MAX_AGENT {
             return Err(if clash { libc::EINVAL } else { libc::ENOSPC });
         }
+        if reg.methods != 0 {
+            self.claim(reg.class, reg.version)?;
+        }
         let id = self.next;
         self.next += 1;
         self.agents.insert(
@@ -192,12 +246,38 @@ impl MadAgents {
         Ok(id)
     }
 
-    /// Unregisters an agent of `port` (its requests in flight are dropped).
+    /// Counts a local server of `(class, version)`; the first one claims
+    /// the class on the host.
+    fn claim(&mut self, class: u8, version: u8) -> Result<(), Errno> {
+        if let Some((n, _)) = self.claims.get_mut(&(class, version)) {
+            *n += 1;
+            return Ok(());
+        }
+        let Some(servers) = &self.servers else {
+            return Ok(());
+        };
+        let claim = servers.claim(class, version)?;
+        self.claims.insert((class, version), (1, claim));
+        Ok(())
+    }
+
+    /// Unregisters an agent of `port` (its requests in flight are dropped;
+    /// the last local server of a class releases the host's claim).
     pub(crate) fn unregister(&mut self, port: &Arc<MadPort>, id: u32) -> Result<(), Errno> {
         match self.agents.get(&id) {
             Some(a) if Arc::ptr_eq(&a.port, port) => {
+                let reg = a.reg;
                 self.agents.remove(&id);
                 self.outstanding.retain(|o| o.agent != id);
+                let key = (reg.class, reg.version);
+                if reg.methods != 0
+                    && let Some((n, _)) = self.claims.get_mut(&key)
+                {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.claims.remove(&key);
+                    }
+                }
                 Ok(())
             }
             _ => Err(libc::EINVAL),
@@ -264,6 +344,9 @@ impl MadAgents {
 
     /// Handles a MAD of a class other than the CM's that arrived at local
     /// address `dst` from `src`; `counters` are the device's for its PMA.
+    /// A request no local agent serves but another process of the host
+    /// does is left for the engine to hand on ([`MadAgents::take_forward`]);
+    /// else the device's PMA answers it, or it is dropped.
     pub(crate) fn handle(
         &mut self,
         src: IpAddr,
@@ -271,6 +354,7 @@ impl MadAgents {
         mad: &[u8],
         counters: impl FnOnce() -> pma::Counters,
     ) {
+        self.forward = None;
         let Ok(hdr) = MadHdr::parse(mad) else { return };
         let Ok(whole) = <&Mad>::try_from(mad) else {
             return;
@@ -312,6 +396,12 @@ impl MadAgents {
                 peer: src,
                 mad: Box::new(*whole),
             });
+        } else if let Some(slot) = self
+            .servers
+            .as_ref()
+            .and_then(|s| s.holder(hdr.mgmt_class, hdr.class_version))
+        {
+            self.forward = Some(slot);
         } else if hdr.mgmt_class == pma::MGMT_CLASS_PERF {
             let reply = pma_answer(&hdr, whole, counters);
             self.out.push_back((dst, src, reply));
@@ -588,5 +678,93 @@ mod tests {
         assert_eq!(a.unregister(&other, id), Err(libc::EINVAL));
         a.close(&port);
         assert_eq!(a.unregister(&port, id), Err(libc::EINVAL));
+    }
+
+    /// The registry's part, in memory: (class, version) -> slot.
+    #[derive(Debug, Clone)]
+    struct FakeHost {
+        me: u8,
+        table: Arc<std::sync::Mutex<HashMap<(u8, u8), u8>>>,
+    }
+
+    struct Release(FakeHost, (u8, u8));
+
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.table.lock().unwrap().remove(&self.1);
+        }
+    }
+
+    impl MadServers for FakeHost {
+        fn claim(&self, class: u8, version: u8) -> Result<Claim, Errno> {
+            let mut t = self.table.lock().unwrap();
+            if t.contains_key(&(class, version)) {
+                return Err(libc::EINVAL);
+            }
+            t.insert((class, version), self.me);
+            Ok(Claim::new(Release(self.clone(), (class, version))))
+        }
+
+        fn holder(&self, class: u8, version: u8) -> Option<u8> {
+            let t = self.table.lock().unwrap();
+            t.get(&(class, version)).copied().filter(|&s| s != self.me)
+        }
+    }
+
+    /// A request reaching a member that does not serve its class goes on to
+    /// the member that does (even for the PMA's class, which the device
+    /// answers only when nobody serves it); serving is host-wide exclusive
+    /// per class and version, and ends with the last local server.
+    #[test]
+    fn requests_go_to_the_member_serving_their_class() {
+        let table = Arc::default();
+        let host = |me| {
+            let mut a = MadAgents::new(me);
+            a.set_servers(Box::new(FakeHost {
+                me,
+                table: Arc::clone(&table),
+            }));
+            a
+        };
+        let (mut first, mut server, mut other) = (host(1), host(2), host(3));
+        let port = Arc::new(MadPort::new().unwrap());
+        let get = MadRegistration {
+            class: pma::MGMT_CLASS_PERF,
+            version: 1,
+            methods: 1 << method::GET,
+            oui: None,
+        };
+        let id = server.register(&port, get).unwrap();
+        let set = MadRegistration {
+            methods: 1 << method::SET,
+            ..get
+        };
+        let id2 = server.register(&port, set).unwrap();
+        assert_eq!(other.register(&port, get), Err(libc::EINVAL), "host-wide");
+        client(&mut other, &port); // a client claims nothing
+
+        let req = pma_get(pma::attr::PORT_COUNTERS, 1);
+        first.handle(A, B, &req[..], || {
+            unreachable!("not the device's to answer")
+        });
+        assert!(first.poll_transmit().is_none());
+        assert_eq!(first.take_forward(), Some(2));
+        assert_eq!(first.take_forward(), None, "taken");
+        server.handle(A, B, &req[..], || unreachable!("its agent's"));
+        assert_eq!(server.take_forward(), None);
+        assert_eq!(port.take(|_| true).unwrap().unwrap().agent, id);
+
+        server.unregister(&port, id).unwrap();
+        first.handle(A, B, &req[..], counters);
+        assert_eq!(
+            first.take_forward(),
+            Some(2),
+            "the Set server still holds it"
+        );
+        server.unregister(&port, id2).unwrap();
+        first.handle(A, B, &req[..], counters);
+        assert_eq!(first.take_forward(), None);
+        assert!(first.poll_transmit().is_some(), "the device answers again");
+        assert!(other.register(&port, get).is_ok(), "released");
     }
 }

@@ -293,8 +293,10 @@ impl Engine {
             seed: seed.rotate_left(17),
             member_slot: slot,
         });
+        let mut mad = crate::mad::MadAgents::new(slot);
         if let Some(h) = &host {
             cm.set_port_authority(Box::new(h.port_authority()));
+            mad.set_servers(Box::new(h.mad_classes()));
         }
         let poller = Arc::new(Poller::new()?);
         poller.add_socket(&socket, KEY_SOCKET)?;
@@ -346,7 +348,7 @@ impl Engine {
                 gsi_out: std::collections::VecDeque::new(),
                 gsi_psn: (seed as u32) & 0xFF_FFFF,
                 keepalive_at: None,
-                mad: crate::mad::MadAgents::new(slot),
+                mad,
             }),
             tx: Mutex::new(Tx {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),

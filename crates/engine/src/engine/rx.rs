@@ -186,8 +186,16 @@ impl Shared {
         let gsi = crate::cm::is_gsi(dg.payload);
         if gsi {
             self.shm_poll_locked(core, now, usize::MAX, one.requests);
+            core.mad.take_forward();
         }
         *one.requests += u64::from(self.deliver(core, now, dg, None));
+        // A MAD request for a class another member serves: to it.
+        if gsi
+            && let Some(slot) = core.mad.take_forward()
+            && let Some(f) = one.forwards.as_deref_mut()
+        {
+            f.extend(Pending::new(ForwardTo::Slot(slot), dg));
+        }
         if gsi && core.cm.take_misrouted() {
             one.noticed.misrouted = true;
             // A REQ for a port another member holds: to its listener, if
