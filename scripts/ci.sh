@@ -26,7 +26,7 @@ step "cargo doc --no-deps (no warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
 
-step "cargo xtask compat (target/compat/libibverbs.so.1, librdmacm.so.1)"
+step "cargo xtask compat (target/compat/libibverbs.so.1, librdmacm.so.1, libibumad.so.3)"
 cargo xtask compat
 
 step "cargo test"
@@ -36,7 +36,7 @@ step "the compat suite and rdmalib again over the same-host lanes (SOFTRDMA_SHM=
 # The run above used UDP over loopback between processes of this host (the
 # default for now); these go through shared memory instead.
 SOFTRDMA_SHM=1 cargo test --no-fail-fast -p softrdma-compat-tests \
-    --test pingpong --test perftest --test rdmacm --test rsocket
+    --test pingpong --test perftest --test rdmacm --test rsocket --test umad
 SOFTRDMA_SHM=1 cargo test --no-fail-fast -p softrdma-rdmalib
 SOFTRDMA_SHM=1 cargo test --no-fail-fast -p softrdma --test faults_kill
 
