@@ -265,7 +265,12 @@ fn destination(a: &ib_mad_addr) -> Result<IpAddr, c_int> {
 }
 
 /// `int umad_send(int portid, int agentid, void *umad, int length, int
-/// timeout_ms, int retries)`.
+/// timeout_ms, int retries)`. The destination is QP1 at the GID of the
+/// buffer's GRH (another QPN, as a redirected class would use, is
+/// `EINVAL`). A request with `timeout_ms` > 0 is sent again up to `retries`
+/// times, then returned by `umad_recv` with status `ETIMEDOUT`; with 0 or a
+/// negative `timeout_ms` (rdma-core: wait forever) its answer is delivered
+/// whenever it comes and nothing times out.
 ///
 /// # Safety
 ///
