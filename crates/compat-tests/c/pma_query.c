@@ -10,7 +10,9 @@
  *   pma_query query <peer address> <peer qpn> <count>
  *       1. libibumad describes softrdma0 (umad_get_ca: 1 port, Active,
  *          link layer Ethernet, LID 0; port GUID = umad_get_ca_portguids').
- *       2. Opens a MAD port, registers a PMA client (class 0x04 v1), reads
+ *       2. Opens a MAD port, registers a PMA client (class 0x04 v1; the
+ *          other registration calls are checked too: subnet management
+ *          and RMPP refused, vendor OUI classes taken and released), reads
  *          ClassPortInfo (PortCountersExtended announced), PortCounters and
  *          PortCountersExtended of the peer (GRH to ::ffff:<peer>, QP1).
  *       3. Sends <count> UD datagrams of 1000 bytes to the peer's QP.
@@ -246,7 +248,19 @@ static int query(const char *addr, uint32_t qpn, int count)
 	CHECK(p.port >= 0, "umad_open_port: %d", p.port);
 	p.agent = umad_register(p.port, 0x04, 1, 0, NULL);
 	CHECK(p.agent >= 0, "umad_register: %d", p.agent);
-	CHECK(umad_register(p.port, 0x01, 1, 0, NULL) < 0, "RoCE has no subnet management class");
+	CHECK(umad_register(p.port, 0x01, 1, 0, NULL) == -EPROTONOSUPPORT,
+	      "RoCE has no subnet management class");
+	CHECK(umad_register(p.port, 0x03, 2, 1, NULL) == -EINVAL, "RMPP is refused");
+	uint8_t oui[3] = { 0x00, 0x14, 0x05 };
+	int vendor = umad_register_oui(p.port, 0x30, 0, oui, NULL);
+	CHECK(vendor >= 0 && vendor != p.agent, "umad_register_oui: %d", vendor);
+	CHECK(umad_unregister(p.port, vendor) == 0, "unregister the vendor agent");
+	struct umad_reg_attr ra = { .mgmt_class = 0x30, .mgmt_class_version = 1, .oui = 0x001405 };
+	uint32_t id2;
+	CHECK(umad_register2(p.port, &ra, &id2) == 0, "umad_register2");
+	CHECK(umad_unregister(p.port, (int)id2) == 0, "unregister the umad_register2 agent");
+	ra.flags = UMAD_USER_RMPP;
+	CHECK(umad_register2(p.port, &ra, &id2) == EINVAL, "umad_register2 answers +EINVAL");
 	p.req = umad_alloc(1, umad_size() + MAD_SIZE);
 	p.resp = umad_alloc(1, umad_size() + MAD_SIZE);
 	CHECK(umad_size() == 64, "umad_size %zu", umad_size());
