@@ -29,7 +29,8 @@ pub extern "C" fn umad_get_mad_addr(umad: *mut c_void) -> *mut ib_mad_addr {
         .cast()
 }
 
-/// Runs `f` on the header of `umad` (NULL: `-EINVAL`).
+/// Runs `f` on (a copy of) the header of `umad` and stores the result back
+/// (NULL: `-EINVAL`). Copied, since a caller's buffer need not be aligned.
 ///
 /// # Safety
 ///
@@ -38,11 +39,17 @@ unsafe fn with_hdr(umad: *mut c_void, f: impl FnOnce(&mut ib_user_mad) -> c_int)
     if umad.is_null() {
         return -libc::EINVAL;
     }
+    let p = umad.cast::<ib_user_mad>();
     ffi_guard(
         || -libc::EIO,
-        // SAFETY: a writable header per the contract; its alignment is 4 and
-        // buffers come from malloc (umad_alloc), so the reference is aligned.
-        || f(unsafe { &mut *umad.cast::<ib_user_mad>() }),
+        || {
+            // SAFETY: a readable and writable header per the contract.
+            let mut h = unsafe { p.read_unaligned() };
+            let r = f(&mut h);
+            // SAFETY: as above.
+            unsafe { p.write_unaligned(h) };
+            r
+        },
     )
 }
 
