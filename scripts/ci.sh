@@ -26,7 +26,7 @@ step "cargo doc --no-deps (no warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
 
-step "cargo xtask compat (target/compat/libibverbs.so.1, librdmacm.so.1)"
+step "cargo xtask compat (target/compat/libibverbs.so.1, librdmacm.so.1, libibumad.so.3)"
 cargo xtask compat
 
 step "cargo test"
@@ -37,7 +37,7 @@ step "the compat suite and rdmalib again over UDP on loopback (SOFTRDMA_SHM=0)"
 # same-host path (shared memory, the default); these keep it on UDP, the
 # path between hosts.
 SOFTRDMA_SHM=0 cargo test --no-fail-fast -p softrdma-compat-tests \
-    --test pingpong --test perftest --test rdmacm --test rsocket
+    --test pingpong --test perftest --test rdmacm --test rsocket --test umad
 SOFTRDMA_SHM=0 cargo test --no-fail-fast -p softrdma-rdmalib
 SOFTRDMA_SHM=0 cargo test --no-fail-fast -p softrdma --test faults_kill
 
