@@ -12,13 +12,15 @@
 # rsockets (crates/compat-tests/tests/rsocket.rs): rdmacm-utils' rstream,
 # riostream, rcopy and udpong, librdmacm1's librspreload.so
 # (/usr/lib/<arch>/rsocket/) and python3;
+# infiniband-diags (ibstat) and libibumad-dev (umad.h) for libibumad's
+# tests (crates/compat-tests/tests/umad.rs);
 # rdma-core's own test suite
 # (python3-pyverbs, run by scripts/pyverbs.sh) if the distribution has it.
 set -euo pipefail
 PKGS=(libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest
       iproute2 nftables qperf tshark gcc valgrind fio libfabric-bin
       ucx-utils libucx-dev openmpi-bin libopenmpi-dev librdmacm1 python3
-      python3-pyverbs)
+      python3-pyverbs infiniband-diags libibumad-dev)
 # Installed if possible; scripts that need them say SKIPPED without them.
 OPTIONAL=(python3-pyverbs)
 PKGS+=(ucx-utils)  # ucx_perftest: `cargo xtask bench`'s same-host baselines (UCX sm)

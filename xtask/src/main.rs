@@ -2,7 +2,8 @@
 //!
 //! Tasks:
 //! - `compat`: build the C-ABI staticlibs in release and link them into
-//!   `target/compat/libibverbs.so.1` and `target/compat/librdmacm.so.1`
+//!   `target/compat/libibverbs.so.1`, `target/compat/librdmacm.so.1` and
+//!   `target/compat/libibumad.so.3`
 //!   (see `crates/capi/README.md`); also `target/compat/librdmalib.so`
 //!   (rdmalib's C API, `crates/rdmalib-capi`).
 //! - `bench`: the same-host benchmark suite (perftest over target/compat, the
@@ -52,8 +53,8 @@ fn main() -> ExitCode {
 fn help_text() -> &'static str {
     "usage: cargo xtask <task>\n\n\
      tasks:\n  \
-     compat   build the C ABI (release) and link target/compat/libibverbs.so.1 and\n           \
-     target/compat/librdmacm.so.1 (needs a C compiler `cc` and binutils)\n  \
+     compat   build the C ABI (release) and link target/compat/libibverbs.so.1,\n           \
+     target/compat/librdmacm.so.1 and libibumad.so.3 (needs a C compiler `cc` and binutils)\n  \
      bench    same-run benchmark suite: perftest over target/compat, the Rust API,\n           \
      qperf TCP, UCX shared-memory and memcpy baselines; prints a table,\n           \
      updates BENCHMARKS.md (`cargo xtask bench --help` for options)"
@@ -245,7 +246,7 @@ pub(crate) fn compat(args: &[String]) -> Result<()> {
     let root = workspace_root();
 
     eprintln!(
-        "xtask: cargo build --release -p softrdma-capi -p softrdma-capi-rdmacm -p softrdma-rdmalib-capi"
+        "xtask: cargo build --release -p softrdma-capi -p softrdma-capi-rdmacm -p softrdma-capi-umad -p softrdma-rdmalib-capi"
     );
     let status = Command::new(cargo())
         .current_dir(&root)
@@ -256,6 +257,8 @@ pub(crate) fn compat(args: &[String]) -> Result<()> {
             "softrdma-capi",
             "-p",
             "softrdma-capi-rdmacm",
+            "-p",
+            "softrdma-capi-umad",
             "-p",
             "softrdma-rdmalib-capi",
         ])
@@ -292,6 +295,18 @@ pub(crate) fn compat(args: &[String]) -> Result<()> {
                 "-l:libibverbs.so.1".to_owned(),
             ],
         ),
+        (
+            "libibumad.a",
+            root.join("crates/capi-umad/maps/libibumad.map"),
+            "libibumad.so.3",
+            // DT_NEEDED on *our* libibverbs: MAD I/O and the CA's facts come from it.
+            vec![
+                "-L".to_owned(),
+                compat.display().to_string(),
+                "-Wl,--no-as-needed".to_owned(),
+                "-l:libibverbs.so.1".to_owned(),
+            ],
+        ),
     ];
     let mut report = Vec::new();
     for (archive, map, soname, extra) in &libs {
@@ -321,7 +336,8 @@ pub(crate) fn compat(args: &[String]) -> Result<()> {
         eprintln!("xtask: {cc:?}");
         run(&mut cc, &format!("linking {soname}"))?;
         fs::rename(&tmp, &out).map_err(|e| format!("rename to {}: {e}", out.display()))?;
-        let dev_link = compat.join(soname.trim_end_matches(".1"));
+        // libfoo.so.N -> libfoo.so
+        let dev_link = compat.join(soname.rsplit_once('.').map_or(*soname, |(base, _)| base));
         symlink(soname, &dev_link)?;
         let summary = match check_tool("readelf", "") {
             Ok(()) => verify_exports(&out, map)?,

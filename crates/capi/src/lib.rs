@@ -25,4 +25,5 @@ pub use softrdma_ffi as ffi;
 pub mod guard;
 pub mod rdmacm;
 pub mod stubs;
+pub mod umad;
 pub mod verbs;

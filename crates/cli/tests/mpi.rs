@@ -68,7 +68,7 @@ fn mpi_check(ranks: u32) {
         "{out}"
     );
     // Each rank moves at least its 4 MiB ring message through the device.
-    let rx = stat_sum(&stats, "rx_bytes");
+    let rx = carried_bytes(&stats);
     assert!(
         rx > u64::from(ranks) * (4 << 20),
         "softrdma carried only {rx} bytes: the ranks did not talk through it: {out}"

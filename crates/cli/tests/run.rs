@@ -91,6 +91,42 @@ fn view_matches_the_device() {
     }
 }
 
+/// infiniband-diags in the view: `ibstatus` (a shell script reading the
+/// /sys files) and `ibstat` (through `libibumad.so.3`, found next to the
+/// other libraries) both describe the device.
+#[test]
+fn infiniband_diags_see_the_device() {
+    let addr = unique_loopback_addr(NET);
+    let out = run_with_timeout(&mut softrdma_run(addr, &["/usr/sbin/ibstatus"]), TIMEOUT);
+    ok(&out);
+    let o = addr.octets();
+    let gid = format!(
+        "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}",
+        o[0], o[1], o[2], o[3]
+    );
+    let field = |key: &str| {
+        out.stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix(':'))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("no {key}: {out}"))
+    };
+    assert!(
+        out.stdout
+            .starts_with("Infiniband device 'softrdma0' port 1 status:"),
+        "{out}"
+    );
+    assert_eq!(field("default gid"), gid);
+    assert_eq!(field("state"), "4: ACTIVE");
+    assert_eq!(field("link_layer"), "Ethernet");
+    let ibstat = run_with_timeout(
+        &mut softrdma_run(addr, &["/usr/sbin/ibstat", "-l"]),
+        TIMEOUT,
+    );
+    ok(&ibstat);
+    assert_eq!(ibstat.stdout, "softrdma0\n");
+}
+
 #[test]
 fn children_inherit_the_view() {
     let addr = unique_loopback_addr(NET);

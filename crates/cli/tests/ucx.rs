@@ -191,7 +191,7 @@ fn ucp_hello_world_bytes() {
         .collect();
     assert_eq!(printed.len(), expected.len(), "message length");
     assert!(printed == expected, "the message's bytes differ");
-    let rx = stat_sum(&stats, "rx_bytes");
+    let rx = carried_bytes(&stats);
     assert!(
         rx > LEN as u64,
         "softrdma carried {rx} bytes, less than the message: the transfer did not go through it"

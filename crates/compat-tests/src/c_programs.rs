@@ -29,6 +29,12 @@ pub const LIBRDMACM: CLib = CLib {
     package: "librdmacm-dev",
 };
 
+pub const LIBIBUMAD: CLib = CLib {
+    flag: "-libumad",
+    header: "/usr/include/infiniband/umad.h",
+    package: "libibumad-dev",
+};
+
 /// Compiles `c/<name>.c` into `<out_dir>/<name>`, linked with `libs` (in
 /// this order), once per test process: the tests of one file share the
 /// binary. Panics with the compiler's output, or with what to install.

@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 pub const PACKAGES: [&str; 3] = ["ibverbs-utils", "rdmacm-utils", "perftest"];
 
 /// How to get the packages, for failure messages.
-pub const PACKAGES_HINT: &str = "install them with `apt-get install ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev` \
+pub const PACKAGES_HINT: &str = "install them with `apt-get install ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev infiniband-diags libibumad-dev` \
      (the project's CI script does this before `cargo test`)";
 
 /// The 28 target binaries (the import lists in `shared/reference/abi/imports.txt`;
@@ -173,9 +173,14 @@ pub fn require_packages() -> BTreeMap<&'static str, Vec<PathBuf>> {
     result
 }
 
-/// The installed path of a target binary; panics with [`PACKAGES_HINT`] if absent.
+/// The installed path of a target binary (`/usr/bin`, or `/usr/sbin` where
+/// infiniband-diags puts `ibstat`); panics with [`PACKAGES_HINT`] if absent.
 pub fn require_binary(name: &str) -> PathBuf {
     let path = Path::new("/usr/bin").join(name);
+    let sbin = Path::new("/usr/sbin").join(name);
+    if !path.is_file() && sbin.is_file() {
+        return sbin;
+    }
     assert!(
         path.is_file(),
         "{} not found: {PACKAGES_HINT}",

@@ -1,9 +1,11 @@
-//! The symbol interface of `target/compat/lib{ibverbs,rdmacm}.so.1`: every
+//! The symbol interface of `target/compat/lib{ibverbs,rdmacm}.so.1` and
+//! `libibumad.so.3`: every
 //! symbol of our version scripts (= rdma-core 44's full default-version export
 //! set) is exported at the right node, nothing else is, the node chaining is
 //! rdma-core's, and the set equals what Debian's real libraries export.
 //! The one addition, libibverbs' standalone `SOFTRDMA_PRIVATE_1` node (the
-//! `__softrdma_rdma_*` functions our librdmacm.so.1 forwards to), is left out
+//! `__softrdma_rdma_*` and `__softrdma_umad_*` functions our librdmacm.so.1
+//! and libibumad.so.3 forward to), is left out
 //! of the comparisons with rdma-core and checked on its own.
 //!
 //! Needs `cargo xtask compat`, binutils and the Debian packages (for the real
@@ -26,9 +28,11 @@ struct Lib {
     file: &'static str,
     map: &'static str,
     nodes: &'static [&'static str],
+    /// Fewer symbols in the map than this would mean a truncated map.
+    min_symbols: usize,
 }
 
-const LIBS: [Lib; 2] = [
+const LIBS: [Lib; 3] = [
     Lib {
         file: "libibverbs.so.1",
         map: "crates/capi/maps/libibverbs.map",
@@ -49,11 +53,19 @@ const LIBS: [Lib; 2] = [
             // softrdma's own entry points for its librdmacm.so.1; not rdma-core's.
             SOFTRDMA_PRIVATE,
         ],
+        min_symbols: 150,
     },
     Lib {
         file: "librdmacm.so.1",
         map: "crates/capi-rdmacm/maps/librdmacm.map",
         nodes: &["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"],
+        min_symbols: 60,
+    },
+    Lib {
+        file: "libibumad.so.3",
+        map: "crates/capi-umad/maps/libibumad.map",
+        nodes: &["IBUMAD_1.0", "IBUMAD_1.1", "IBUMAD_1.2"],
+        min_symbols: 39,
     },
 ];
 
@@ -99,7 +111,7 @@ fn every_map_symbol_is_exported_at_its_node_and_nothing_else() {
             problems.join("\n")
         );
         assert!(
-            vs.symbols.len() > 60,
+            vs.symbols.len() >= lib.min_symbols,
             "{}: suspiciously few symbols in {}",
             lib.file,
             lib.map
@@ -170,7 +182,7 @@ fn export_set_equals_debians_real_libraries() {
 }
 
 #[test]
-fn sonames_and_librdmacm_depends_on_our_libibverbs() {
+fn sonames_and_librdmacm_and_libibumad_depend_on_our_libibverbs() {
     let compat = require_compat_dir();
     let (ib_needed, ib_soname) = dynamic_entries(&compat.join("libibverbs.so.1"));
     assert_eq!(ib_soname.as_deref(), Some("libibverbs.so.1"));
@@ -184,10 +196,17 @@ fn sonames_and_librdmacm_depends_on_our_libibverbs() {
         cm_needed.iter().any(|n| n == "libibverbs.so.1"),
         "librdmacm.so.1 must need libibverbs.so.1: {cm_needed:?}"
     );
+    let (umad_needed, umad_soname) = dynamic_entries(&compat.join("libibumad.so.3"));
+    assert_eq!(umad_soname.as_deref(), Some("libibumad.so.3"));
+    assert!(
+        umad_needed.iter().any(|n| n == "libibverbs.so.1"),
+        "libibumad.so.3 must need libibverbs.so.1: {umad_needed:?}"
+    );
     // The development symlinks point at the versioned files.
     for (link, target) in [
         ("libibverbs.so", "libibverbs.so.1"),
         ("librdmacm.so", "librdmacm.so.1"),
+        ("libibumad.so", "libibumad.so.3"),
     ] {
         assert_eq!(
             std::fs::read_link(compat.join(link)).unwrap(),

@@ -3,6 +3,12 @@
 //! IPv4 ID 0 and DF as Linux sends them, so the ICRC verifies in the capture).
 //! A received packet whose sender used another IPv4 ID (Linux rxe does) gets
 //! the ID its ICRC was computed with, recovered from the ICRC itself.
+//!
+//! On the same-host path a capture records the lanes' datagrams, which are
+//! the RoCE packets the wire would carry, except for peer copies: a process
+//! that captures uses none itself (`ShmPath::new`), and a peer's peer-copy
+//! descriptor, which is no RoCE packet, is recorded as it is with a note on
+//! stderr, once, that its data bypassed the wire.
 
 use softrdma_wire::ip;
 use softrdma_wire::pcap::{LinkType, PcapWriter};
@@ -11,11 +17,14 @@ use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Debug)]
 pub(crate) struct Capture {
     file: Mutex<File>,
     writer: PcapWriter,
+    /// A peer-copy descriptor was recorded (and noted on stderr).
+    bypass_noted: AtomicBool,
 }
 
 impl Capture {
@@ -26,11 +35,23 @@ impl Capture {
         Ok(Capture {
             file: Mutex::new(file),
             writer,
+            bypass_noted: AtomicBool::new(false),
         })
     }
 
     /// Records one datagram. Write errors are ignored: capture never stops traffic.
     pub(crate) fn record(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
+        let peer_copy = payload
+            .first()
+            .and_then(|&op| softrdma_wire::Opcode(op).info())
+            .is_some_and(|i| i.peer);
+        if peer_copy && !self.bypass_noted.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "softrdma: SOFTRDMA_PCAP: {src} sends large transfers by peer copy, \
+                 which bypasses the wire: the capture holds their descriptors, not \
+                 their data (SOFTRDMA_PEER_COPY=0 in that process keeps them in packets)"
+            );
+        }
         let udp = ip::udp_header(src.port(), dst.port(), payload.len());
         let udp_len = udp.len() + payload.len();
         let mut pkt = Vec::with_capacity(40 + udp_len);

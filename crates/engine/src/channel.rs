@@ -21,6 +21,73 @@ pub(crate) trait Receiver: Send + Sync + std::fmt::Debug {
     fn wait_receiving(&self, efd: &EventFd) -> io::Result<bool>;
 }
 
+/// A queue whose eventfd (semaphore mode) counts what it holds: readable
+/// while an entry waits. Behind the CM's event channels and libibumad's MAD
+/// ports.
+#[derive(Debug)]
+pub(crate) struct EventQueue<T> {
+    efd: EventFd,
+    pending: Mutex<VecDeque<T>>,
+}
+
+impl<T> EventQueue<T> {
+    /// An empty queue; `blocking`: whether `read(2)` on its eventfd blocks.
+    pub(crate) fn new(blocking: bool) -> io::Result<EventQueue<T>> {
+        Ok(EventQueue {
+            efd: EventFd::with_options(
+                EventFdOptions::default().semaphore(true).blocking(blocking),
+            )?,
+            pending: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    pub(crate) fn efd(&self) -> &EventFd {
+        &self.efd
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<T>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `t` and counts it.
+    pub(crate) fn push(&self, t: T) {
+        self.lock().push_back(t);
+        let _ = self.efd.notify();
+    }
+
+    /// The oldest entry, once its count was read off the eventfd.
+    pub(crate) fn pop_counted(&self) -> Option<T> {
+        self.lock().pop_front()
+    }
+
+    /// The oldest entry if `take` accepts it (its count goes with it);
+    /// `Some(Err(()))` if it stays queued.
+    pub(crate) fn pop_if(&self, take: impl FnOnce(&T) -> bool) -> Option<Result<T, ()>> {
+        let mut p = self.lock();
+        if !take(p.front()?) {
+            return Some(Err(()));
+        }
+        let _ = self.efd.try_read();
+        p.pop_front().map(Ok)
+    }
+
+    /// Drops the entries `keep` refuses, and their counts.
+    pub(crate) fn retain(&self, keep: impl FnMut(&T) -> bool) {
+        let mut p = self.lock();
+        let before = p.len();
+        p.retain(keep);
+        for _ in p.len()..before {
+            let _ = self.efd.try_read();
+        }
+    }
+}
+
+impl<T> AsRawFd for EventQueue<T> {
+    fn as_raw_fd(&self) -> RawFd {
+        self.efd.as_raw_fd()
+    }
+}
+
 /// A completion channel: CQs armed with it queue themselves here when they fire.
 #[derive(Debug)]
 pub struct CompChannel {
@@ -263,5 +330,25 @@ mod tests {
         // A notification still arrives afterwards.
         ch.notify(CqHandle(3));
         assert_eq!(ch.get_event().unwrap(), CqHandle(3));
+    }
+
+    /// The eventfd counts exactly what the queue holds, through pushes,
+    /// refused and accepted pops, and dropped entries.
+    #[test]
+    fn event_queue_counts_what_it_holds() {
+        let q = EventQueue::new(false).unwrap();
+        let readable = |q: &EventQueue<u32>| q.efd().wait_readable(Some(Duration::ZERO)).unwrap();
+        assert!(!readable(&q));
+        for i in 1..=3 {
+            q.push(i);
+        }
+        q.retain(|&i| i != 2);
+        assert_eq!(q.pop_if(|&i| i > 1), Some(Err(())), "1 stays queued");
+        assert_eq!(q.pop_if(|_| true), Some(Ok(1)));
+        assert!(readable(&q));
+        assert_eq!(q.efd().try_read().unwrap(), Some(1), "one count left");
+        assert_eq!(q.pop_counted(), Some(3));
+        assert!(!readable(&q));
+        assert_eq!(q.pop_if(|_| true), None);
     }
 }

@@ -1,54 +1,41 @@
 //! The connection manager inside the engine: CM MADs framed as UD packets
 //! on QP1, CM event channels, the CM's access to QPs, and address resolution.
 
+use crate::channel::EventQueue;
 use softrdma_cm::{ConnectQp, Event as CmEvent, IdHandle, QpInfo, QpOps};
 use softrdma_transport::{
     Access, Endpoint, GSI_QKEY, GSI_QPN, Instant, QpAttr, QpAttrMask as M, QpState, Qpn, VerbsError,
 };
-use softrdma_udp::{EventFd, EventFdOptions};
 use softrdma_wire::{Bth, Deth, Headers, Opcode, Packet, Psn};
-use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// A CM event channel (`struct rdma_event_channel`): an eventfd plus a queue.
 #[derive(Debug)]
 pub struct CmChannel {
-    efd: EventFd,
-    pending: Mutex<VecDeque<CmEvent>>,
+    queue: EventQueue<CmEvent>,
 }
 
 impl CmChannel {
     /// A new channel (it needs no device).
     pub fn new() -> io::Result<CmChannel> {
         Ok(CmChannel {
-            efd: EventFd::with_options(EventFdOptions::default().semaphore(true).blocking(true))?,
-            pending: Mutex::new(VecDeque::new()),
+            queue: EventQueue::new(true)?,
         })
     }
 
     pub(crate) fn push(&self, e: CmEvent) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(e);
-        let _ = self.efd.notify();
+        self.queue.push(e);
     }
 
     /// Blocks in `read(2)` until an event arrives (unless non-blocking); a
     /// signal handler interrupting the wait ends it with `Interrupted`.
     pub fn get_event(&self) -> io::Result<CmEvent> {
         loop {
-            self.efd.read_interruptible()?;
-            if let Some(e) = self
-                .pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop_front()
-            {
+            self.queue.efd().read_interruptible()?;
+            if let Some(e) = self.queue.pop_counted() {
                 return Ok(e);
             }
         }
@@ -56,23 +43,18 @@ impl CmChannel {
 
     /// Makes `get_event` non-blocking (or back).
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.efd.set_nonblocking(on)
+        self.queue.efd().set_nonblocking(on)
     }
 
     /// Drops queued events of `id` (it is being destroyed).
     pub(crate) fn forget(&self, id: IdHandle) {
-        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let before = p.len();
-        p.retain(|e| e.id != id);
-        for _ in p.len()..before {
-            let _ = self.efd.try_read();
-        }
+        self.queue.retain(|e| e.id != id);
     }
 }
 
 impl AsRawFd for CmChannel {
     fn as_raw_fd(&self) -> RawFd {
-        self.efd.as_raw_fd()
+        self.queue.as_raw_fd()
     }
 }
 

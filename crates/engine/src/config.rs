@@ -23,11 +23,10 @@ use std::io;
 ///   receive posted waits for one before it RNR-NAKs (default 10000; 0: at
 ///   once, as rxe does; see `softrdma_transport::Config::rnr_hold_ns`);
 /// - `SOFTRDMA_SHM=0|1`: carry traffic between the host device's processes
-///   through shared memory (default 0 for now: pyverbs' rdmacm tests, whose
-///   forked sides exit without leaving, fail now and then with it; see
-///   `engine/shm.rs`);
+///   through shared memory (default 1; `0` keeps every packet on UDP over
+///   loopback; see `engine/shm.rs`);
 /// - `SOFTRDMA_PEER_COPY=0`: with the same-host path on, keep every byte in
-///   packets (no peer copy of large SENDs, WRITEs and READs with `process_vm_readv`;
+///   packets (no peer copy of large SENDs, WRITEs and READs;
 ///   see `engine/shm/peer_copy.rs`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -56,8 +55,7 @@ pub struct EngineConfig {
     /// (`SOFTRDMA_RNR_HOLD`, µs).
     pub rnr_hold: std::time::Duration,
     /// Carry traffic to this host device's member processes through shared
-    /// memory instead of UDP (`SOFTRDMA_SHM`, default off for now; needs
-    /// `host`).
+    /// memory instead of UDP (`SOFTRDMA_SHM`, default on; needs `host`).
     pub shm: bool,
 }
 
@@ -146,7 +144,7 @@ impl EngineConfig {
             rnr_hold,
             busy_poll: flag("SOFTRDMA_BUSY_POLL", true)?,
             host: flag("SOFTRDMA_HOST", true)?,
-            shm: flag("SOFTRDMA_SHM", false)?,
+            shm: flag("SOFTRDMA_SHM", true)?,
             linger,
             verify_icrc,
             pcap: lookup("SOFTRDMA_PCAP")

@@ -175,6 +175,15 @@ impl HostMember {
         }
     }
 
+    /// Which members serve which management classes (libibumad agents),
+    /// host-wide.
+    pub(crate) fn mad_classes(&self) -> HostMadClasses {
+        HostMadClasses {
+            registry: Arc::clone(&self.registry),
+            member: Arc::clone(&self.member),
+        }
+    }
+
     /// Takes the note that a listener appeared since the last call: the
     /// engine then re-attaches the program (outside its own lock: the
     /// registry lock may wait on another member's reconciliation, which
@@ -482,5 +491,44 @@ mod tests {
         assert!(reconcile_due(Some(t0), t0 + RECONCILE_GAP));
         // A clock read before the last start (another thread) is not due.
         assert!(!reconcile_due(Some(t0 + Duration::from_millis(1)), t0));
+    }
+}
+
+/// The host's record of MAD class servers: one lease per (class, version)
+/// in [`softrdma_host::PS_MAD_CLASS`], held by the member whose agent
+/// serves it.
+#[derive(Debug)]
+pub(crate) struct HostMadClasses {
+    registry: Arc<Registry>,
+    member: Arc<Member>,
+}
+
+fn mad_class_port(class: u8, version: u8) -> u16 {
+    u16::from(class) << 8 | u16::from(version)
+}
+
+const ANY: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+
+impl crate::mad::MadServers for HostMadClasses {
+    fn claim(&self, class: u8, version: u8) -> Result<crate::mad::Claim, i32> {
+        let port = mad_class_port(class, version);
+        match self
+            .registry
+            .reserve_port(&self.member, softrdma_host::PS_MAD_CLASS, ANY, port)
+        {
+            // Fork-private, as the CM's leases: a child must not keep it.
+            Ok(l) => Ok(crate::mad::Claim::new((ForkPrivate::new(l.as_raw_fd()), l))),
+            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Err(libc::EINVAL),
+            Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+
+    fn holder(&self, class: u8, version: u8) -> Option<u8> {
+        let port = mad_class_port(class, version);
+        self.registry
+            .lease_holder(softrdma_host::PS_MAD_CLASS, port, ANY)
+            .ok()
+            .flatten()
+            .filter(|&s| s != self.member.slot())
     }
 }

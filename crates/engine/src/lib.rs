@@ -11,6 +11,10 @@
 //! and async event channels backed by real eventfds, and the one
 //! implementation of the transport's memory access over process memory.
 //!
+//! QP1 carries the CM's MADs to its [`cm_proto::Cm`] and every other
+//! class's to the MAD agents of [`mad`] (libibumad's registrations, and the
+//! device's own Performance Management agent).
+//!
 //! Verbs logic lives in the transport; the engine adds locking, clocks and
 //! I/O only. Higher layers (the safe Rust API, the C ABI) reach it through
 //! typed operations, one per verb or CM call (modelled on rdma-core's
@@ -31,6 +35,7 @@ pub mod dm;
 mod engine;
 mod faults;
 mod host;
+pub mod mad;
 mod memory;
 mod stats_dump;
 

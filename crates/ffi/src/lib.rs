@@ -1,8 +1,9 @@
 //! `#[repr(C)]` mirrors of the rdma-core 44 public headers (x86_64 Linux, glibc).
 //!
 //! Sources: `<infiniband/verbs.h>`, `<infiniband/sa.h>`, `<rdma/rdma_cma.h>`,
-//! `<rdma/rdma_verbs.h>` and `<rdma/rsocket.h>` as installed by Debian bookworm's
-//! `libibverbs-dev`/`librdmacm-dev` 44.0.
+//! `<rdma/rdma_verbs.h>`, `<rdma/rsocket.h>` and `<infiniband/umad.h>` as
+//! installed by Debian bookworm's `libibverbs-dev`/`librdmacm-dev`/`libibumad-dev`
+//! 44.0.
 //!
 //! Conventions (the same as bindgen's "constified enum" mode):
 //! - a C `enum foo` is a type alias `foo` (`c_uint`, or `c_int` when the enum has
@@ -36,6 +37,7 @@ pub mod context;
 pub mod device;
 pub mod resources;
 pub mod sa;
+pub mod umad;
 pub mod wr;
 
 pub use cm::*;
@@ -44,6 +46,7 @@ pub use context::*;
 pub use device::*;
 pub use resources::*;
 pub use sa::*;
+pub use umad::*;
 pub use wr::*;
 
 /// Checks `size_of`, `align_of` and field offsets of a mirror at compile time.

@@ -465,6 +465,26 @@ fn all_layouts() -> Vec<Layout> {
     struct rdma_cm_join_mc_attr_ex {
         comp_mask, join_flags, addr,
     },
+    struct ib_mad_addr {
+        qpn, qkey, lid, sl, path_bits, grh_present, gid_index, hop_limit, traffic_class, gid,
+        flow_label, pkey_index, reserved,
+    },
+    struct ib_user_mad {
+        agent_id, status, timeout_ms, retries, length, addr,
+    },
+    struct umad_port {
+        ca_name, portnum, base_lid, lmc, sm_lid, sm_sl, state, phys_state, rate, capmask,
+        gid_prefix, port_guid, pkeys_size, pkeys, link_layer,
+    },
+    struct umad_ca {
+        ca_name, node_type, numports, fw_ver, ca_type, hw_ver, node_guid, system_guid, ports,
+    },
+    struct umad_device_node {
+        next, ca_name,
+    },
+    struct umad_reg_attr {
+        mgmt_class, mgmt_class_version, flags, method_mask, oui, rmpp_version,
+    },
     }
 }
 
@@ -937,6 +957,9 @@ fn all_constants() -> Vec<(&'static str, &'static str, u64)> {
         IBV_PATH_FLAG_BIDIRECTIONAL,
         "IB_UVERBS_ACCESS_OPTIONAL_LAST" = IBV_ACCESS_OPTIONAL_LAST,
         "(uintptr_t)__VERBS_ABI_IS_EXTENDED" = VERBS_ABI_IS_EXTENDED,
+        UMAD_CA_NAME_LEN,
+        UMAD_CA_MAX_PORTS,
+        UMAD_USER_RMPP,
     ]
 }
 
@@ -950,6 +973,7 @@ const FFI_SOURCES: &[(&str, &str)] = &[
     ("wr.rs", include_str!("../src/wr.rs")),
     ("sa.rs", include_str!("../src/sa.rs")),
     ("cm.rs", include_str!("../src/cm.rs")),
+    ("umad.rs", include_str!("../src/umad.rs")),
 ];
 
 /// Names declared as `pub <keyword> NAME` in the ffi sources (plus the names
@@ -985,9 +1009,10 @@ fn declared(keyword: &str) -> Vec<String> {
 }
 
 fn headers_hint() -> &'static str {
-    "the rdma-core development headers are missing: install Debian's libibverbs-dev and \
-     librdmacm-dev (apt-get install libibverbs-dev librdmacm-dev; the project's test script \
-     installs them) so that <infiniband/verbs.h> and <rdma/rdma_cma.h> exist"
+    "the rdma-core development headers are missing: install Debian's libibverbs-dev, \
+     librdmacm-dev and libibumad-dev (apt-get install libibverbs-dev librdmacm-dev \
+     libibumad-dev; the project's test script installs them) so that <infiniband/verbs.h>, \
+     <rdma/rdma_cma.h> and <infiniband/umad.h> exist"
 }
 
 /// Writes, compiles and runs the C probe; returns its stdout.
@@ -996,6 +1021,7 @@ fn run_c_probe(layouts: &[Layout], constants: &[(&str, &str, u64)]) -> String {
         "/usr/include/infiniband/verbs.h",
         "/usr/include/rdma/rdma_cma.h",
         "/usr/include/infiniband/sa.h",
+        "/usr/include/infiniband/umad.h",
     ] {
         assert!(Path::new(h).exists(), "{h} not found: {}", headers_hint());
     }
@@ -1003,6 +1029,7 @@ fn run_c_probe(layouts: &[Layout], constants: &[(&str, &str, u64)]) -> String {
         "#include <stdio.h>\n#include <stddef.h>\n#include <stdint.h>\n\
          #include <infiniband/verbs.h>\n#include <infiniband/sa.h>\n\
          #include <rdma/rdma_cma.h>\n#include <rdma/rdma_verbs.h>\n#include <rdma/rsocket.h>\n\
+         #include <infiniband/umad.h>\n\
          int main(void) {\n",
     );
     for l in layouts {

@@ -92,6 +92,12 @@ pub const PS_UDP: u16 = 0x0111;
 /// rdma_cm port space `RDMA_PS_IB`.
 pub const PS_IB: u16 = 0x013F;
 
+/// Not an rdma_cm port space: leases in it record which member serves a
+/// management class on QP1 (port `class << 8 | class version`, address
+/// unspecified; libibumad's `umad_register`), so a MAD request the member it
+/// reached does not serve goes on to that member.
+pub const PS_MAD_CLASS: u16 = 0xFF04;
+
 /// Ports [`Registry::reserve_port`] picks from for port 0 (Linux's default
 /// `ip_local_port_range`).
 pub const EPHEMERAL_PORTS: RangeInclusive<u16> = 32768..=60999;
@@ -696,6 +702,17 @@ impl Registry {
         out.sort_unstable();
         out.dedup();
         Ok(out)
+    }
+
+    /// The slot of the member holding a live lease on `port` of port space
+    /// `space` at an address overlapping `addr`, listening or not.
+    pub fn lease_holder(&self, space: u16, port: u16, addr: IpAddr) -> io::Result<Option<u8>> {
+        Ok(self
+            .snapshot()?
+            .leases
+            .iter()
+            .filter(|l| l.space == space && l.port == port && addrs_overlap(l.addr, addr))
+            .find_map(|l| l.record.map(|r| r.slot)))
     }
 
     /// Whether a live lease holds `port` of port space `space` at an address

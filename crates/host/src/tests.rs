@@ -591,6 +591,28 @@ fn listeners_match_address_and_wildcards() {
 }
 
 #[test]
+fn lease_holders_are_found_until_released() {
+    let t = TestDir::new("holders");
+    let reg = t.registry();
+    let _m1 = reg.join().unwrap();
+    let m2 = reg.join().unwrap();
+    let any = ip("0.0.0.0");
+    assert_eq!(reg.lease_holder(PS_MAD_CLASS, 0x0401, any).unwrap(), None);
+    let l = reg.reserve_port(&m2, PS_MAD_CLASS, any, 0x0401).unwrap();
+    assert_eq!(
+        reg.lease_holder(PS_MAD_CLASS, 0x0401, any).unwrap(),
+        Some(m2.slot()),
+        "listening or not"
+    );
+    assert_eq!(reg.lease_holder(PS_MAD_CLASS, 0x0402, any).unwrap(), None);
+    assert_eq!(reg.lease_holder(PS_TCP, 0x0401, any).unwrap(), None);
+    assert!(reg.listeners(any).unwrap().is_empty(), "not a listener");
+    assert_addr_in_use(reg.reserve_port(&m2, PS_MAD_CLASS, any, 0x0401));
+    drop(l);
+    assert_eq!(reg.lease_holder(PS_MAD_CLASS, 0x0401, any).unwrap(), None);
+}
+
+#[test]
 fn group_state_round_trips_under_the_lock() {
     let t = TestDir::new("group");
     let reg = t.registry();

@@ -56,25 +56,17 @@ unsafe impl Sync for Map {}
 
 impl Map {
     fn new(file: &File, offset: usize, len: usize) -> io::Result<Map> {
-        // SAFETY: a fresh shared mapping of `len` bytes of `file` at a
-        // page-aligned offset; the kernel picks the address.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Map {
-            ptr: ptr.cast(),
+        // A fresh shared mapping of `len` bytes of `file` at a page-aligned
+        // offset; the kernel picks the address.
+        let ptr = crate::vm::map(
             len,
-        })
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            offset as i64,
+        )
+        .ok_or_else(io::Error::last_os_error)?;
+        Ok(Map { ptr, len })
     }
 
     fn u32_at(&self, at: usize) -> &AtomicU32 {
@@ -95,7 +87,7 @@ impl Drop for Map {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly what `Map::new` mapped; no view outlives
         // its `Map` (the rings below are owned alongside it).
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        unsafe { crate::vm::unmap(self.ptr, self.len) };
     }
 }
 

@@ -33,6 +33,7 @@ mod inbox;
 mod peer;
 mod ring;
 mod share;
+mod vm;
 
 pub use inbox::{INBOX_BYTES, Inbox, Outlet, can_copy_from};
 pub use peer::{CopyError, MAX_RANGES, Range, read_from};

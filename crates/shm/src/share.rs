@@ -24,6 +24,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::{Mutex, MutexGuard, Once};
 
+use crate::vm;
+
 /// What the registry of shared regions remembers of one.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -135,19 +137,7 @@ fn map_fresh(size: usize, fd: Option<RawFd>) -> Option<*mut libc::c_void> {
         Some(fd) => (libc::MAP_SHARED, fd),
         None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
     };
-    // SAFETY: a new mapping at an address of the kernel's choice; nothing
-    // of ours is replaced.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            fd,
-            0,
-        )
-    };
-    (p != libc::MAP_FAILED).then_some(p)
+    vm::map(size, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0).map(|p| p.cast())
 }
 
 /// Moves the mapping `tmp` (`size` bytes, ours) over the pages at `dest`
@@ -157,18 +147,17 @@ fn map_fresh(size: usize, fd: Option<RawFd>) -> Option<*mut libc::c_void> {
 /// The pages at `dest` must be the caller's to replace (a region it
 /// registered).
 unsafe fn move_over(tmp: *mut libc::c_void, size: usize, dest: u64) -> bool {
-    // SAFETY: per the contract; the kernel replaces the old mapping at
-    // `dest` atomically.
-    let r = unsafe {
-        libc::mremap(
-            tmp,
-            size,
-            size,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            dest as *mut libc::c_void,
-        )
-    };
-    r != libc::MAP_FAILED
+    // SAFETY: per the contract.
+    unsafe { vm::move_over(tmp.cast(), size, dest) }
+}
+
+/// Unmaps `tmp`, a mapping of ours of `size` bytes.
+///
+/// # Safety
+/// Nothing may refer to `tmp` any more.
+unsafe fn unmap(tmp: *mut libc::c_void, size: usize) {
+    // SAFETY: per the contract.
+    unsafe { vm::unmap(tmp.cast(), size) };
 }
 
 /// What [`walk_range`] shows of one line of `/proc/self/maps`: its
@@ -373,7 +362,7 @@ pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused>
     if !unsafe { move_over(tmp, size, first) } {
         let e = errno();
         // SAFETY: `tmp` is still our mapping (mremap failed).
-        unsafe { libc::munmap(tmp, size) };
+        unsafe { unmap(tmp, size) };
         return fail(e);
     }
     let mut g = REGIONS.lock().unwrap_or_else(|p| p.into_inner());
@@ -406,7 +395,7 @@ fn restore_private(addr: u64, len: u64, fd: RawFd) -> bool {
     };
     let fail = || {
         // SAFETY: `tmp` is our mapping.
-        unsafe { libc::munmap(tmp, size) };
+        unsafe { unmap(tmp, size) };
         false
     };
     let mut off: libc::off_t = 0;
@@ -515,26 +504,12 @@ impl PeerMap {
             return Err(CopyError::Fault);
         }
         let size = usize::try_from(len).map_err(|_| CopyError::Invalid)?;
-        // SAFETY: a read-only shared mapping of a file we hold open; its size
-        // was just checked, and a region's memfd never shrinks (punched,
-        // never truncated), so no access within `len` faults.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(CopyError::Other(errno()));
-        }
-        Ok(PeerMap {
-            ptr: p.cast(),
-            len: size,
-        })
+        // A read-only shared mapping of a file we hold open; its size was
+        // just checked, and a region's memfd never shrinks (punched, never
+        // truncated), so no access within `len` faults.
+        let p = vm::map(size, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0)
+            .ok_or_else(|| CopyError::Other(errno()))?;
+        Ok(PeerMap { ptr: p, len: size })
     }
 
     /// Bytes mapped.
@@ -572,7 +547,7 @@ impl PeerMap {
 impl Drop for PeerMap {
     fn drop(&mut self) {
         // SAFETY: our mapping, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        unsafe { vm::unmap(self.ptr, self.len) };
     }
 }
 

@@ -19,8 +19,9 @@ use crate::table::Table;
 use crate::time::Instant;
 use crate::types::{Access, AsyncEventType, QpAttrMask, QpState, QpType, Qpn, SendFlags, WrOpcode};
 use crate::wr::{RecvWr, SendWr, Wc};
+use rustc_hash::FxHashMap as HashMap;
 use softrdma_wire::{Packet, Psn, Transport, ip};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 
 /// A datagram received from the network.
@@ -121,13 +122,13 @@ impl Endpoint {
             mws: MwTable::default(),
             cqs: Table::default(),
             srqs: Table::default(),
-            qps: HashMap::new(),
+            qps: HashMap::default(),
             next_qpn,
             timers: Default::default(),
             ready: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
-            mcast: HashMap::new(),
+            mcast: HashMap::default(),
         }
     }
 

@@ -3,8 +3,9 @@
 //! [`Memory`] implementation touches a byte.
 
 use crate::types::Access;
+use rustc_hash::FxHashMap as HashMap;
 pub use softrdma_wire::{PeerFile, PeerSeg};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Access to the memory behind registered regions, in the host address space.
 ///
@@ -248,7 +249,7 @@ impl MrTable {
         MrTable {
             slots: Vec::new(),
             free: VecDeque::new(),
-            overflow: HashMap::new(),
+            overflow: HashMap::default(),
             prf: KeyPrf::new(seed),
         }
     }

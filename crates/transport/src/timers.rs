@@ -11,8 +11,9 @@
 
 use crate::time::Instant;
 use crate::types::Qpn;
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 /// Deadlines by QP (see the module documentation).
 #[derive(Debug, Default)]
@@ -133,7 +134,7 @@ mod tests {
     #[test]
     fn matches_a_scan_under_random_updates() {
         let mut h = TimerHeap::default();
-        let mut truth: HashMap<Qpn, Instant> = HashMap::new();
+        let mut truth: HashMap<Qpn, Instant> = HashMap::default();
         let mut s: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut rnd = |n: u64| {
             s ^= s << 13;

@@ -26,6 +26,7 @@ pub mod opcode;
 pub mod packet;
 pub mod pcap;
 pub mod peer;
+pub mod pma;
 pub mod psn;
 
 // The public interface is:

@@ -9,11 +9,11 @@
 
 use crate::ffi::*;
 use crate::guard::{ret, with_arg};
+use rustc_hash::FxHashMap as HashMap;
 use softrdma_engine::transport::{
     AddressVector, CqHandle, Mr as TransportMr, PdHandle, QpType, Qpn, SrqHandle, VerbsError, Wc,
 };
 use softrdma_engine::{CompChannel, Engine};
-use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, LazyLock, Mutex, RwLock};

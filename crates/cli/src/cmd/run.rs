@@ -1,8 +1,8 @@
 //! `softrdma run [--] CMD [ARGS...]`: runs an unmodified program over
 //! softrdma, with no root.
 //!
-//! The program gets softrdma's `libibverbs.so.1`/`librdmacm.so.1` first on
-//! `LD_LIBRARY_PATH`, and (through `softrdma-devview`) a private mount
+//! The program gets softrdma's `libibverbs.so.1`/`librdmacm.so.1` (and `libibumad.so.3`,
+//! from the same directory) first on `LD_LIBRARY_PATH`, and (through `softrdma-devview`) a private mount
 //! namespace in which `/dev/infiniband/uverbs0` and
 //! `/sys/class/infiniband/softrdma0/...` exist as middleware (UCX, Open MPI,
 //! NCCL, pyverbs) expects them, filled from the device this command opens.

@@ -139,6 +139,14 @@ pub fn stat_sum(file: &Path, name: &str) -> u64 {
         .sum()
 }
 
+/// Payload bytes the device carried into the processes of a
+/// `SOFTRDMA_STATS` file: received in packets (UDP or the same-host lanes)
+/// plus copied by a process straight out of its peer's memory (peer copy on
+/// the same-host path, where a large transfer is no packet at all).
+pub fn carried_bytes(file: &Path) -> u64 {
+    stat_sum(file, "rx_bytes") + stat_sum(file, "shm_peer_copy_bytes")
+}
+
 /// `cmd` run through `wrapper WRAPPER_ARGS... PROGRAM ARGS...` (setpriv, a
 /// seccomp launcher), with `cmd`'s environment changes.
 pub fn wrapped(cmd: &Command, wrapper: &Path, wrapper_args: &[&str]) -> Command {

@@ -53,7 +53,8 @@ impl Shared {
         }
     }
 
-    /// Routes CM events to their channels and frames outgoing MADs.
+    /// Routes CM events to their channels and frames outgoing MADs (the
+    /// CM's and the MAD agents').
     fn dispatch_cm(&self, core: &mut Core) {
         while let Some(e) = core.cm.poll_event() {
             if e.kind == softrdma_cm::EventKind::Established && core.keepalive_at.is_none() {
@@ -79,6 +80,14 @@ impl Shared {
             let dst = SocketAddr::new(o.dst, port);
             core.ep.fill_icrc(o.src, dst, &mut pkt);
             core.gsi_out.push_back((o.src, dst, pkt));
+        }
+        while let Some((src, dst, mad)) = core.mad.poll_transmit() {
+            let mut pkt = Vec::with_capacity(300);
+            crate::cm::gsi_packet(core.gsi_psn, &mad, &mut pkt);
+            core.gsi_psn = (core.gsi_psn + 1) & 0xFF_FFFF;
+            let dst = SocketAddr::new(dst, port);
+            core.ep.fill_icrc(src, dst, &mut pkt);
+            core.gsi_out.push_back((src, dst, pkt));
         }
     }
 
@@ -119,6 +128,10 @@ impl Shared {
                 );
                 fired = true;
             }
+            if core.mad.poll_timeout().is_some_and(|t| t <= now) {
+                core.mad.handle_timeout(now);
+                fired = true;
+            }
             if core.keepalive_at.is_some_and(|t| t <= now) {
                 // (Found only now if the tick came due meanwhile: the
                 // periodic sweep takes their lanes.)
@@ -147,7 +160,8 @@ impl Shared {
 /// a waiting peer learns of the death within about this long.
 const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The earliest deadline of the transport, the CM and the keepalive.
+/// The earliest deadline of the transport, the CM, the MAD agents and the
+/// keepalive.
 pub(super) fn earliest(core: &Core) -> Option<Instant> {
     // Compared as integers with "never" for None: `flatten().min()` over the
     // options compiles (inlined here) to a branch on a None's unset payload,
@@ -157,6 +171,7 @@ pub(super) fn earliest(core: &Core) -> Option<Instant> {
     let t = [
         core.ep.poll_timeout(),
         core.cm.poll_timeout(),
+        core.mad.poll_timeout(),
         core.keepalive_at,
     ]
     .map(|t| t.map_or(NEVER, Instant::as_nanos))

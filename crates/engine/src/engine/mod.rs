@@ -30,6 +30,7 @@ mod busy_poll;
 mod cm_ops;
 mod events;
 mod forward;
+mod mad_ops;
 mod membership;
 mod ops;
 mod policy;
@@ -67,6 +68,8 @@ pub(crate) struct Core {
     gsi_psn: u32,
     /// When to probe the peers of live CM connections next (see `KEEPALIVE`).
     keepalive_at: Option<Instant>,
+    /// libibumad's agents and the device's PMA (QP1 MADs not for the CM).
+    mad: crate::mad::MadAgents,
 }
 
 #[derive(Debug)]
@@ -290,8 +293,10 @@ impl Engine {
             seed: seed.rotate_left(17),
             member_slot: slot,
         });
+        let mut mad = crate::mad::MadAgents::new(slot);
         if let Some(h) = &host {
             cm.set_port_authority(Box::new(h.port_authority()));
+            mad.set_servers(Box::new(h.mad_classes()));
         }
         let poller = Arc::new(Poller::new()?);
         poller.add_socket(&socket, KEY_SOCKET)?;
@@ -313,15 +318,19 @@ impl Engine {
         let faults = crate::faults::FaultInjector::from_env(&socket)?;
         // Fault injection acts on UDP sends: with it, everything stays on UDP.
         let shm = match &host {
-            Some(h) if cfg.shm && faults.is_none() => shm::ShmPath::new(h, local.port())
-                .inspect_err(|e| {
-                    if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
-                        eprintln!(
-                            "softrdma: no shared-memory path ({e}); same-host traffic goes over UDP"
-                        );
-                    }
-                })
-                .ok(),
+            Some(h) if cfg.shm && faults.is_none() => shm::ShmPath::new(
+                h,
+                local.port(),
+                capture.is_some(),
+            )
+            .inspect_err(|e| {
+                if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
+                    eprintln!(
+                        "softrdma: no shared-memory path ({e}); same-host traffic goes over UDP"
+                    );
+                }
+            })
+            .ok(),
             _ => None,
         };
         let forward = Shared::open_forwarder(host.as_deref(), &poller);
@@ -343,6 +352,7 @@ impl Engine {
                 gsi_out: std::collections::VecDeque::new(),
                 gsi_psn: (seed as u32) & 0xFF_FFFF,
                 keepalive_at: None,
+                mad,
             }),
             tx: Mutex::new(Tx {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),
@@ -491,12 +501,18 @@ impl Engine {
     /// queued. Private to the engine: higher layers call the typed
     /// operations (`ops.rs`).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Endpoint, Instant) -> R) -> R {
+        self.with_core(|core, now| f(&mut core.ep, now))
+    }
+
+    /// Runs `f` on the state behind the engine lock, then delivers events
+    /// and sends whatever it queued.
+    fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
         // Answers a busy poller left unsent go first: `f` may destroy their QP.
         self.shared.flush_pending_sync();
         let r = {
             let mut core = self.lock();
             let now = self.now();
-            let r = f(&mut core.ep, now);
+            let r = f(&mut core, now);
             self.shared.after(&mut core);
             r
         };

@@ -186,8 +186,16 @@ impl Shared {
         let gsi = crate::cm::is_gsi(dg.payload);
         if gsi {
             self.shm_poll_locked(core, now, usize::MAX, one.requests);
+            core.mad.take_forward();
         }
         *one.requests += u64::from(self.deliver(core, now, dg, None));
+        // A MAD request for a class another member serves: to it.
+        if gsi
+            && let Some(slot) = core.mad.take_forward()
+            && let Some(f) = one.forwards.as_deref_mut()
+        {
+            f.extend(Pending::new(ForwardTo::Slot(slot), dg));
+        }
         if gsi && core.cm.take_misrouted() {
             one.noticed.misrouted = true;
             // A REQ for a port another member holds: to its listener, if
@@ -235,12 +243,22 @@ impl Shared {
         total
     }
 
-    /// Feeds a packet for QP1 to the CM (after the same ICRC check as any packet).
+    /// Feeds a packet for QP1 to the CM, or to the MAD agents if it is not a
+    /// CM MAD (after the same ICRC check as any packet).
     pub(super) fn handle_gsi(&self, core: &mut Core, now: Instant, d: &Datagram<'_>) {
         if !core.ep.icrc_ok(d) {
             return;
         }
         if let Some(mad) = crate::cm::gsi_mad(d.payload) {
+            if mad[1] != softrdma_wire::mad::MGMT_CLASS_CM {
+                let Core {
+                    ep, mad: agents, ..
+                } = core;
+                agents.handle(d.src.ip(), d.dst_ip, mad, || {
+                    crate::mad::pma_counters(&ep.stats())
+                });
+                return;
+            }
             let Core { ep, cm, .. } = core;
             cm.handle_mad(
                 now,

@@ -143,7 +143,14 @@ impl Links {
 
 impl ShmPath {
     /// Creates this process's inbox and publishes it for the member `host`.
-    pub(crate) fn new(host: &crate::host::HostMember, port: u16) -> std::io::Result<ShmPath> {
+    /// `capturing` (`SOFTRDMA_PCAP`): this process's QPs use no peer copy,
+    /// so what they send stays in packets the capture records.
+    pub(crate) fn new(
+        host: &crate::host::HostMember,
+        port: u16,
+        capturing: bool,
+    ) -> std::io::Result<ShmPath> {
+        let peer_copy_on = peer_copy::allowed() && !capturing;
         let inbox = Inbox::create()?;
         host.publish_inbox(inbox.fd())?;
         Ok(ShmPath {
@@ -159,7 +166,8 @@ impl ShmPath {
             dropped_full: AtomicU64::new(0),
             doorbells: AtomicU64::new(0),
             rx_by_progress: AtomicU64::new(0),
-            peer_copy: peer_copy::allowed(),
+            peer_copy: peer_copy_on,
+            // Peers may still copy from this process's memory.
             mr_share: MrShares::new(peer_copy::allowed()),
             producers: Mutex::new(vec![(0, 0); 256]),
             copyable: Mutex::new(vec![(0, false); 256]),

@@ -4,8 +4,9 @@
 //! With no `--server`/`--connect`, the command starts a copy of itself as the
 //! server process (`softrdma perf --server --spawned`) and measures between
 //! the two processes: two members of this host's device, each with its own
-//! engine, lock and progress thread, whose packets go over UDP on loopback,
-//! or through the same-host path with `SOFTRDMA_SHM=1` (shared-memory lanes).
+//! engine, lock and progress thread, whose packets go through the same-host
+//! path (shared-memory lanes, the default) or, with `SOFTRDMA_SHM=0`, over
+//! UDP on loopback.
 //! The report says which path ran. The two sides exchange QP
 //! numbers, PSNs, GIDs and buffer keys over a small TCP control channel
 //! (`proto`), which `--server` / `--connect HOST` use across machines too.
@@ -43,8 +44,9 @@ device), connects an RC queue pair to it and, for every operation and size \
 of a short sweep (8 B to 1 MiB in x8 steps; atomics are 8 bytes), measures \
 bandwidth with 128 requests in flight and then latency one request at a \
 time. Each process has its own engine and progress thread; their packets \
-go over UDP on loopback, as between two hosts, or through shared memory \
-with SOFTRDMA_SHM=1 (the same-host path); the first line says which path ran. \
+go through shared memory (the same-host path, the default), or with \
+SOFTRDMA_SHM=0 over UDP on loopback, as between two hosts; the first line \
+says which path ran. \
 Both sides busy-poll their completion queues unless --events is given. A \
 progress bar runs on stderr; the table goes to stdout.
 
@@ -602,8 +604,8 @@ fn path_taken(ctx: &softrdma::verbs::Context) -> String {
     match tx {
         Some(n) if n > 0 => "shared memory".into(),
         Some(_) => "UDP".into(),
-        None if !std::env::var("SOFTRDMA_SHM").is_ok_and(|v| v.trim() == "1") => {
-            "UDP (SOFTRDMA_SHM=1 for shared memory)".into()
+        None if std::env::var("SOFTRDMA_SHM").is_ok_and(|v| v.trim() == "0") => {
+            "UDP (SOFTRDMA_SHM=0)".into()
         }
         None => "UDP (no shared-memory path)".into(),
     }

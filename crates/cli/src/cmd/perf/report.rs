@@ -25,7 +25,7 @@ pub(crate) struct RunConfig {
     /// `busy` or `events`.
     pub(crate) polling: String,
     /// Which path the client's packets took: `shared memory` (the same-host
-    /// path), `UDP`, or `UDP (SOFTRDMA_SHM=0)` / `UDP (no host device)`.
+    /// path), `UDP`, or `UDP (SOFTRDMA_SHM=0)` / `UDP (no shared-memory path)`.
     pub(crate) path: String,
     /// Requested path MTU.
     pub(crate) mtu: u32,
