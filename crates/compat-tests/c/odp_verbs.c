@@ -6,13 +6,18 @@
  *   1. ibv_query_device_ex reports ODP (IBV_ODP_SUPPORT and
  *      IBV_ODP_SUPPORT_IMPLICIT; RC: send, receive, write, read, atomic,
  *      SRQ receive; UD: send, receive; XRC as RC);
- *   2. an IBV_ACCESS_ON_DEMAND region over 4 pages whose last two are not
- *      mapped registers (an ordinary region there is EFAULT);
- *   3. the peer's RDMA WRITE into its mapped pages lands; into the unmapped
- *      ones it completes with IBV_WC_REM_ACCESS_ERR, and the process lives;
- *      once mapped there (after registration) the same WRITE lands;
- *   4. an RDMA READ and a FETCH_AND_ADD at an unmapped page: REM_ACCESS_ERR;
- *   5. a SEND gathered from an unmapped page of the sender's on-demand
+ *   2. an IBV_ACCESS_ON_DEMAND region over 4 pages whose last two are a
+ *      hole registers (an ordinary region there is EFAULT). The hole is
+ *      address space reserved with PROT_NONE, which the kernel refuses as it
+ *      refuses unmapped memory: a munmapped range could be taken by the
+ *      library's own mappings (the same-host path maps its lanes on first
+ *      use) before the test maps it again (crates/engine/tests/odp.rs does
+ *      munmap, with engines of its own);
+ *   3. the peer's RDMA WRITE into its mapped pages lands; into the hole it
+ *      completes with IBV_WC_REM_ACCESS_ERR, and the process lives; once
+ *      mapped there (after registration) the same WRITE lands;
+ *   4. an RDMA READ and a FETCH_AND_ADD in the hole: REM_ACCESS_ERR;
+ *   5. an RDMA WRITE gathered from the hole of the sender's on-demand
  *      region: IBV_WC_LOC_PROT_ERR;
  *   6. implicit ODP: ibv_reg_mr(pd, NULL, SIZE_MAX, ON_DEMAND | ...) makes
  *      the whole address space a region (mr->addr NULL, mr->length
@@ -97,13 +102,11 @@ static int run(enum ibv_wr_opcode op, uint64_t addr, uint32_t lkey, uint32_t len
 	return -1;
 }
 
-/* `len` bytes at `at` (NULL: anywhere), never over an existing mapping. */
-static char *map_at(void *at, size_t len)
+/* `len` bytes of fresh memory, or NULL. */
+static char *map_anywhere(size_t len)
 {
-	int fixed = at ? MAP_FIXED_NOREPLACE : 0;
-	char *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | fixed,
-		       -1, 0);
-	return p == MAP_FAILED || (at && p != at) ? NULL : p;
+	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
 }
 
 int main(void)
@@ -135,18 +138,17 @@ int main(void)
 	/* 2. an on-demand region with a hole */
 	int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 		  IBV_ACCESS_REMOTE_ATOMIC;
-	/* (Larger than the hole, so it cannot land there.) */
-	char *buf = map_at(NULL, 4 * PAGE);
+	char *buf = map_anywhere(4 * PAGE);
 	check(buf != NULL, "mmap 4 pages for an ordinary region");
 	for (int i = 0; i < PAGE; i++)
 		buf[i] = (char)(i * 7 + 1);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, PAGE, all);
 	check(mr != NULL, "an ordinary region");
-	char *arena = map_at(NULL, 4 * PAGE);
+	char *arena = map_anywhere(4 * PAGE);
 	check(arena != NULL, "mmap 4 pages");
 	memset(arena, 0x5a, 4 * PAGE);
-	check(!munmap(arena + 2 * PAGE, 2 * PAGE), "munmap the last two");
 	char *hole = arena + 2 * PAGE;
+	check(!mprotect(hole, 2 * PAGE, PROT_NONE), "the last two pages: a hole");
 	check(ibv_reg_mr(pd, arena, 4 * PAGE, all) == NULL && errno == EFAULT,
 	      "an ordinary region over the hole: EFAULT");
 	struct ibv_mr *odp = ibv_reg_mr(pd, arena, 4 * PAGE, all | IBV_ACCESS_ON_DEMAND);
@@ -160,12 +162,16 @@ int main(void)
 	check(run(IBV_WR_RDMA_WRITE, (uintptr_t)buf, mr->lkey, LEN, (uintptr_t)hole,
 		  odp->rkey) == IBV_WC_REM_ACCESS_ERR,
 	      "RDMA WRITE into the hole: IBV_WC_REM_ACCESS_ERR");
-	check(map_at(hole, 2 * PAGE) == hole, "map the hole after registration");
+	check(mmap(hole, 2 * PAGE, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == hole,
+	      "map fresh memory into the hole after registration");
 	fresh_pair();
 	check(run(IBV_WR_RDMA_WRITE, (uintptr_t)buf, mr->lkey, LEN, (uintptr_t)hole + 8,
 		  odp->rkey) == IBV_WC_SUCCESS && !memcmp(hole + 8, buf, LEN),
 	      "the same WRITE lands in memory mapped after registration");
-	check(!munmap(hole, 2 * PAGE), "unmap it again");
+	check(mmap(hole, 2 * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+		      hole,
+	      "a hole again");
 
 	/* 4. READ and atomics */
 	memcpy(buf, "untouched", 10);
@@ -197,7 +203,7 @@ int main(void)
 	struct ibv_mr *imp = ibv_reg_mr(pd, NULL, SIZE_MAX, all | IBV_ACCESS_ON_DEMAND);
 	check(imp && imp->addr == NULL && imp->length == SIZE_MAX,
 	      "implicit ODP: ibv_reg_mr(pd, NULL, SIZE_MAX, ON_DEMAND | ...)");
-	char *later = map_at(NULL, 3 * PAGE);
+	char *later = map_anywhere(3 * PAGE);
 	check(later != NULL, "memory mapped after the implicit registration");
 	fresh_pair();
 	check(run(IBV_WR_RDMA_WRITE, (uintptr_t)buf + 16, mr->lkey, LEN,
