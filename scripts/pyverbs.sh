@@ -15,6 +15,8 @@
 # RoCEv2 IPv4-mapped address). Vendor-specific tests (mlx5, efa, ...) skip
 # through the suite's own mechanism: the verb they need fails with EOPNOTSUPP.
 #
+# As root it lends the 2 MB huge-page pool 16 pages for the run (below).
+#
 # Prints pass/fail/skip counts per test file and every failure; exits non-zero
 # on any failure or error. Without python3-pyverbs (and no way to install it)
 # it prints a SKIPPED line and exits 0. docs/CONFORMANCE.md says what is
@@ -174,6 +176,26 @@ for f in sorted(res.counts):
 print(f"{'total':<28}{tot[0]:>6}{tot[1]:>6}{tot[2]:>6}   ({len(cases)} tests, {elapsed:.1f}s)")
 sys.exit(1 if tot[1] else 0)
 EOF
+
+# Three tests register memory on 2 MB huge pages (test_odp's two huge-page
+# tests, test_parent_domain's test_huge_page_traffic) and skip when the pool
+# is empty. As root, lend the pool 16 pages (32 MB: both sides of a test and a
+# page the test maps itself, with room for pages Python frees late) for the
+# run and give the old size back on exit. PYVERBS_HUGEPAGES=0: leave it.
+HUGE=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+if [ "${PYVERBS_HUGEPAGES:-16}" != 0 ] && [ "$(id -u)" -eq 0 ] && [ -w "$HUGE" ]; then
+  old_huge=$(cat "$HUGE")
+  if [ "$old_huge" -lt "${PYVERBS_HUGEPAGES:-16}" ]; then
+    trap 'echo "$old_huge" >"$HUGE"' EXIT
+    echo "${PYVERBS_HUGEPAGES:-16}" >"$HUGE" 2>/dev/null || true
+    # Fragmented memory may give fewer pages: then none (the tests skip
+    # rather than fail to map).
+    if [ "$(cat "$HUGE")" -lt "${PYVERBS_HUGEPAGES:-16}" ]; then
+      echo "$old_huge" >"$HUGE"
+      echo "note: no room for ${PYVERBS_HUGEPAGES:-16} huge pages; huge-page tests will skip"
+    fi
+  fi
+fi
 
 cd "$OUT"
 echo "pyverbs suite from $SUITE against $TARGET/compat"

@@ -25,14 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", ok ? "ok" : "FAILED", what);
-	if (!ok) {
-		fflush(stdout);
-		exit(1);
-	}
-}
+#include "verbs_util.h"
 
 static struct ibv_xrcd *open_xrcd(struct ibv_context *ctx, int fd, int oflags)
 {

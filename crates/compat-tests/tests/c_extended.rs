@@ -5,7 +5,8 @@
 //! `cc ... -libverbs` against the installed headers and run against
 //! `target/compat` (see the program's header for every check). This runs in
 //! CI whether or not python3-pyverbs is installed. `c/xrc_verbs.c` does the
-//! same for the XRC object verbs (issue 20).
+//! same for the XRC object verbs (issue 20), `c/odp_verbs.c` for on-demand
+//! paging (issue 20).
 //!
 //! Needs `cargo xtask compat`, gcc and libibverbs-dev; fails (never skips) without.
 
@@ -19,38 +20,36 @@ use softrdma_compat_tests::*;
 /// `127.49.x.y`: this file's loopback addresses.
 const NET: u8 = 49;
 
-#[test]
-fn extended_cq_qp_mw_rereg_import_parent_domain() {
-    let bin = build_c_program(
-        "ext_verbs",
-        Path::new(env!("CARGO_TARGET_TMPDIR")),
-        &[LIBIBVERBS],
-    );
+/// Builds `c/<name>.c`, runs it against `target/compat` on an address of
+/// its own for at most `secs` seconds, and checks it passed every check.
+fn run_c_program(name: &str, secs: u64) {
+    let bin = build_c_program(name, Path::new(env!("CARGO_TARGET_TMPDIR")), &[LIBIBVERBS]);
     let addr = unique_loopback_addr(NET);
     let out = run_with_timeout(
         compat_command(&bin).env("SOFTRDMA_ADDR", addr.to_string()),
-        Duration::from_secs(60),
+        Duration::from_secs(secs),
     );
     assert_eq!(out.code(), Some(0), "{out}");
     assert_eq!(out.stdout.lines().last(), Some("PASS"), "{out}");
     assert!(!out.stdout.contains("FAILED"), "{out}");
 }
 
+#[test]
+fn extended_cq_qp_mw_rereg_import_parent_domain() {
+    run_c_program("ext_verbs", 60);
+}
+
 /// Issue 20: `c/xrc_verbs.c`, XRC domains (a file's domain, O_CREAT/O_EXCL,
 /// ENOENT), XRC SRQ numbers, XRC receive and send QPs, `ibv_open_qp`.
 #[test]
 fn xrc_domains_srqs_qps_open_qp() {
-    let bin = build_c_program(
-        "xrc_verbs",
-        Path::new(env!("CARGO_TARGET_TMPDIR")),
-        &[LIBIBVERBS],
-    );
-    let addr = unique_loopback_addr(NET);
-    let out = run_with_timeout(
-        compat_command(&bin).env("SOFTRDMA_ADDR", addr.to_string()),
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code(), Some(0), "{out}");
-    assert_eq!(out.stdout.lines().last(), Some("PASS"), "{out}");
-    assert!(!out.stdout.contains("FAILED"), "{out}");
+    run_c_program("xrc_verbs", 30);
+}
+
+/// Issue 20: `c/odp_verbs.c`, on-demand paging: the caps, ON_DEMAND regions
+/// over memory unmapped and mapped after registration (REM_ACCESS_ERR,
+/// LOC_PROT_ERR, the bytes where mapped), implicit ODP, `ibv_advise_mr`.
+#[test]
+fn on_demand_paging() {
+    run_c_program("odp_verbs", 60);
 }

@@ -1,8 +1,12 @@
 //! The transport's [`Memory`] over this process's address space.
 //!
 //! This is the one place the engine dereferences registered memory.
+//! Regions registered for on-demand paging (`IBV_ACCESS_ON_DEMAND`) are not
+//! dereferenced at all: their memory may be unmapped at any time, so it is
+//! copied through the kernel ([`kernel_copy`]), which reports a hole as
+//! `EFAULT` where a plain load or store would kill the process.
 
-use softrdma_transport::{AtomicOp, Memory};
+use softrdma_transport::{AtomicOp, Memory, Unmapped};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Process memory, addressed by host virtual address.
@@ -11,7 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// ranges inside a region whose registration promised (an `unsafe` contract in
 /// the Rust API, the verbs contract in the C ABI) that the memory stays
 /// allocated until deregistration. Deregistration takes the endpoint lock that
-/// every call here runs under, so no access outlives a registration.
+/// every call here runs under, so no access outlives a registration. The
+/// `*_on_demand` methods serve on-demand-paging regions, which promise
+/// nothing of the kind.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct HostMemory;
 
@@ -44,6 +50,56 @@ impl Memory for HostMemory {
                 }
             }
         }
+    }
+
+    fn read_on_demand(&mut self, addr: u64, dst: &mut [u8]) -> Result<(), Unmapped> {
+        kernel_copy(dst.as_mut_ptr() as u64, addr, dst.len())
+    }
+
+    fn write_on_demand(&mut self, addr: u64, src: &[u8]) -> Result<(), Unmapped> {
+        kernel_copy(addr, src.as_ptr() as u64, src.len())
+    }
+
+    /// Read, apply, write back, each through the kernel. Every remote atomic
+    /// runs under the endpoint lock, so this is atomic with respect to the
+    /// others (`IBV_ATOMIC_HCA`), as [`Memory::atomic`] is.
+    fn atomic_on_demand(&mut self, addr: u64, op: AtomicOp) -> Result<u64, Unmapped> {
+        let mut orig = [0u8; 8];
+        self.read_on_demand(addr, &mut orig)?;
+        let orig = u64::from_ne_bytes(orig);
+        self.write_on_demand(addr, &op.apply(orig).to_ne_bytes())?;
+        Ok(orig)
+    }
+}
+
+/// Copies `len` bytes from `from` to `to`, both addresses of this process,
+/// with `process_vm_readv` on our own pid: the kernel copies as a device
+/// would through its page tables, faulting pages in, and answers `EFAULT`
+/// for a source not mapped readable or a destination not mapped writable,
+/// where `memcpy` would raise SIGSEGV. What on-demand paging costs per
+/// access: a system call (BENCHMARKS.md, "Issue 20: on-demand paging").
+fn kernel_copy(to: u64, from: u64, len: usize) -> Result<(), Unmapped> {
+    if len == 0 {
+        return Ok(());
+    }
+    let local = libc::iovec {
+        iov_base: to as *mut libc::c_void,
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: from as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: the kernel checks both ranges against our page tables and
+    // copies nothing where they are not mapped with the rights needed; the
+    // callers pass a Rust buffer (borrowed for the call) and a range of an
+    // on-demand region, which the engine holds no reference into, so the
+    // store aliases nothing Rust assumes unchanged.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n == len as isize {
+        Ok(())
+    } else {
+        Err(Unmapped)
     }
 }
 
@@ -91,7 +147,35 @@ pub fn check_mapped(addr: u64, len: u64, write: bool) -> Result<(), i32> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_mapped;
+    use super::{HostMemory, check_mapped};
+    use softrdma_transport::{AtomicOp, Memory, Unmapped};
+
+    /// On-demand accesses reach mapped memory and report holes and
+    /// read-only pages as `Unmapped`, never a signal. (Holes made and
+    /// filled after registration: `tests/odp.rs`.)
+    #[test]
+    fn on_demand_accesses_report_holes() {
+        let mut m = HostMemory;
+        let mut words = vec![0u64; 512];
+        let a = words.as_mut_ptr() as u64;
+        m.write_on_demand(a + 10, b"odp bytes").unwrap();
+        let mut back = [0u8; 9];
+        m.read_on_demand(a + 10, &mut back).unwrap();
+        assert_eq!(&back, b"odp bytes");
+        let fa = AtomicOp::FetchAdd { add: 5 };
+        assert_eq!(m.atomic_on_demand(a + 64, fa), Ok(0));
+        assert_eq!(m.atomic_on_demand(a + 64, fa), Ok(5));
+        assert_eq!(words[8], 10);
+        // Address 16 (the zero page) is never mapped.
+        assert_eq!(m.read_on_demand(16, &mut back), Err(Unmapped));
+        assert_eq!(m.write_on_demand(16, b"x"), Err(Unmapped));
+        assert_eq!(m.atomic_on_demand(16, fa), Err(Unmapped));
+        // Code: readable, not writable, so no atomics either.
+        let code = on_demand_accesses_report_holes as *const () as u64;
+        m.read_on_demand(code, &mut back).unwrap();
+        assert_eq!(m.write_on_demand(code, b"x"), Err(Unmapped));
+        assert_eq!(m.atomic_on_demand(code & !7, fa), Err(Unmapped));
+    }
 
     #[test]
     fn mapped_ranges_and_holes() {

@@ -5,9 +5,11 @@
 //! `REM_ACCESS_ERR` with the target memory untouched; small messages keep
 //! to packets. (Between processes: compat-tests `shm.rs` and perftest.)
 
+mod common;
+
 use softrdma_engine::transport::{
-    Access, AddressVector, CqHandle, Mtu, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState,
-    QpType, RecvWr, Rereg, SendFlags, SendWr, Sge, Wc, WcStatus, WrOpcode,
+    Access, CqHandle, Mtu, QpCap, QpInitAttr, QpType, RecvWr, Rereg, SendFlags, SendWr, Sge, Wc,
+    WcStatus, WrOpcode,
 };
 use softrdma_engine::{Engine, EngineConfig};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -66,37 +68,7 @@ fn side(ip: [u8; 4], port: u16, fill: u8) -> Side {
 }
 
 fn connect(s: &Side, peer: &Side) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ,
-        ..QpAttr::default()
-    };
-    let init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
-    s.e.modify_qp(s.qpn, &a, init).unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::M4096;
-    a.dest_qp_num = peer.qpn;
-    a.rq_psn = 7;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AddressVector::to_ip(peer.e.local_addr().ip());
-    let rtr = M::STATE
-        | M::AV
-        | M::PATH_MTU
-        | M::DEST_QPN
-        | M::RQ_PSN
-        | M::MAX_DEST_RD_ATOMIC
-        | M::MIN_RNR_TIMER;
-    s.e.modify_qp(s.qpn, &a, rtr).unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = 7;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    let rts = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
-    s.e.modify_qp(s.qpn, &a, rts).unwrap();
+    common::connect_rc(&s.e, s.qpn, &peer.e, peer.qpn, Mtu::M4096, 7);
 }
 
 fn pair() -> (Side, Side) {
@@ -380,18 +352,50 @@ fn rereg_to_new_memory_gives_the_old_back_and_copies_into_the_new() {
     let before = b.buf.clone();
     // A WRITE through the same rkey and iova lands in the new buffer,
     // copied from a's shared pages.
+    write_70k(&a, &b);
+    assert_eq!(&fresh[9..9 + 70_000], &a.buf[5..5 + 70_000]);
+    assert!(b.buf == before, "the old buffer changed");
+    assert_eq!(counter(&b, "shm_peer_copy_failed"), 0);
+    drop(b);
+    drop(fresh);
+}
+
+/// A successful 70000-byte WRITE from byte 5 of a's region to byte 9 of b's.
+fn write_70k(a: &Side, b: &Side) {
     post(
-        &a,
+        a,
         WrOpcode::RdmaWrite,
         a.addr() + 5,
         70_000,
         b.addr() + 9,
         b.key,
     );
-    assert_eq!(wait_wc(&a).status, WcStatus::Success);
-    assert_eq!(&fresh[9..9 + 70_000], &a.buf[5..5 + 70_000]);
-    assert!(b.buf == before, "the old buffer changed");
-    assert_eq!(counter(&b, "shm_peer_copy_failed"), 0);
-    drop(b);
-    drop(fresh);
+    assert_eq!(wait_wc(a).status, WcStatus::Success);
+}
+
+/// Issue 20: a region re-registered for on-demand paging gives its shared
+/// pages back (the application may unmap them now) and still takes peer
+/// copies, all by `process_vm_readv`.
+#[test]
+fn rereg_to_on_demand_gives_the_shared_pages_back() {
+    let (a, b) = pair();
+    let page = b.addr() + 3 * 4096;
+    assert!(mapping_line(page).contains("memfd:softrdma-mr"));
+    let odp = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::ON_DEMAND;
+    let r = Rereg {
+        access: Some(odp),
+        ..Rereg::default()
+    };
+    b.e.rereg_mr(b.key, r).unwrap();
+    assert!(
+        !mapping_line(page).contains("memfd"),
+        "{}",
+        mapping_line(page)
+    );
+    write_70k(&a, &b);
+    assert_eq!(&b.buf[9..9 + 70_000], &a.buf[5..5 + 70_000]);
+    assert_eq!(counter(&b, "shm_peer_copies"), 1);
+    // Not through the mapping of a's shared pages: that would `memcpy`
+    // into b's on-demand memory.
+    assert_eq!(counter(&b, "shm_peer_copy_mapped_bytes"), 0);
 }

@@ -3,8 +3,7 @@
 mod common;
 
 use softrdma_engine::transport::{
-    Access, AddressVector, Mtu, QpAttr, QpAttrMask as M, QpState, QpType, RecvWr, SendFlags,
-    SendWr, Sge, WcStatus, WrOpcode,
+    Access, Mtu, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };
 use softrdma_engine::{Engine, EngineConfig};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -54,50 +53,7 @@ fn side(ip: [u8; 4], port: u16) -> Side {
 }
 
 fn connect(s: &Side, peer: &Side) {
-    let peer_ip = peer.e.local_addr().ip();
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        ..QpAttr::default()
-    };
-    s.e.modify_qp(
-        s.qpn,
-        &a,
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::M1024;
-    a.dest_qp_num = peer.qpn;
-    a.rq_psn = 0xFFFFF0;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AddressVector::to_ip(peer_ip);
-    s.e.modify_qp(
-        s.qpn,
-        &a,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = 0xFFFFF0;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    s.e.modify_qp(
-        s.qpn,
-        &a,
-        M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    common::connect_rc(&s.e, s.qpn, &peer.e, peer.qpn, Mtu::M1024, 0xFFFFF0);
 }
 
 fn wait_wc(s: &Side, n: usize) -> Vec<softrdma_engine::transport::Wc> {

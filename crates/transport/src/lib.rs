@@ -38,7 +38,9 @@ pub use config::{Config, DeviceLimits};
 pub use cq::{CqHandle, SrqHandle};
 pub use endpoint::{Datagram, Endpoint, Event, Transmit};
 pub use error::VerbsError;
-pub use mr::{AccessError, AtomicOp, Memory, Mr, PdHandle, PeerCopyError, PeerFile, PeerSeg};
+pub use mr::{
+    AccessError, AtomicOp, Memory, Mr, PdHandle, PeerCopyError, PeerFile, PeerSeg, Unmapped,
+};
 pub use mr_rereg::Rereg;
 pub use mw::{Mw, MwBind, MwType};
 pub use qp::{PEER_COPY_MIN, fill_icrc_between};

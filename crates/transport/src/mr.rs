@@ -20,20 +20,94 @@ pub trait Memory {
     /// Performs an 8-byte atomic at the 8-byte aligned host address `addr` on a
     /// value in host byte order and returns the original value.
     fn atomic(&mut self, addr: u64, op: AtomicOp) -> u64;
+    /// [`Memory::read`] from a region registered for on-demand paging
+    /// (`Access::ON_DEMAND`): its memory may have been unmapped since
+    /// registration, which must give [`Unmapped`], never a fault of the
+    /// process. Memory that is always mapped reads as `read`.
+    fn read_on_demand(&mut self, addr: u64, dst: &mut [u8]) -> Result<(), Unmapped> {
+        self.read(addr, dst);
+        Ok(())
+    }
+    /// [`Memory::write`] into an on-demand-paging region (see
+    /// [`Memory::read_on_demand`]): on [`Unmapped`], part of `src` may have
+    /// landed.
+    fn write_on_demand(&mut self, addr: u64, src: &[u8]) -> Result<(), Unmapped> {
+        self.write(addr, src);
+        Ok(())
+    }
+    /// [`Memory::atomic`] in an on-demand-paging region (see
+    /// [`Memory::read_on_demand`]).
+    fn atomic_on_demand(&mut self, addr: u64, op: AtomicOp) -> Result<u64, Unmapped> {
+        Ok(self.atomic(addr, op))
+    }
     /// The same-host path's one copy: copies the ranges `src` of the process
     /// that sent the packet being handled (in order; `from`: the
     /// incarnation the packet names, which must be the sender's) into the host ranges
     /// `dst` of this one, which the transport checked like a `write`'s.
-    /// Both total the same. Only packets from a shared-memory lane carry
-    /// such ranges; memory with no peer (the wire's) refuses.
+    /// Both total the same. `dst_on_demand`: some of `dst` lies in an
+    /// on-demand-paging region, so it may be unmapped and must be written
+    /// only in ways that report that (`PeerCopyError::Fault`) rather than
+    /// fault. Only packets from a shared-memory lane carry such ranges;
+    /// memory with no peer (the wire's) refuses.
     fn read_peer(
         &mut self,
         from: u64,
         src: &[PeerSeg],
         dst: &[PeerSeg],
+        dst_on_demand: bool,
     ) -> Result<(), PeerCopyError> {
-        let _ = (from, src, dst);
+        let _ = (from, src, dst, dst_on_demand);
         Err(PeerCopyError::Unsupported)
+    }
+}
+
+/// An on-demand-paging region's memory is not mapped (or not with the
+/// rights the access needs) where an access reached it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unmapped;
+
+/// Where an admitted access lands: the host address, and whether the region
+/// is on-demand paging, so its memory must be reached through the
+/// `*_on_demand` methods of [`Memory`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Host {
+    /// Host address of the access's first byte.
+    pub(crate) addr: u64,
+    /// The region was registered with `Access::ON_DEMAND`.
+    pub(crate) on_demand: bool,
+}
+
+impl Host {
+    /// Copies from here into `dst` (see [`Memory::read_on_demand`]).
+    pub(crate) fn read(self, mem: &mut dyn Memory, dst: &mut [u8]) -> Result<(), AccessError> {
+        if self.on_demand {
+            return mem
+                .read_on_demand(self.addr, dst)
+                .map_err(|_| AccessError::Unmapped);
+        }
+        mem.read(self.addr, dst);
+        Ok(())
+    }
+
+    /// Copies `src` to here.
+    pub(crate) fn write(self, mem: &mut dyn Memory, src: &[u8]) -> Result<(), AccessError> {
+        if self.on_demand {
+            return mem
+                .write_on_demand(self.addr, src)
+                .map_err(|_| AccessError::Unmapped);
+        }
+        mem.write(self.addr, src);
+        Ok(())
+    }
+
+    /// Performs `op` on the 8 bytes here.
+    pub(crate) fn atomic(self, mem: &mut dyn Memory, op: AtomicOp) -> Result<u64, AccessError> {
+        if self.on_demand {
+            return mem
+                .atomic_on_demand(self.addr, op)
+                .map_err(|_| AccessError::Unmapped);
+        }
+        Ok(mem.atomic(self.addr, op))
     }
 }
 
@@ -123,6 +197,8 @@ pub enum AccessError {
     OutOfBounds,
     /// An atomic address is not 8-byte aligned.
     Misaligned,
+    /// The region is on-demand paging and its memory is not mapped there.
+    Unmapped,
 }
 
 /// Bits of a key that name the slot of the primary table (the low 15).
@@ -286,7 +362,7 @@ impl MrTable {
 
     /// Checks an access through `key` to `[va, va + len)` and returns the host address.
     ///
-    /// A zero-length access needs no valid key (C9-88) and returns 0.
+    /// A zero-length access needs no valid key (C9-88) and returns address 0.
     pub(crate) fn check(
         &self,
         key: u32,
@@ -294,9 +370,9 @@ impl MrTable {
         va: u64,
         len: u64,
         need: Access,
-    ) -> Result<u64, AccessError> {
+    ) -> Result<Host, AccessError> {
         if len == 0 {
-            return Ok(0);
+            return Ok(Host::default());
         }
         let mr = self.get(key).ok_or(AccessError::BadKey)?;
         if mr.pd != pd {
@@ -313,7 +389,10 @@ impl MrTable {
         if va < mr.iova || end > mr_end {
             return Err(AccessError::OutOfBounds);
         }
-        Ok(mr.host.wrapping_add(va - mr.iova))
+        Ok(Host {
+            addr: mr.host.wrapping_add(va - mr.iova),
+            on_demand: mr.access.contains(Access::ON_DEMAND),
+        })
     }
 }
 
@@ -395,10 +474,15 @@ mod tests {
         assert_eq!(mr.lkey, mr.rkey);
         let k = mr.rkey;
         assert_eq!(
-            t.check(k, pd, 0x1000, 0x100, Access::REMOTE_WRITE),
+            t.check(k, pd, 0x1000, 0x100, Access::REMOTE_WRITE)
+                .map(|h| h.addr),
             Ok(0x9000)
         );
-        assert_eq!(t.check(k, pd, 0x10FF, 1, Access::REMOTE_WRITE), Ok(0x90FF));
+        assert_eq!(
+            t.check(k, pd, 0x10FF, 1, Access::REMOTE_WRITE)
+                .map(|h| h.addr),
+            Ok(0x90FF)
+        );
         assert_eq!(
             t.check(k, pd, 0x10FF, 2, Access::REMOTE_WRITE),
             Err(AccessError::OutOfBounds)
@@ -427,7 +511,10 @@ mod tests {
                 "key with bit {bit} flipped"
             );
         }
-        assert_eq!(t.check(0xdead, pd, 0, 0, Access::REMOTE_WRITE), Ok(0));
+        assert_eq!(
+            t.check(0xdead, pd, 0, 0, Access::REMOTE_WRITE),
+            Ok(Host::default())
+        );
         assert!(t.remove(k).is_some());
         assert!(t.remove(k).is_none(), "removed twice");
         assert_eq!(

@@ -44,8 +44,9 @@ impl Endpoint {
         let mr = self.mrs.get_mut(key).expect("looked up above");
         mr.pd = r.pd.unwrap_or(old.pd);
         mr.access = access;
-        if r.translation.is_some() {
-            // New memory is not the memfd's (the engine unshares the old).
+        if r.translation.is_some() || access.contains(Access::ON_DEMAND) {
+            // New memory is not the memfd's, and on-demand memory is the
+            // application's to unmap (the engine unshares the old pages).
             mr.share = None;
         }
         mr.host = host;

@@ -16,7 +16,7 @@
 //! matter (the window grants them).
 
 use crate::error::{VerbsError, inval};
-use crate::mr::{AccessError, MrTable, PdHandle};
+use crate::mr::{AccessError, Host, MrTable, PdHandle};
 use crate::qp::{Ctx, Qp};
 use crate::table::Table;
 use crate::types::{Access, Qpn, WcStatus, WrOpcode};
@@ -191,7 +191,7 @@ pub(crate) fn is_local_op(op: WrOpcode) -> bool {
 }
 
 /// Checks a remote access through `rkey` (a window's or a region's) by QP
-/// `qpn` of `pd` to `[va, va + len)`; returns the host address.
+/// `qpn` of `pd` to `[va, va + len)`; returns where it lands in host memory.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn check_remote(
     mrs: &MrTable,
@@ -202,7 +202,7 @@ pub(crate) fn check_remote(
     va: u64,
     len: u64,
     need: Access,
-) -> Result<u64, AccessError> {
+) -> Result<Host, AccessError> {
     let Some(mw) = mws.get(rkey).filter(|_| len > 0) else {
         return mrs.check(rkey, pd, va, len, need);
     };

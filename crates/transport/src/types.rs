@@ -58,7 +58,9 @@ flags! {
         MW_BIND = 16;
         /// Zero-based addressing.
         ZERO_BASED = 32;
-        /// On-demand paging.
+        /// On-demand paging: the memory need not be mapped at registration
+        /// or stay mapped; accesses reach it through `Memory::*_on_demand`
+        /// and fail where it is not there.
         ON_DEMAND = 64;
         /// Huge pages hint.
         HUGETLB = 128;

@@ -297,8 +297,31 @@ unsafe extern "C" fn vctx_query_port(
     unsafe { query_port(context, port_num, port_attr.cast(), port_attr_len) }
 }
 
+/// What on-demand-paging regions may serve on RC and XRC: every operation
+/// (the engine reaches their memory through the kernel, `memory.rs`).
+const RC_ODP_CAPS: u32 = IBV_ODP_SUPPORT_SEND
+    | IBV_ODP_SUPPORT_RECV
+    | IBV_ODP_SUPPORT_WRITE
+    | IBV_ODP_SUPPORT_READ
+    | IBV_ODP_SUPPORT_ATOMIC
+    | IBV_ODP_SUPPORT_SRQ_RECV;
+
+/// On-demand paging, implicit regions (the whole address space) included,
+/// for what each transport does: UC has no READ or atomics, UD only SENDs.
+fn odp_caps() -> ibv_odp_caps {
+    ibv_odp_caps {
+        general_caps: IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
+        per_transport_caps: ibv_odp_caps_per_transport {
+            rc_odp_caps: RC_ODP_CAPS,
+            uc_odp_caps: IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE,
+            ud_odp_caps: IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV,
+        },
+    }
+}
+
 /// `verbs_context::query_device_ex`: the legacy attributes plus the
-/// completion clock; the other extensions are zero (absent).
+/// completion clock, device memory and on-demand paging; the other
+/// extensions are zero (absent).
 unsafe extern "C" fn vctx_query_device_ex(
     context: *mut ibv_context,
     _input: *const ibv_query_device_ex_input,
@@ -315,6 +338,8 @@ unsafe extern "C" fn vctx_query_device_ex(
         ex.completion_timestamp_mask = softrdma_engine::clock::TIMESTAMP_MASK;
         ex.hca_core_clock = softrdma_engine::clock::HCA_CORE_CLOCK_KHZ;
         ex.max_dm_size = softrdma_engine::dm::MAX_DM_SIZE;
+        ex.odp_caps = odp_caps();
+        ex.xrc_odp_caps = RC_ODP_CAPS;
         // SAFETY: the caller's buffer holds `attr_size` bytes.
         unsafe { write_prefix(&ex, attr.cast(), attr_size) };
         0

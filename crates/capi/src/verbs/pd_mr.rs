@@ -92,14 +92,20 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 ) -> *mut ibv_mr {
     o::with_obj(pd.cast(), Kind::Pd, ret::null, |p: &Pd| {
         let access = access_from_c(access);
-        if access.contains(softrdma_engine::transport::Access::ON_DEMAND) {
-            // No page faults to resolve in user space: ODP is not offered.
-            return ret::null(libc::EOPNOTSUPP);
+        let on_demand = access.contains(softrdma_engine::transport::Access::ON_DEMAND);
+        // Implicit on-demand paging (`ibv_reg_mr(pd, NULL, SIZE_MAX, ..ON_DEMAND)`):
+        // the whole address space, addressed as itself.
+        let implicit = addr.is_null() && length == usize::MAX;
+        if implicit && (!on_demand || iova != 0) {
+            return ret::null(libc::EINVAL);
         }
         // As the kernel pins the pages for rdma-core: EFAULT for memory that is
         // not there (or read-only, for writable rights), so no peer can fault us.
-        if let Err(e) =
-            softrdma_engine::check_mapped(addr as u64, length as u64, writes_memory(access))
+        // On-demand memory is reached only when used, and may come and go
+        // (`softrdma_engine::memory`): nothing to check now.
+        if !on_demand
+            && let Err(e) =
+                softrdma_engine::check_mapped(addr as u64, length as u64, writes_memory(access))
         {
             return ret::null(e);
         }

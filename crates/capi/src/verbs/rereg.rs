@@ -58,11 +58,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             r.translation = Some((addr as u64, length as u64, addr as u64));
         }
         if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
-            let a = access_from_c(access as c_uint);
-            if a.contains(Access::ON_DEMAND) {
-                return fail(IBV_REREG_MR_ERR_CMD, libc::EOPNOTSUPP);
-            }
-            r.access = Some(a);
+            r.access = Some(access_from_c(access as c_uint));
         }
         let key = m.mr.lkey;
         if r.translation.is_some() || r.access.is_some() {
@@ -73,9 +69,13 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             // writable for writable rights (EFAULT), before any peer can
             // reach it. Checked outside the engine lock: it reads
             // /proc/self/maps, and the progress thread needs the lock.
+            // An on-demand region's memory is checked only when used.
             let (host, len, _) = r.translation.unwrap_or((old.host, old.length, old.iova));
-            let write = super::pd_mr::writes_memory(r.access.unwrap_or(old.access));
-            if let Err(e) = softrdma_engine::check_mapped(host, len, write) {
+            let access = r.access.unwrap_or(old.access);
+            let write = super::pd_mr::writes_memory(access);
+            if !access.contains(Access::ON_DEMAND)
+                && let Err(e) = softrdma_engine::check_mapped(host, len, write)
+            {
                 return fail(IBV_REREG_MR_ERR_CMD, e);
             }
         }

@@ -67,7 +67,10 @@ impl Engine {
     ) -> Result<Mr, VerbsError> {
         // Same-host path: the region's whole pages move into a memfd that
         // peers copy from (`shm/peer_copy.rs`), before anyone can use it.
-        let shares = self.shared.shm.as_ref().map(|s| &s.mr_share);
+        // Not an on-demand-paging region's: its memory is the application's
+        // to map and unmap as it likes after registration.
+        let shares = (self.shared.shm.as_ref().map(|s| &s.mr_share))
+            .filter(|_| !access.contains(Access::ON_DEMAND));
         let shared = shares.and_then(|m| m.share(host, length));
         let r = self.with(|ep, _| {
             let mut mr = ep.reg_mr(pd, host, length, iova, access)?;
@@ -98,8 +101,12 @@ impl Engine {
     pub fn rereg_mr(&self, key: u32, r: Rereg) -> Result<Mr, VerbsError> {
         let moved = r.translation.is_some();
         let mr = self.with(|ep, _| ep.rereg_mr(key, r))?;
-        if moved && let Some(shm) = &self.shared.shm {
-            // The old memory is no longer the region's: back to private.
+        let on_demand = mr.access.contains(Access::ON_DEMAND);
+        if (moved || on_demand)
+            && let Some(shm) = &self.shared.shm
+        {
+            // The old memory is no longer the region's, or is now the
+            // application's to unmap as it likes: back to private.
             shm.mr_share.deregistered(key);
         }
         Ok(mr)

@@ -2,7 +2,10 @@
 #![allow(dead_code)]
 
 use softrdma_engine::Engine;
-use softrdma_engine::transport::{CqHandle, PdHandle, QpCap, QpInitAttr, QpType, Wc};
+use softrdma_engine::transport::{
+    Access, AddressVector, CqHandle, Mtu, PdHandle, QpAttr, QpAttrMask as M, QpCap, QpInitAttr,
+    QpState, QpType, Wc,
+};
 
 /// A free UDP port on 127.0.0.1 (very likely free on other 127/8 addresses).
 pub(crate) fn free_udp_port() -> u16 {
@@ -37,6 +40,43 @@ pub(crate) fn create_qp(
     })
     .unwrap()
     .0
+}
+
+/// Brings RC QP `qpn` of `e` through INIT and RTR to RTS, connected to QP
+/// `peer_qpn` of `peer`: remote WRITE, READ and atomic rights, four READs
+/// or atomics outstanding each way, `mtu`, both PSNs starting at `psn`.
+pub(crate) fn connect_rc(e: &Engine, qpn: u32, peer: &Engine, peer_qpn: u32, mtu: Mtu, psn: u32) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        ..QpAttr::default()
+    };
+    let init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
+    e.modify_qp(qpn, &a, init).unwrap();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = mtu;
+    a.dest_qp_num = peer_qpn;
+    a.rq_psn = psn;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    a.ah_attr = AddressVector::to_ip(peer.local_addr().ip());
+    let rtr = M::STATE
+        | M::AV
+        | M::PATH_MTU
+        | M::DEST_QPN
+        | M::RQ_PSN
+        | M::MAX_DEST_RD_ATOMIC
+        | M::MIN_RNR_TIMER;
+    e.modify_qp(qpn, &a, rtr).unwrap();
+    a.qp_state = QpState::Rts;
+    a.sq_psn = psn;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    let rts = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+    e.modify_qp(qpn, &a, rts).unwrap();
 }
 
 /// Polls `cq` until `n` completions came (at most 10 s).

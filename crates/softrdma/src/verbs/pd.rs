@@ -82,6 +82,14 @@ impl Pd {
     /// and unused by Rust references that assume exclusive access, for as long
     /// as the returned [`RawMr`] lives: local work requests and remote peers
     /// (per `access`) read and write it at any time, like a NIC's DMA.
+    ///
+    /// With [`Access::ON_DEMAND`] (native backend: on-demand paging) the
+    /// range need not be mapped, now or later: the device reaches whatever
+    /// is mapped there when it accesses it (through the kernel, a system
+    /// call per access), and an access to a part not mapped fails as on
+    /// hardware (the requester's `RemAccessErr` for a peer's region,
+    /// `LocProtErr` for a local SGE). What is mapped there must still
+    /// allow such accesses as for any region.
     pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<RawMr> {
         // SAFETY: forwarded contract.
         unsafe { RawMr::new(self, ptr, len, access) }

@@ -35,8 +35,16 @@ use softrdma_wire::{Headers, MAX_PEER_SEGS, Opcode, Packet, Psn, Reth};
 pub const PEER_COPY_MIN: u32 = 16 * 1024;
 
 impl Qp {
-    /// Whether the WQE about to start goes as one peer-copy packet.
-    pub(super) fn starts_as_peer(peer_copy: bool, qp_type: QpType, w: &SendWqe) -> bool {
+    /// Whether the WQE about to start goes as one peer-copy packet. Not
+    /// when an SGE names an on-demand-paging region: its memory may be
+    /// unmapped, and the peer's copier would report that as its own
+    /// failure; the packet path reports it here (`LOC_PROT_ERR`).
+    pub(super) fn starts_as_peer(
+        peer_copy: bool,
+        qp_type: QpType,
+        w: &SendWqe,
+        mrs: &crate::mr::MrTable,
+    ) -> bool {
         peer_copy
             && qp_type == QpType::Rc
             && matches!(
@@ -51,6 +59,7 @@ impl Qp {
             && w.wr.inline.is_none()
             && w.len >= PEER_COPY_MIN
             && w.wr.sgl.len() <= MAX_PEER_SEGS
+            && !sgl::any_on_demand(mrs, &w.wr.sgl)
     }
 
     /// The peer-copy request of WQE `w`: its headers and payload (for a
@@ -95,7 +104,7 @@ impl Qp {
         }
         // The solicited bit goes with SENDs and immediates (IBTA 9.2.3).
         h.bth.se = (send || h.imm.is_some()) && w.wr.flags.contains(SendFlags::SOLICITED);
-        let segs = sgl::host_ranges(ctx.mrs, pd, &w.wr.sgl, w.len, Access::EMPTY)
+        let (segs, _) = sgl::host_ranges(ctx.mrs, pd, &w.wr.sgl, w.len, Access::EMPTY)
             .map_err(|_| WcStatus::LocProtErr)?;
         let mut p = vec![0; softrdma_wire::peer_payload_len(segs.len())];
         softrdma_wire::write_peer_segs(ctx.config.peer_incarnation, &segs, &mut p);
@@ -123,14 +132,15 @@ impl Qp {
                 return;
             }
         };
-        let dst = match sgl::host_ranges(ctx.mrs, self.pd, &w.wr.sgl, w.len, Access::LOCAL_WRITE) {
+        let dst = sgl::host_ranges(ctx.mrs, self.pd, &w.wr.sgl, w.len, Access::LOCAL_WRITE);
+        let (dst, on_demand) = match dst {
             Ok(d) => d,
             Err(_) => {
                 self.fail_front(ctx, WcStatus::LocProtErr);
                 return;
             }
         };
-        match mem.read_peer(from, &src, &dst) {
+        match mem.read_peer(from, &src, &dst, on_demand) {
             Ok(()) => {}
             // The responder died: nothing came; the retry timer ends it
             // (as a lost response on the wire would).

@@ -94,7 +94,7 @@ impl Qp {
                     }
                     self.req.rd_atomic += 1;
                 }
-                let peer = Qp::starts_as_peer(self.peer_copy, self.qp_type, w);
+                let peer = Qp::starts_as_peer(self.peer_copy, self.qp_type, w, ctx.mrs);
                 // A peer-copy message is one packet whatever its length.
                 let npkts = if w.wr.opcode.is_atomic() || peer {
                     1

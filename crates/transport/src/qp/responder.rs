@@ -11,7 +11,7 @@ mod peer;
 use super::sgl::ScatterError;
 use super::{Ctx, InProgress, Path, Qp, Resource, RespOut, bth};
 use crate::endpoint::Transmit;
-use crate::mr::AtomicOp;
+use crate::mr::{AccessError, AtomicOp, Host};
 use crate::types::{Access, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use crate::wr::Wc;
 use softrdma_wire::{
@@ -448,7 +448,8 @@ impl Qp {
         // The MR is checked for every packet: it may have been deregistered.
         let host = self.check_rkey(ctx, rkey, va, len, Access::REMOTE_WRITE)?;
         if len > 0 {
-            mem.write(host, pkt.payload);
+            host.write(mem, pkt.payload)
+                .map_err(|e| self.access_fail(ctx, e))?;
         }
         self.resp.psn = self.resp.psn.add(1);
         if pos.ends() {
@@ -527,7 +528,7 @@ impl Qp {
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
-        let orig = mem.atomic(host, op);
+        let orig = host.atomic(mem, op).map_err(|e| self.access_fail(ctx, e))?;
         let psn = pkt.hdr.bth.psn;
         self.push_resource(Resource::Atomic { psn, orig });
         self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
@@ -547,13 +548,32 @@ impl Qp {
         va: u64,
         len: u32,
         need: Access,
-    ) -> Result<u64, Fail> {
+    ) -> Result<Host, Fail> {
         let (mrs, mws) = (ctx.mrs, &*ctx.mws);
         crate::mw::check_remote(mrs, mws, self.qpn, self.pd, rkey, va, u64::from(len), need)
-            .map_err(|_| {
-                ctx.stats.access_violations += 1;
-                Fail::Nak(NakCode::RemoteAccess, WcStatus::RemAccessErr)
-            })
+            .map_err(|e| self.access_fail(ctx, e))
+    }
+
+    /// A READ response that cannot be read from its region (gone, or
+    /// on-demand memory unmapped): a REMOTE_ACCESS NAK takes its place in
+    /// the queue, and the QP enters the error state.
+    fn nak_read(&mut self, ctx: &mut Ctx<'_>, psn: Psn, msn: u32) {
+        ctx.stats.access_violations += 1;
+        ctx.stats.tx_nak_other += 1;
+        self.resp.out.pop_front();
+        self.resp.out.push_front(RespOut::Ack {
+            psn,
+            syndrome: Syndrome::Nak(NakCode::RemoteAccess),
+            msn,
+        });
+        self.enter_error(ctx);
+    }
+
+    /// A remote access refused (by the checks, or on-demand memory found
+    /// unmapped): the NAK that gives the requester REM_ACCESS_ERR.
+    fn access_fail(&self, ctx: &mut Ctx<'_>, _: AccessError) -> Fail {
+        ctx.stats.access_violations += 1;
+        Fail::Nak(NakCode::RemoteAccess, WcStatus::RemAccessErr)
     }
 
     fn push_resource(&mut self, r: Resource) {
@@ -804,25 +824,24 @@ impl Qp {
                 ) {
                     Ok(h) => h,
                     Err(_) => {
-                        ctx.stats.access_violations += 1;
-                        ctx.stats.tx_nak_other += 1;
-                        self.resp.out.pop_front();
-                        self.resp.out.push_front(RespOut::Ack {
-                            psn: rpsn,
-                            syndrome: Syndrome::Nak(NakCode::RemoteAccess),
-                            msn,
-                        });
-                        self.enter_error(ctx);
+                        self.nak_read(ctx, rpsn, msn);
                         return None;
                     }
                 };
+                let mut unmapped = false;
                 let t = Qp::build::<()>(ctx.config, path, &h, plen as usize, buf, |dst| {
-                    if !dst.is_empty() {
-                        mem.read(host, dst);
+                    if !dst.is_empty() && host.read(mem, dst).is_err() {
+                        unmapped = true;
+                        return Err(());
                     }
                     Ok(())
                 })
                 .ok();
+                if unmapped {
+                    // On-demand memory gone since the check: as a failed check.
+                    self.nak_read(ctx, rpsn, msn);
+                    return None;
+                }
                 if t.is_some()
                     && let Some(RespOut::Read { next, .. }) = self.resp.out.front_mut()
                 {

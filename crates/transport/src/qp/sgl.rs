@@ -1,7 +1,7 @@
 //! Scatter/gather through local SGEs, each piece checked against the MR table.
 
 use crate::Memory;
-use crate::mr::{AccessError, MrTable, PdHandle};
+use crate::mr::{AccessError, Host, MrTable, PdHandle};
 use crate::types::Access;
 use crate::wr::Sge;
 
@@ -14,8 +14,9 @@ pub(crate) enum ScatterError {
     Prot(AccessError),
 }
 
-/// Walks the SGE list from byte `offset`, calling `f(host_addr, range, lkey)`
-/// for each contiguous piece of `len` bytes. Returns the bytes not covered by the list.
+/// Walks the SGE list from byte `offset`, calling `f(host, range, lkey)`
+/// for each contiguous piece of `len` bytes; an error `f` returns ends the
+/// walk. Returns the bytes not covered by the list.
 fn walk(
     mrs: &MrTable,
     pd: PdHandle,
@@ -23,7 +24,7 @@ fn walk(
     mut offset: u64,
     len: usize,
     need: Access,
-    mut f: impl FnMut(u64, core::ops::Range<usize>, u32),
+    mut f: impl FnMut(Host, core::ops::Range<usize>, u32) -> Result<(), AccessError>,
 ) -> Result<usize, AccessError> {
     let mut done = 0usize;
     for s in sgl {
@@ -38,7 +39,7 @@ fn walk(
         let n = ((sl - offset) as usize).min(len - done);
         let va = s.addr.checked_add(offset).ok_or(AccessError::OutOfBounds)?;
         let host = mrs.check(s.lkey, pd, va, n as u64, need)?;
-        f(host, done..done + n, s.lkey);
+        f(host, done..done + n, s.lkey)?;
         done += n;
         offset = 0;
     }
@@ -62,15 +63,15 @@ pub(crate) fn scatter(
             offset,
             data.len(),
             Access::LOCAL_WRITE,
-            |h, r, _| {
-                if write {
-                    mem.write(h, &data[r]);
-                }
+            |h, r, _| match write {
+                true => h.write(mem, &data[r]),
+                false => Ok(()),
             },
         )
         .map_err(ScatterError::Prot)
     };
-    // Check everything first so a failure writes nothing.
+    // Check everything first so a failure writes nothing (but memory of an
+    // on-demand-paging region unmapped midway, as on hardware).
     if pass(false)? != 0 {
         return Err(ScatterError::TooLong);
     }
@@ -89,12 +90,20 @@ pub(crate) fn gather(
 ) -> Result<(), AccessError> {
     let len = out.len();
     let left = walk(mrs, pd, sgl, offset, len, Access::EMPTY, |h, r, _| {
-        mem.read(h, &mut out[r]);
+        h.read(mem, &mut out[r])
     })?;
     if left != 0 {
         return Err(AccessError::OutOfBounds);
     }
     Ok(())
+}
+
+/// Whether any SGE of the list names an on-demand-paging region.
+pub(crate) fn any_on_demand(mrs: &MrTable, sgl: &[Sge]) -> bool {
+    sgl.iter().any(|s| {
+        mrs.get(s.lkey)
+            .is_some_and(|m| m.access.contains(Access::ON_DEMAND))
+    })
 }
 
 /// Total bytes an SGE list can hold.
@@ -103,25 +112,29 @@ pub(crate) fn capacity(sgl: &[Sge]) -> u64 {
 }
 
 /// The host ranges of the first `len` bytes of the SGE list, each piece
-/// checked for `need` (the peer copy's source or destination).
+/// checked for `need` (the peer copy's source or destination), and whether
+/// any lies in an on-demand-paging region.
 pub(crate) fn host_ranges(
     mrs: &MrTable,
     pd: PdHandle,
     sgl: &[Sge],
     len: u32,
     need: Access,
-) -> Result<Vec<crate::PeerSeg>, ScatterError> {
+) -> Result<(Vec<crate::PeerSeg>, bool), ScatterError> {
     let mut out = Vec::with_capacity(sgl.len());
+    let mut on_demand = false;
     let left = walk(mrs, pd, sgl, 0, len as usize, need, |host, r, lkey| {
+        on_demand |= host.on_demand;
         out.push(crate::PeerSeg {
-            addr: host,
+            addr: host.addr,
             len: r.len() as u32,
             file: mrs.share_of(lkey),
         });
+        Ok(())
     })
     .map_err(ScatterError::Prot)?;
     if left != 0 {
         return Err(ScatterError::TooLong);
     }
-    Ok(out)
+    Ok((out, on_demand))
 }

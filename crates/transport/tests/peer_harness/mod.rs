@@ -60,6 +60,7 @@ impl Memory for Lane<'_> {
         _from: u64,
         src: &[PeerSeg],
         dst: &[PeerSeg],
+        _dst_on_demand: bool,
     ) -> Result<(), PeerCopyError> {
         *self.copies += 1;
         if let Some(e) = self.fail {

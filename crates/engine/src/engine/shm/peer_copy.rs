@@ -26,6 +26,7 @@ use crate::memory::HostMemory;
 use softrdma_shm::{CopyError, PeerMap, Range, Refused, Shared as SharedRegion};
 use softrdma_transport::{
     AtomicOp, GSI_QPN, MULTICAST_QPN, Memory, PEER_COPY_MIN, PeerCopyError, PeerFile, PeerSeg,
+    Unmapped,
 };
 use softrdma_udp::steer::member_slot;
 use std::collections::HashMap;
@@ -84,11 +85,24 @@ impl Memory for LaneMemory<'_> {
         HostMemory.atomic(addr, op)
     }
 
+    fn read_on_demand(&mut self, addr: u64, dst: &mut [u8]) -> Result<(), Unmapped> {
+        HostMemory.read_on_demand(addr, dst)
+    }
+
+    fn write_on_demand(&mut self, addr: u64, src: &[u8]) -> Result<(), Unmapped> {
+        HostMemory.write_on_demand(addr, src)
+    }
+
+    fn atomic_on_demand(&mut self, addr: u64, op: AtomicOp) -> Result<u64, Unmapped> {
+        HostMemory.atomic_on_demand(addr, op)
+    }
+
     fn read_peer(
         &mut self,
         from: u64,
         src: &[PeerSeg],
         dst: &[PeerSeg],
+        dst_on_demand: bool,
     ) -> Result<(), PeerCopyError> {
         let stats = &self.shm.peer_stats;
         // The packet's sender must be the lane's producer now: a
@@ -99,7 +113,10 @@ impl Memory for LaneMemory<'_> {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             return Err(PeerCopyError::Gone);
         };
-        let r = self.shm.mr_share.copy(self.slot, generation, pid, src, dst);
+        let r = self
+            .shm
+            .mr_share
+            .copy(self.slot, generation, pid, src, dst, dst_on_demand);
         match r {
             Ok(mapped) => {
                 stats.copies.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +259,9 @@ impl MrShares {
     /// `slot`, incarnation `generation`) into our ranges `dst`: through
     /// mappings of its shared regions where the ranges name one, the rest
     /// with one `process_vm_readv`. Returns the bytes copied by mapping.
+    /// `dst_on_demand`: `dst` may be unmapped (on-demand paging), so all
+    /// of it is written by `process_vm_readv`, which reports that (`Fault`),
+    /// never by `memcpy`.
     fn copy(
         &self,
         slot: u8,
@@ -249,6 +269,7 @@ impl MrShares {
         pid: u32,
         src: &[PeerSeg],
         dst: &[PeerSeg],
+        dst_on_demand: bool,
     ) -> Result<u64, CopyError> {
         let total = |v: &[PeerSeg]| v.iter().map(|s| u64::from(s.len)).sum::<u64>();
         if total(src) != total(dst) {
@@ -268,7 +289,7 @@ impl MrShares {
                 .checked_add(u64::from(s.len))
                 .ok_or(CopyError::Invalid)?;
             // [s.addr, end) split at the shared pages: before, inside, after.
-            let (fa, fe) = match s.file {
+            let (fa, fe) = match s.file.filter(|_| !dst_on_demand) {
                 Some(f) => (
                     f.addr.clamp(s.addr, end),
                     f.addr.saturating_add(f.len).clamp(s.addr, end),

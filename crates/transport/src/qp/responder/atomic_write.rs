@@ -28,15 +28,14 @@ impl Qp {
         // The bytes land as they were sent; a compare-and-swap loop makes the
         // store atomic through the `Memory` interface.
         let value = u64::from_ne_bytes(bytes);
-        let mut cur = mem.atomic(host, AtomicOp::FetchAdd { add: 0 });
+        let read = host.atomic(mem, AtomicOp::FetchAdd { add: 0 });
+        let mut cur = read.map_err(|e| self.access_fail(ctx, e))?;
         loop {
-            let seen = mem.atomic(
-                host,
-                AtomicOp::CompareSwap {
-                    compare: cur,
-                    swap: value,
-                },
-            );
+            let op = AtomicOp::CompareSwap {
+                compare: cur,
+                swap: value,
+            };
+            let seen = host.atomic(mem, op).map_err(|e| self.access_fail(ctx, e))?;
             if seen == cur {
                 break;
             }

@@ -6,10 +6,10 @@
 use super::{ACK, Fail, ScatterError};
 use crate::endpoint::Transmit;
 use crate::mr::PeerCopyError;
-use crate::qp::{Ctx, InProgress, Path, Qp, RespOut, bth, sgl};
+use crate::qp::{Ctx, InProgress, Path, Qp, bth, sgl};
 use crate::types::{Access, WcFlags, WcOpcode, WcStatus};
 use crate::wr::Wc;
-use softrdma_wire::{Aeth, Headers, NakCode, Opcode, Packet, PeerSeg, Psn, Syndrome};
+use softrdma_wire::{Aeth, Headers, NakCode, Opcode, Packet, PeerSeg, Psn};
 
 /// What a failed copy from the requester becomes.
 fn copy_fail(e: PeerCopyError) -> Fail {
@@ -47,11 +47,20 @@ impl Qp {
         let host = self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_WRITE)?;
         if total > 0 {
             let dst = [PeerSeg {
-                addr: host,
+                addr: host.addr,
                 len: reth.dma_len,
                 file: None,
             }];
-            mem.read_peer(from, &src, &dst).map_err(copy_fail)?;
+            match mem.read_peer(from, &src, &dst, host.on_demand) {
+                Ok(()) => {}
+                // On-demand memory of ours not mapped (the ranges were
+                // checked on the way out, so the fault is on this side).
+                Err(PeerCopyError::Fault) if host.on_demand => {
+                    ctx.stats.access_violations += 1;
+                    return Err(Fail::Nak(NakCode::RemoteAccess, WcStatus::RemAccessErr));
+                }
+                Err(e) => return Err(copy_fail(e)),
+            }
         }
         self.resp.psn = self.resp.psn.add(1);
         self.resp.cur = None;
@@ -76,12 +85,13 @@ impl Qp {
         let dst = sgl::host_ranges(ctx.mrs, self.pd, &wqe.sgl, len, Access::LOCAL_WRITE);
         // From here a failure completes the WQE with its status (`fail_recv`).
         self.resp.cur = Some(InProgress::Send { wqe, offset: 0 });
-        let dst = dst.map_err(|e| match e {
+        let prot = Fail::Nak(NakCode::RemoteOperational, WcStatus::LocProtErr);
+        let (dst, on_demand) = dst.map_err(|e| match e {
             ScatterError::TooLong => Fail::Nak(NakCode::InvalidRequest, WcStatus::LocLenErr),
-            ScatterError::Prot(_) => Fail::Nak(NakCode::RemoteOperational, WcStatus::LocProtErr),
+            ScatterError::Prot(_) => prot,
         })?;
         if len > 0 {
-            match mem.read_peer(from, &src, &dst) {
+            match mem.read_peer(from, &src, &dst, on_demand) {
                 Ok(()) => {}
                 // The requester is gone: nothing answered, the WQE kept
                 // for the next SEND.
@@ -91,6 +101,9 @@ impl Qp {
                     }
                     return Err(Fail::Drop);
                 }
+                // Our on-demand receive buffer is not mapped, as a scatter
+                // fault on the packet path.
+                Err(PeerCopyError::Fault) if on_demand => return Err(prot),
                 Err(e) => return Err(copy_fail(e)),
             }
         }
@@ -145,15 +158,7 @@ impl Qp {
             Access::REMOTE_READ,
         );
         let Ok(host) = checked else {
-            ctx.stats.access_violations += 1;
-            ctx.stats.tx_nak_other += 1;
-            self.resp.out.pop_front();
-            self.resp.out.push_front(RespOut::Ack {
-                psn,
-                syndrome: Syndrome::Nak(NakCode::RemoteAccess),
-                msn,
-            });
-            self.enter_error(ctx);
+            self.nak_read(ctx, psn, msn);
             return None;
         };
         let dest = self.attr.dest_qp_num;
@@ -166,7 +171,7 @@ impl Qp {
         // The region's memfd, if shared (a memory window's rkey names none:
         // its bytes are copied from private memory).
         let seg = [PeerSeg {
-            addr: host,
+            addr: host.addr,
             len,
             file: mrs.share_of(rkey),
         }];
