@@ -35,7 +35,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use softrdma_compat_tests::c_programs::{LIBIBVERBS, LIBRDMACM, build_c_program};
-use softrdma_compat_tests::cm::device_bound;
+use softrdma_compat_tests::cm::{device_bound, turned_away};
 use softrdma_compat_tests::pair::pcap_path;
 use softrdma_compat_tests::rdmacm::{Host, strings};
 use softrdma_compat_tests::*;
@@ -272,13 +272,24 @@ fn rping_peer_killed(kill_server: bool) {
         thread::sleep(Duration::from_millis(5));
     }
     thread::sleep(Duration::from_millis(100));
-    let mut client = spawn(&mut c.line_buffered("rping", "rping-kill", &cargs));
-    let pinging = client.wait_for_stdout(deadline, |o| o.matches("ping data: ").count() >= 20);
-    if !pinging {
+    // The device is bound before rping listens: on a loaded machine a client
+    // may come too early and be turned away (REJECTED, no listener); it
+    // tries again, as `cm::run_cm_pair`'s clients do.
+    let mut attempt = 1;
+    let mut client = loop {
+        let mut client = spawn(&mut c.line_buffered("rping", "rping-kill", &cargs));
+        if client.wait_for_stdout(deadline, |o| o.matches("ping data: ").count() >= 20) {
+            break client;
+        }
         let c = client.finish(Instant::now());
+        if attempt < 5 && turned_away(&c) && server.poll().is_none() {
+            attempt += 1;
+            thread::sleep(Duration::from_millis(300));
+            continue;
+        }
         let s = server.finish(Instant::now());
         panic!("rping did not get going:\n===== server =====\n{s}\n===== client =====\n{c}");
-    }
+    };
     let (who, (out, after)) = if kill_server {
         ("client", kill_and_wait(&mut server, client))
     } else {
