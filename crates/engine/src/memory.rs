@@ -192,8 +192,9 @@ mod order_tests {
     #[test]
     fn a_placement_stores_its_last_byte_after_all_the_others() {
         let ps = page_size();
-        // SAFETY: a zeroed sigaction filled in below; the old one restored.
+        // SAFETY: sigaction is plain data; all zeroes is a valid value.
         let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+        // SAFETY: as above; filled in below.
         let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
         sa.sa_sigaction = on_segv as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO;
@@ -218,16 +219,12 @@ mod order_tests {
             let src: Vec<u8> = (0..len).map(pattern).collect();
             FAULTS.store(0, SeqCst);
             BODY_FIRST.store(false, SeqCst);
-            (
-                DST.store(dst, SeqCst),
-                LEN.store(len, SeqCst),
-                PAGE.store(page, SeqCst),
-            );
+            DST.store(dst, SeqCst);
+            LEN.store(len, SeqCst);
+            PAGE.store(page, SeqCst);
             // SAFETY: the last page of our mapping.
-            assert_eq!(
-                unsafe { libc::mprotect(page as *mut c_void, ps, libc::PROT_READ) },
-                0
-            );
+            let r = unsafe { libc::mprotect(page as *mut c_void, ps, libc::PROT_READ) };
+            assert_eq!(r, 0);
             HostMemory.write(dst as u64, &src);
             PAGE.store(0, SeqCst);
             assert_eq!(
