@@ -12,5 +12,9 @@
 //! * **No I/O, no verbs, no engine.** Nothing here posts work requests,
 //!   touches registered memory or waits; callers do, with whatever verbs they
 //!   have.
+//!
+//! Modules: [`proto`] (the wire format), [`stream`] (one stream's
+//! credits, sequence numbers and buffers).
 
 pub mod proto;
+pub mod stream;
