@@ -150,12 +150,18 @@ fn read(side: &mut Side, got: &mut Vec<u8>, chunk: usize) {
     got.extend_from_slice(&buf[..n]);
 }
 
-#[test]
-fn a_stream_crosses_byte_exact_both_ways_with_credits_flowing_back() {
+/// Two sides that exchanged their connection data (as REQ and REP carry it).
+fn connected() -> (Side, Side) {
     let (mut a, mut b) = (Side::new(0x1000_0000), Side::new(0x2000_0000));
     let (ca, cb) = (a.conn_data(), b.conn_data());
     a.s.save_peer(&cb, &mut a.table);
     b.s.save_peer(&ca, &mut b.table);
+    (a, b)
+}
+
+#[test]
+fn a_stream_crosses_byte_exact_both_ways_with_credits_flowing_back() {
+    let (mut a, mut b) = connected();
     let ab: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
     let ba: Vec<u8> = (0..100_000u32).map(|i| (i * 13 + 5) as u8).collect();
     let (mut sent_ab, mut sent_ba) = (0, 0);
@@ -187,10 +193,7 @@ fn a_stream_crosses_byte_exact_both_ways_with_credits_flowing_back() {
 
 #[test]
 fn a_disconnect_stops_the_batch_and_ends_both_directions() {
-    let (mut a, mut b) = (Side::new(0x1000_0000), Side::new(0x2000_0000));
-    let (ca, cb) = (a.conn_data(), b.conn_data());
-    a.s.save_peer(&cb, &mut a.table);
-    b.s.save_peer(&ca, &mut b.table);
+    let (mut a, mut b) = connected();
     assert!(b.s.conn_can_send(&b.table) && !b.s.conn_have_rdata());
     let imm = a.s.ctrl(CTRL_DISCONNECT).unwrap();
     assert_eq!(b.s.received(imm), Received::Stop);
