@@ -180,3 +180,42 @@ fn debian_rstream_client_to_rlistener_byte_exact() {
     );
     server.join().unwrap();
 }
+
+/// `AsyncRStream` (feature `tokio`): an accepted and a connected stream in
+/// one runtime move 1 MiB each way byte-exact, concurrently, and the
+/// writer's shutdown reads as the end of the stream.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_rstreams_echo_a_mebibyte_and_see_the_end() {
+    use softrdma::rsocket::AsyncRStream;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (ca, cb) = two_devices_in(65);
+    let l = RListener::bind_on(&cb, SocketAddr::new(cb.local_addr().ip(), 7471)).unwrap();
+    let at = l.local_addr();
+    let data = Counter::default().take(1 << 20);
+    let echo = tokio::spawn(async move {
+        let mut s = l.accept_async().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        s.write_all(&got).await.unwrap();
+        s.shutdown().await.unwrap();
+        got.len()
+    });
+    let c = AsyncRStream::connect_on(&ca, at).await.unwrap();
+    let (mut rd, mut wr) = tokio::io::split(c);
+    let sent = data.clone();
+    let writer = tokio::spawn(async move {
+        wr.write_all(&sent).await.unwrap();
+        wr.shutdown().await.unwrap();
+        wr
+    });
+    let mut back = Vec::new();
+    tokio::time::timeout(T, rd.read_to_end(&mut back))
+        .await
+        .expect("the echo within the time limit")
+        .unwrap();
+    assert_eq!(echo.await.unwrap(), data.len());
+    assert!(back == data, "the echo differs");
+    drop(writer.await.unwrap());
+}

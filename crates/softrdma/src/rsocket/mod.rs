@@ -11,6 +11,13 @@
 //!
 //! Waiting: a blocked read or write polls the CQ (the device's busy poll)
 //! for a short spin, then sleeps on the connection's completion channel.
+//! With the `tokio` feature, [`AsyncRStream`] waits in the runtime instead
+//! (`AsyncRead`/`AsyncWrite`).
+
+#[cfg(feature = "tokio")]
+mod tokio_io;
+#[cfg(feature = "tokio")]
+pub use tokio_io::AsyncRStream;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr};
@@ -396,14 +403,10 @@ enum Data<'a> {
     Sbuf(&'a [(u32, u32)]),
 }
 
-impl Read for RStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        if !self.b.stream.have_rdata() {
-            self.wait(RStream::have_rdata, None)?;
-        }
+impl RStream {
+    /// Reads what arrived, once [`RStream::have_rdata`] holds: the error
+    /// that broke the stream (once), else 0 at its end.
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if !self.b.stream.have_rdata()
             && let Some(e) = self.take_error()
         {
@@ -417,51 +420,80 @@ impl Read for RStream {
         self.update_credits();
         Ok(n)
     }
+
+    /// Sends the first transfer of `data` (`Stream::can_send` holds).
+    fn send_once(&mut self, data: &[u8]) -> io::Result<usize> {
+        let w = self
+            .b
+            .stream
+            .write(data.len(), MAX_TRANSFER, &mut self.b.target);
+        let data = &data[..w.len as usize];
+        let r = match w.staging {
+            Staging::Inline => self.post_write(w.imm, Some(w.imm), w.dst, Data::Inline(data)),
+            Staging::Sbuf(pieces, n) => {
+                let mut at = 0usize;
+                for &(off, len) in &pieces[..n] {
+                    self.b
+                        .sbuf
+                        .write(off as usize, &data[at..at + len as usize])
+                        .map_err(io_err)?;
+                    at += len as usize;
+                }
+                self.post_write(w.imm, Some(w.imm), w.dst, Data::Sbuf(&pieces[..n]))
+            }
+        };
+        if let Err(e) = r {
+            self.b.stream.fail(e.raw_os_error().unwrap_or(libc::EIO));
+            return Err(e);
+        }
+        Ok(w.len as usize)
+    }
+
+    /// Sends as much of `buf` as may go now, once [`RStream::can_send`]
+    /// holds: `BrokenPipe` if the stream no longer sends.
+    fn write_ready(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(e) = self.take_error() {
+            return Err(e);
+        }
+        if self.b.stream.state & WRITABLE == 0 {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let mut done = 0;
+        while done < buf.len() && self.b.stream.can_send(&self.b.target) {
+            match self.send_once(&buf[done..]) {
+                Ok(n) => done += n,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
+    }
+}
+
+impl Read for RStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if !self.b.stream.have_rdata() {
+            self.wait(RStream::have_rdata, None)?;
+        }
+        self.read_ready(buf)
+    }
 }
 
 impl Write for RStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if let Some(e) = self.take_error() {
-            return Err(e);
-        }
         let mut done = 0;
         while done < buf.len() {
-            if !self.b.stream.can_send(&self.b.target)
-                && let Err(e) = self.wait(RStream::can_send, None)
-            {
-                return if done > 0 { Ok(done) } else { Err(e) };
+            let r = self
+                .wait(RStream::can_send, None)
+                .and_then(|()| self.write_ready(&buf[done..]));
+            match r {
+                Ok(n) => done += n,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
             }
-            if self.b.stream.state & WRITABLE == 0 {
-                return if done > 0 {
-                    Ok(done)
-                } else {
-                    Err(io::ErrorKind::BrokenPipe.into())
-                };
-            }
-            let w = self
-                .b
-                .stream
-                .write(buf.len() - done, MAX_TRANSFER, &mut self.b.target);
-            let data = &buf[done..done + w.len as usize];
-            let r = match w.staging {
-                Staging::Inline => self.post_write(w.imm, Some(w.imm), w.dst, Data::Inline(data)),
-                Staging::Sbuf(pieces, n) => {
-                    let mut at = 0usize;
-                    for &(off, len) in &pieces[..n] {
-                        self.b
-                            .sbuf
-                            .write(off as usize, &data[at..at + len as usize])
-                            .map_err(io_err)?;
-                        at += len as usize;
-                    }
-                    self.post_write(w.imm, Some(w.imm), w.dst, Data::Sbuf(&pieces[..n]))
-                }
-            };
-            if let Err(e) = r {
-                self.b.stream.fail(e.raw_os_error().unwrap_or(libc::EIO));
-                return if done > 0 { Ok(done) } else { Err(e) };
-            }
-            done += w.len as usize;
         }
         Ok(done)
     }
