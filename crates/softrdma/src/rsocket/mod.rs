@@ -9,6 +9,24 @@
 //! pair and three registered buffers (send ring, target SGL, receive
 //! buffer), posts what [`Stream`] asks for and feeds it the completions.
 //!
+//! ```no_run
+//! use std::io::{Read, Write};
+//! use softrdma::rsocket::{RListener, RStream};
+//! # fn main() -> std::io::Result<()> {
+//! let l = RListener::bind("127.0.0.1:7471".parse().unwrap())?;
+//! let server = std::thread::spawn(move || -> std::io::Result<[u8; 4]> {
+//!     let mut s = l.accept()?;
+//!     let mut b = [0u8; 4];
+//!     s.read_exact(&mut b)?;
+//!     Ok(b)
+//! });
+//! // The peer may as well be Debian's `rstream -b`, or librspreload.
+//! let mut c = RStream::connect("127.0.0.1:7471".parse().unwrap())?;
+//! c.write_all(b"ping")?;
+//! assert_eq!(&server.join().unwrap()?, b"ping");
+//! # Ok(()) }
+//! ```
+//!
 //! Waiting: a blocked read or write polls the CQ (the device's busy poll)
 //! for a short spin, then sleeps on the connection's completion channel.
 //! With the `tokio` feature, [`AsyncRStream`] waits in the runtime instead
