@@ -99,6 +99,28 @@ pub enum Received {
     Stop,
 }
 
+/// Which half of a stream [`Stream::shutdown`] closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Half {
+    /// Receiving.
+    Read,
+    /// Sending.
+    Write,
+    /// Both.
+    Both,
+}
+
+/// One work completion, as a stream needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// Its work request id ([`WR_RECV`] set for receives).
+    pub wr_id: u64,
+    /// Immediate data (receives).
+    pub imm: u32,
+    /// `None` if it succeeded, else the `errno` a failed send leaves.
+    pub error: Option<i32>,
+}
+
 /// One stream's protocol state.
 #[derive(Debug)]
 pub struct Stream {
@@ -322,6 +344,58 @@ impl Stream {
         if self.state & CONNECTED != 0 {
             self.state = ERROR;
             self.err = e;
+        }
+    }
+
+    /// `rs_poll_cq`'s body for one batch of completions, in order: returns
+    /// the receives consumed (to post again while connected) and whether the
+    /// peer disconnected, after which the batch's other completions are
+    /// dropped (their sends' resources come back) and polling stops.
+    pub fn completions(&mut self, batch: &[Completion]) -> (u32, bool) {
+        let mut received = 0;
+        for (i, c) in batch.iter().enumerate() {
+            if c.wr_id & WR_RECV == 0 {
+                self.sent(c.wr_id as u32, c.error);
+                continue;
+            }
+            if c.error.is_some() {
+                continue;
+            }
+            received += 1;
+            if self.received(c.imm) == Received::Stop {
+                for w in batch[i + 1..].iter().filter(|w| w.wr_id & WR_RECV == 0) {
+                    self.requeue(w.wr_id as u32);
+                }
+                return (received, true);
+            }
+        }
+        (received, false)
+    }
+
+    /// `rshutdown`'s state change: the control message to send the peer
+    /// (`CTRL_SHUTDOWN`, `CTRL_DISCONNECT`), if any. After posting
+    /// `CTRL_DISCONNECT` the stream is [`DISCONNECTED`].
+    pub fn shutdown(&mut self, how: Half) -> Option<u32> {
+        if self.state & CONNECTED == 0 {
+            return None;
+        }
+        match how {
+            Half::Both => {
+                self.state &= !(READABLE | WRITABLE);
+                Some(CTRL_DISCONNECT)
+            }
+            Half::Write => {
+                self.state &= !WRITABLE;
+                Some(if self.state & READABLE != 0 {
+                    CTRL_SHUTDOWN
+                } else {
+                    CTRL_DISCONNECT
+                })
+            }
+            Half::Read => {
+                self.state &= !READABLE;
+                (self.state & WRITABLE == 0).then_some(CTRL_DISCONNECT)
+            }
         }
     }
 

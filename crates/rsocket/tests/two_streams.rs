@@ -211,3 +211,45 @@ fn a_disconnect_stops_the_batch_and_ends_both_directions() {
         QP_CTRL_SIZE as usize
     );
 }
+
+#[test]
+fn shutdown_halves_and_a_batch_cut_by_a_disconnect() {
+    let (mut a, mut b) = connected();
+    // Write half first: the peer is told to stop reading; then the read
+    // half: nothing left, the whole connection goes.
+    assert_eq!(a.s.shutdown(Half::Write), Some(CTRL_SHUTDOWN));
+    assert_eq!(a.s.state & WRITABLE, 0);
+    assert_eq!(a.s.shutdown(Half::Read), Some(CTRL_DISCONNECT));
+    // Reading half alone says nothing to the peer.
+    assert_eq!(b.s.shutdown(Half::Read), None);
+    assert_eq!(b.s.state & READABLE, 0);
+    // b has a data write in flight (as much as a's first grant holds) when
+    // a's disconnect arrives in the same batch: the write's send buffer and
+    // WR come back, the receive after the disconnect is not counted.
+    let mut sent = 0;
+    send(&mut b, &mut a, &[7u8; 5000], &mut sent);
+    let wr = b.posted.pop_front().unwrap();
+    let full = b.s.sbuf_free();
+    let batch = [
+        Completion {
+            wr_id: WR_RECV,
+            imm: msg(OP_CTRL, CTRL_DISCONNECT),
+            error: None,
+        },
+        Completion {
+            wr_id: u64::from(wr),
+            imm: 0,
+            error: None,
+        },
+        Completion {
+            wr_id: WR_RECV,
+            imm: msg(OP_DATA, 10),
+            error: None,
+        },
+    ];
+    assert_eq!(b.s.completions(&batch), (1, true));
+    assert_eq!(b.s.state, DISCONNECTED);
+    assert_eq!(b.s.sbuf_free(), full + sent as u32);
+    assert_eq!(b.s.sbuf_free(), LAYOUT.sbuf);
+    assert!(b.s.all_sends_done());
+}

@@ -11,7 +11,7 @@ mod iomap;
 
 use softrdma_rsocket::proto::*;
 pub(super) use softrdma_rsocket::stream::{CONNECTED, DISCONNECTED, ERROR, READABLE, WRITABLE};
-use softrdma_rsocket::stream::{CreditUpdate, Layout, Received, Staging, Stream, TargetSgl};
+use softrdma_rsocket::stream::{Completion, CreditUpdate, Layout, Staging, Stream, TargetSgl};
 
 use super::sys::{Region, Res, Verbs, unsafe_zeroed};
 use crate::ffi::*;
@@ -310,7 +310,7 @@ impl Conn {
     pub(super) fn poll_cq(&mut self) {
         let mut wcs: [ibv_wc; 16] = unsafe_zeroed();
         let mut rcnt = 0u32;
-        'outer: loop {
+        loop {
             let n = match self.v.poll(&mut wcs) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -319,29 +319,19 @@ impl Conn {
                     break;
                 }
             };
-            for (i, wc) in wcs[..n].iter().enumerate() {
-                if wc.wr_id & WR_RECV != 0 {
-                    if wc.status != IBV_WC_SUCCESS {
-                        continue;
-                    }
-                    rcnt += 1;
+            let batch: Vec<Completion> = wcs[..n]
+                .iter()
+                .map(|wc| Completion {
+                    wr_id: wc.wr_id,
                     // SAFETY: plain u32 union member.
-                    let m = u32::from_be(unsafe { wc.imm.imm_data });
-                    if self.s.received(m) == Received::Stop {
-                        // rdma-core stops at a disconnect and leaves later
-                        // completions in the CQ; having taken a batch out,
-                        // the ones after it are dropped here the same way
-                        // (nothing a disconnected socket reads), save what
-                        // sends held.
-                        for w in wcs[i + 1..n].iter().filter(|w| w.wr_id & WR_RECV == 0) {
-                            self.s.requeue(w.wr_id as u32);
-                        }
-                        break 'outer;
-                    }
-                } else {
-                    let status = (wc.status != IBV_WC_SUCCESS).then(|| status_errno(wc.status));
-                    self.s.sent(wc.wr_id as u32, status);
-                }
+                    imm: u32::from_be(unsafe { wc.imm.imm_data }),
+                    error: (wc.status != IBV_WC_SUCCESS).then(|| status_errno(wc.status)),
+                })
+                .collect();
+            let (received, stop) = self.s.completions(&batch);
+            rcnt += received;
+            if stop {
+                break;
             }
         }
         if self.s.state & CONNECTED != 0 {
@@ -428,7 +418,7 @@ impl Conn {
 /// The errno a failed send completion leaves on the socket: a peer that
 /// stopped answering (the transport's retries ran out, as a keepalive to a
 /// hung peer does) is `ETIMEDOUT`, as TCP's keepalive gives; anything else
-/// `EIO`, as rdma-core.
+/// `EIO`, as rdma-core. (`softrdma::rsocket` maps the same.)
 fn status_errno(status: ibv_wc_status) -> c_int {
     match status {
         IBV_WC_RETRY_EXC_ERR | IBV_WC_RNR_RETRY_EXC_ERR => libc::ETIMEDOUT,

@@ -8,10 +8,11 @@ use std::time::Duration;
 use super::conn::{self, Conn};
 use super::dgram;
 use super::listen::Listener;
-use super::proto::{CTRL_DISCONNECT, CTRL_SHUTDOWN, MAX_TRANSFER, OLAP_START};
+use super::proto::{CTRL_DISCONNECT, MAX_TRANSFER, OLAP_START};
 use super::sock::{self, Phase, RSock, settle, wait_conn};
 use super::sys::Res;
 use crate::ffi::*;
+use softrdma_rsocket::stream::Half;
 
 /// How long a close waits for its sends to complete before tearing down.
 const CLOSE_LIMIT: Duration = Duration::from_secs(10);
@@ -360,30 +361,13 @@ fn shutdown_sock(s: &RSock, how: c_int) -> Res<()> {
     }
     let mut g = s.lock();
     connected(&mut g).map_err(|_| libc::ENOTCONN)?;
-    let c = conn(&mut g);
-    if c.s.state & conn::CONNECTED == 0 {
+    let half = match how {
+        libc::SHUT_RD => Half::Read,
+        libc::SHUT_WR => Half::Write,
+        _ => Half::Both,
+    };
+    let Some(ctrl) = conn(&mut g).s.shutdown(half) else {
         return Ok(());
-    }
-    let ctrl = match how {
-        libc::SHUT_RDWR => {
-            c.s.state &= !(conn::READABLE | conn::WRITABLE);
-            CTRL_DISCONNECT
-        }
-        libc::SHUT_WR => {
-            c.s.state &= !conn::WRITABLE;
-            if c.s.state & conn::READABLE != 0 {
-                CTRL_SHUTDOWN
-            } else {
-                CTRL_DISCONNECT
-            }
-        }
-        _ => {
-            c.s.state &= !conn::READABLE;
-            if c.s.state & conn::WRITABLE != 0 {
-                return Ok(());
-            }
-            CTRL_DISCONNECT
-        }
     };
     let r;
     (g, r) = wait_conn(s, g, false, Some(CLOSE_LIMIT), Conn::conn_can_send_ctrl);

@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use softrdma_rsocket::proto::*;
 use softrdma_rsocket::stream::{
-    CONNECTED, CreditUpdate, ERROR, Layout, READABLE, Received, Staging, Stream, TargetSgl,
-    WRITABLE,
+    CONNECTED, Completion, CreditUpdate, DISCONNECTED, ERROR, Half, Layout, Staging, Stream,
+    TargetSgl, WRITABLE,
 };
 
 use crate::cm::{Acceptor, ConnOptions, Connection, Connector};
@@ -279,7 +279,7 @@ impl RStream {
     /// Processes every completion there is, reposting the receives used.
     fn poll_cq(&mut self) {
         let mut rcnt = 0;
-        'outer: loop {
+        loop {
             self.wcs.clear();
             match self.conn.cq().poll(&mut self.wcs, 16) {
                 Ok(0) => break,
@@ -289,27 +289,24 @@ impl RStream {
                     break;
                 }
             }
-            for i in 0..self.wcs.len() {
-                let wc = self.wcs[i];
-                if wc.wr_id & WR_RECV != 0 {
-                    if wc.status != WcStatus::Success {
-                        continue;
-                    }
-                    rcnt += 1;
-                    if self.b.stream.received(wc.imm_data) == Received::Stop {
-                        for w in self.wcs[i + 1..].iter().filter(|w| w.wr_id & WR_RECV == 0) {
-                            self.b.stream.requeue(w.wr_id as u32);
-                        }
-                        break 'outer;
-                    }
-                } else {
-                    let err = match wc.status {
+            let batch: Vec<Completion> = self
+                .wcs
+                .iter()
+                .map(|wc| Completion {
+                    wr_id: wc.wr_id,
+                    imm: wc.imm_data,
+                    error: match wc.status {
                         WcStatus::Success => None,
+                        // A peer that stopped answering, as librdmacm here.
                         WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr => Some(libc::ETIMEDOUT),
                         _ => Some(libc::EIO),
-                    };
-                    self.b.stream.sent(wc.wr_id as u32, err);
-                }
+                    },
+                })
+                .collect();
+            let (received, stop) = self.b.stream.completions(&batch);
+            rcnt += received;
+            if stop {
+                break;
             }
         }
         if self.b.stream.state & CONNECTED != 0 {
@@ -378,39 +375,28 @@ impl RStream {
     /// Shuts down reading, writing or both, as `TcpStream::shutdown`: the
     /// peer reads the end of the stream once it read what was sent.
     pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
-        let s = &mut self.b.stream;
-        if s.state & CONNECTED == 0 {
+        let half = match how {
+            Shutdown::Read => Half::Read,
+            Shutdown::Write => Half::Write,
+            Shutdown::Both => Half::Both,
+        };
+        let Some(ctrl) = self.b.stream.shutdown(half) else {
             return Ok(());
-        }
-        let ctrl = match how {
-            Shutdown::Both => {
-                s.state &= !(READABLE | WRITABLE);
-                CTRL_DISCONNECT
-            }
-            Shutdown::Write => {
-                s.state &= !WRITABLE;
-                if s.state & READABLE != 0 {
-                    CTRL_SHUTDOWN
-                } else {
-                    CTRL_DISCONNECT
-                }
-            }
-            Shutdown::Read => {
-                s.state &= !READABLE;
-                if s.state & WRITABLE != 0 {
-                    return Ok(());
-                }
-                CTRL_DISCONNECT
-            }
         };
         self.wait(RStream::can_send_ctrl, Some(CLOSE_LIMIT))?;
+        self.send_ctrl(ctrl)?;
+        self.wait(RStream::sends_done, Some(CLOSE_LIMIT))
+    }
+
+    /// Posts control message `ctrl` if a slot is free (`rshutdown`).
+    fn send_ctrl(&mut self, ctrl: u32) -> io::Result<()> {
         if let Some(imm) = self.b.stream.ctrl(ctrl) {
             self.post_write(imm, Some(imm), Sge::default(), Data::None)?;
         }
         if ctrl == CTRL_DISCONNECT {
-            self.b.stream.state = softrdma_rsocket::stream::DISCONNECTED;
+            self.b.stream.state = DISCONNECTED;
         }
-        self.wait(RStream::sends_done, Some(CLOSE_LIMIT))
+        Ok(())
     }
 }
 

@@ -10,13 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker, ready};
 use std::time::Duration;
 
-use softrdma_rsocket::proto::{CTRL_DISCONNECT, CTRL_SHUTDOWN};
-use softrdma_rsocket::stream::{READABLE, WRITABLE};
+use softrdma_rsocket::stream::{Half, WRITABLE};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{Data, RListener, RStream, io_err};
-use softrdma_rsocket::proto::Sge;
+use super::{RListener, RStream, io_err};
 
 /// The tasks waiting to read (0) and to write (1). One completion channel
 /// serves both directions, and the reactor keeps one waker per descriptor
@@ -189,20 +187,14 @@ impl AsyncWrite for AsyncRStream {
     /// stream after the data before it.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        let st = me.s.b.stream.state;
-        if st & WRITABLE == 0 {
+        if me.s.b.stream.state & WRITABLE == 0 {
             return Poll::Ready(Ok(()));
         }
+        // The slot first, then the state change (a pending poll changes
+        // nothing).
         ready!(me.poll_until(cx, WRITE, RStream::can_send_ctrl))?;
-        let s = &mut me.s.b.stream;
-        let ctrl = if s.state & READABLE != 0 {
-            CTRL_SHUTDOWN
-        } else {
-            CTRL_DISCONNECT
-        };
-        s.state &= !WRITABLE;
-        if let Some(imm) = s.ctrl(ctrl) {
-            me.s.post_write(imm, Some(imm), Sge::default(), Data::None)?;
+        if let Some(ctrl) = me.s.b.stream.shutdown(Half::Write) {
+            me.s.send_ctrl(ctrl)?;
         }
         Poll::Ready(Ok(()))
     }
