@@ -54,7 +54,7 @@ SOFTRDMA_SHM=0 ./scripts/pyverbs.sh
 SOFTRDMA_SHM=0 ./target/debug/softrdma run -- ./scripts/pyverbs.sh test_rdmacm
 
 step "cargo test, async (tokio) features"
-cargo test -p softrdma --features tokio --no-fail-fast --lib --test cm_async
+cargo test -p softrdma --features tokio --no-fail-fast --lib --test cm_async --test rsocket
 
 step "valgrind on the C ABI (short)"
 ./scripts/valgrind.sh

@@ -11,8 +11,9 @@
 //! [`verbs::Pd::register_raw`]. Every access a work request or a peer makes is
 //! checked against the registration by the engine before a byte moves.
 //!
-//! Modules: [`verbs`] (devices, PD, MR, CQ, QP, SRQ, AH) and [`cm`]
-//! (connection management).
+//! Modules: [`verbs`] (devices, PD, MR, CQ, QP, SRQ, AH), [`cm`]
+//! (connection management) and [`rsocket`] (stream sockets over RDMA with
+//! rdma-core's rsockets protocol).
 //!
 //! Backends: the same API runs on softrdma's software device or, loaded at
 //! run time, on the system's rdma-core (`libibverbs.so.1`/`librdmacm.so.1`)
@@ -23,6 +24,7 @@
 mod backend;
 pub mod cm;
 mod error;
+pub mod rsocket;
 pub mod verbs;
 
 pub use error::{Error, Result};

@@ -7,9 +7,11 @@
 
 use core::ffi::c_int;
 
+use softrdma_rsocket::proto::*;
+use softrdma_rsocket::stream::Staging;
+
 use super::Conn;
 use crate::ffi::*;
-use crate::rsocket::proto::*;
 use crate::rsocket::sys::Res;
 
 /// One local mapping the peer may write into.
@@ -37,7 +39,7 @@ impl Conn {
         let slot = if prot & libc::PROT_WRITE != 0 {
             let used: Vec<u32> = self.iomaps.iter().filter_map(|m| m.slot).collect();
             Some(
-                (0..self.remote_iomap.length)
+                (0..self.s.remote_iomap.length)
                     .find(|i| !used.contains(i))
                     .ok_or(libc::ENOMEM)?,
             )
@@ -84,7 +86,7 @@ impl Conn {
         // SAFETY: a live MR of ours.
         let (addr, key, length) = unsafe { ((*mr).addr as u64, (*mr).rkey, (*mr).length as u32) };
         let mut b = [0u8; IOMAP_SIZE];
-        let (off, addr, key, length) = if self.swap {
+        let (off, addr, key, length) = if self.s.swap() {
             (
                 off.swap_bytes(),
                 addr.swap_bytes(),
@@ -98,18 +100,15 @@ impl Conn {
         b[8..16].copy_from_slice(&addr.to_ne_bytes());
         b[16..20].copy_from_slice(&key.to_ne_bytes());
         b[20..24].copy_from_slice(&length.to_ne_bytes());
-        self.sseq_no = self.sseq_no.wrapping_add(1);
-        self.sqe_avail -= 1;
-        self.sbuf_bytes_avail -= IOMAP_SIZE as u32;
+        let o = self.s.take_iomap_send();
         let mut sge = ibv_sge {
             addr: b.as_ptr() as u64,
             length: IOMAP_SIZE as u32,
             lkey: 0,
         };
-        let flags = if self.sq_inline >= IOMAP_SIZE as u32 {
+        let flags = if self.s.layout().inline >= IOMAP_SIZE as u32 {
             IBV_SEND_INLINE
         } else {
-            let o = self.ssgl_off.min(self.sbuf_size - IOMAP_SIZE as u32);
             self.sbuf.write(o as usize, &b);
             sge = ibv_sge {
                 addr: self.sbuf.addr(o as usize),
@@ -119,8 +118,8 @@ impl Conn {
             0
         };
         let dst = Sge {
-            addr: self.remote_iomap.addr + slot as u64 * IOMAP_SIZE as u64,
-            key: self.remote_iomap.key,
+            addr: self.s.remote_iomap.addr + slot as u64 * IOMAP_SIZE as u64,
+            key: self.s.remote_iomap.key,
             length: 0,
         };
         let m = msg(OP_IOMAP_SGL, slot);
@@ -140,11 +139,12 @@ impl Conn {
         let base = SGE_SIZE * SGL_SIZE;
         (0..self.target_iomap_size as usize).find_map(|i| {
             let o = base + i * IOMAP_SIZE;
-            let off = self.target.read_u64(o);
+            let t = &self.target.0;
+            let off = t.read_u64(o);
             let sge = Sge {
-                addr: self.target.read_u64(o + 8),
-                key: self.target.read_u32(o + 16),
-                length: self.target.read_u32(o + 20),
+                addr: t.read_u64(o + 8),
+                key: t.read_u32(o + 16),
+                length: t.read_u32(o + 20),
             };
             (sge.length > 0 && offset >= off && offset < off + sge.length as u64)
                 .then_some((off, sge))
@@ -165,7 +165,7 @@ impl Conn {
         let room = moff + sge.length as u64 - offset;
         let xfer = (buf.len() as u64)
             .min(olen as u64)
-            .min(self.sbuf_bytes_avail as u64)
+            .min(self.s.sbuf_free() as u64)
             .min(room) as u32;
         let data = &buf[..xfer as usize];
         let mut sges = [ibv_sge {
@@ -173,9 +173,8 @@ impl Conn {
             length: 0,
             lkey: 0,
         }; 2];
-        let (n, flags) = self.stage(data, &mut sges);
-        self.sqe_avail -= 1;
-        self.sbuf_bytes_avail -= xfer;
+        let staging: Staging = self.s.take_io_write(xfer);
+        let (n, flags) = self.sges(data, staging, &mut sges);
         let dst = Sge {
             addr: sge.addr + (offset - moff),
             key: sge.key,

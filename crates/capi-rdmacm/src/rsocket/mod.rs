@@ -1,5 +1,5 @@
 //! The rsocket API (`<rdma/rsocket.h>`, RDMACM_1.0): sockets over RDMA with
-//! rdma-core's wire protocol (see `proto.rs`), so Debian's `rstream`, `rcopy`,
+//! rdma-core's wire protocol (`softrdma_rsocket::proto`), so Debian's `rstream`, `rcopy`,
 //! `riostream`, `udpong` and `librspreload.so` run unmodified. Stream (RC)
 //! rsockets with `riomap`/`riowrite`, and datagram (UD) rsockets
 //! (`dgram.rs`).
@@ -28,7 +28,7 @@ mod listen;
 mod ops;
 mod opts;
 mod poll;
-mod proto;
+use softrdma_rsocket::proto;
 mod sock;
 mod sys;
 

@@ -8,10 +8,11 @@ use std::time::Duration;
 use super::conn::{self, Conn};
 use super::dgram;
 use super::listen::Listener;
-use super::proto::{CTRL_DISCONNECT, CTRL_SHUTDOWN, MAX_TRANSFER, OLAP_START};
+use super::proto::{CTRL_DISCONNECT, MAX_TRANSFER, OLAP_START};
 use super::sock::{self, Phase, RSock, settle, wait_conn};
 use super::sys::Res;
 use crate::ffi::*;
+use softrdma_rsocket::stream::Half;
 
 /// How long a close waits for its sends to complete before tearing down.
 const CLOSE_LIMIT: Duration = Duration::from_secs(10);
@@ -217,14 +218,14 @@ pub(super) fn recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Res<usize> {
         let c = conn(&mut g);
         // A broken connection reports its error once, as a socket does
         // (`SO_ERROR` takes it too); afterwards reads see the end.
-        if c.state == conn::ERROR && !c.have_rdata() && c.err != 0 && done == 0 {
-            return Err(core::mem::take(&mut c.err));
+        if c.s.state == conn::ERROR && !c.have_rdata() && c.s.err != 0 && done == 0 {
+            return Err(core::mem::take(&mut c.s.err));
         }
         if flags & libc::MSG_PEEK != 0 {
             return Ok(c.read(buf, true));
         }
         done += c.read(&mut buf[done..], false);
-        if done == buf.len() || flags & libc::MSG_WAITALL == 0 || c.state & conn::READABLE == 0 {
+        if done == buf.len() || flags & libc::MSG_WAITALL == 0 || c.s.state & conn::READABLE == 0 {
             c.update_credits();
             return Ok(done);
         }
@@ -240,10 +241,10 @@ pub(super) fn send(fd: c_int, buf: &[u8], flags: c_int) -> Res<usize> {
     connected(&mut g)?;
     let nb = nonblocking(&g, flags);
     let c = conn(&mut g);
-    if c.state == conn::ERROR && c.err != 0 {
-        return Err(core::mem::take(&mut c.err));
+    if c.s.state == conn::ERROR && c.s.err != 0 {
+        return Err(core::mem::take(&mut c.s.err));
     }
-    if conn(&mut g).state & conn::WRITABLE == 0 {
+    if conn(&mut g).s.state & conn::WRITABLE == 0 {
         return Err(libc::EPIPE);
     }
     let r;
@@ -258,7 +259,7 @@ pub(super) fn send(fd: c_int, buf: &[u8], flags: c_int) -> Res<usize> {
             if let Err(e) = r {
                 return if done > 0 { Ok(done) } else { Err(e) };
             }
-            if conn(&mut g).state & conn::WRITABLE == 0 {
+            if conn(&mut g).s.state & conn::WRITABLE == 0 {
                 return if done > 0 { Ok(done) } else { Err(libc::EPIPE) };
             }
         }
@@ -287,7 +288,7 @@ fn flush_iomaps<'a>(
             if r.is_err() {
                 return (g, r);
             }
-            if conn(&mut g).state & conn::WRITABLE == 0 {
+            if conn(&mut g).s.state & conn::WRITABLE == 0 {
                 return (g, Err(libc::EPIPE));
             }
         }
@@ -330,7 +331,7 @@ pub(super) fn iowrite(fd: c_int, buf: &[u8], offset: u64, flags: c_int) -> Res<u
             if let Err(e) = r {
                 return if done > 0 { Ok(done) } else { Err(e) };
             }
-            if conn(&mut g).state & conn::WRITABLE == 0 {
+            if conn(&mut g).s.state & conn::WRITABLE == 0 {
                 return if done > 0 { Ok(done) } else { Err(libc::EPIPE) };
             }
         }
@@ -360,30 +361,13 @@ fn shutdown_sock(s: &RSock, how: c_int) -> Res<()> {
     }
     let mut g = s.lock();
     connected(&mut g).map_err(|_| libc::ENOTCONN)?;
-    let c = conn(&mut g);
-    if c.state & conn::CONNECTED == 0 {
+    let half = match how {
+        libc::SHUT_RD => Half::Read,
+        libc::SHUT_WR => Half::Write,
+        _ => Half::Both,
+    };
+    let Some(ctrl) = conn(&mut g).s.shutdown(half) else {
         return Ok(());
-    }
-    let ctrl = match how {
-        libc::SHUT_RDWR => {
-            c.state &= !(conn::READABLE | conn::WRITABLE);
-            CTRL_DISCONNECT
-        }
-        libc::SHUT_WR => {
-            c.state &= !conn::WRITABLE;
-            if c.state & conn::READABLE != 0 {
-                CTRL_SHUTDOWN
-            } else {
-                CTRL_DISCONNECT
-            }
-        }
-        _ => {
-            c.state &= !conn::READABLE;
-            if c.state & conn::WRITABLE != 0 {
-                return Ok(());
-            }
-            CTRL_DISCONNECT
-        }
     };
     let r;
     (g, r) = wait_conn(s, g, false, Some(CLOSE_LIMIT), Conn::conn_can_send_ctrl);
@@ -391,7 +375,7 @@ fn shutdown_sock(s: &RSock, how: c_int) -> Res<()> {
     let c = conn(&mut g);
     c.send_ctrl(ctrl)?;
     if ctrl == CTRL_DISCONNECT {
-        c.state = conn::DISCONNECTED;
+        c.s.state = conn::DISCONNECTED;
     }
     let _ = wait_conn(s, g, false, Some(CLOSE_LIMIT), Conn::all_sends_done);
     Ok(())
@@ -406,7 +390,7 @@ pub(super) fn close(fd: c_int) -> Res<()> {
     let connected_now = {
         let mut g = s.lock();
         settle(&mut g);
-        matches!(&g.phase, Phase::Connected(c) if c.state & conn::CONNECTED != 0)
+        matches!(&g.phase, Phase::Connected(c) if c.s.state & conn::CONNECTED != 0)
     };
     if connected_now {
         let _ = shutdown_sock(&s, libc::SHUT_RDWR);

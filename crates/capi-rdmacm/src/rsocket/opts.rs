@@ -137,12 +137,12 @@ pub(super) fn get(fd: c_int, level: c_int, name: c_int) -> Res<Vec<u8>> {
         }
         (libc::SOL_SOCKET, libc::SO_ERROR) => {
             let e = match &g.phase {
-                Phase::Connected(c) if c.err != 0 => c.err,
+                Phase::Connected(c) if c.s.err != 0 => c.s.err,
                 _ => g.err,
             };
             g.err = 0;
             if let Phase::Connected(c) = &mut g.phase {
-                c.err = 0;
+                c.s.err = 0;
             }
             e
         }

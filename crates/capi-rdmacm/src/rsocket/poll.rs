@@ -40,8 +40,8 @@ fn revents(fd: c_int, events: i16) -> Option<i16> {
             // is seen, while data may still wait to be read; a program that
             // stops at POLLHUP (rstream's async mode) then loses the tail.
             // Like TCP (POLLHUP once nothing is left), it waits here.
-            if c.state & conn::CONNECTED == 0 && !c.have_rdata() {
-                r |= if c.state == conn::DISCONNECTED {
+            if c.s.state & conn::CONNECTED == 0 && !c.have_rdata() {
+                r |= if c.s.state == conn::DISCONNECTED {
                     libc::POLLHUP
                 } else {
                     libc::POLLERR

@@ -22,7 +22,7 @@
 
 use super::ShmPath;
 use crate::engine::Shared;
-use crate::memory::HostMemory;
+use crate::memory::{HostMemory, store_last};
 use softrdma_shm::{CopyError, PeerMap, Range, Refused, Shared as SharedRegion};
 use softrdma_transport::{
     AtomicOp, GSI_QPN, MULTICAST_QPN, Memory, PEER_COPY_MIN, PeerCopyError, PeerFile, PeerSeg,
@@ -113,10 +113,49 @@ impl Memory for LaneMemory<'_> {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             return Err(PeerCopyError::Gone);
         };
-        let r = self
-            .shm
-            .mr_share
-            .copy(self.slot, generation, pid, src, dst, dst_on_demand);
+        let share = &self.shm.mr_share;
+        // On-demand memory may be unmapped: it is written only through the
+        // kernel (`process_vm_readv`), never by a plain store of the last byte.
+        let held = if dst_on_demand {
+            None
+        } else {
+            hold_back_last(src, dst)
+        };
+        let r = match held {
+            None => share.copy(self.slot, generation, pid, src, dst, dst_on_demand),
+            Some((body_src, body_dst, last_src, last_dst)) => {
+                let mut byte = 0u8;
+                let here = PeerSeg {
+                    addr: (&raw mut byte) as u64,
+                    len: 1,
+                    file: None,
+                };
+                share
+                    .copy(
+                        self.slot,
+                        generation,
+                        pid,
+                        &body_src,
+                        &body_dst,
+                        dst_on_demand,
+                    )
+                    .and_then(|m| {
+                        Ok(m + share.copy(
+                            self.slot,
+                            generation,
+                            pid,
+                            &[last_src],
+                            &[here],
+                            false,
+                        )?)
+                    })
+                    .inspect(|_| {
+                        // SAFETY: `last_dst` is the last byte of `dst`,
+                        // which the transport checked like a `write`'s.
+                        unsafe { store_last(last_dst, byte) }
+                    })
+            }
+        };
         match r {
             Ok(mapped) => {
                 stats.copies.fetch_add(1, Ordering::Relaxed);
@@ -140,6 +179,34 @@ impl Memory for LaneMemory<'_> {
             }
         }
     }
+}
+
+/// `src` and `dst` without their last byte, that byte's source, and its
+/// destination address (`None` if they are empty): a peer copy stores the
+/// last byte by itself after all the others, as every placement does
+/// ([`store_last`]); the pieces of one copy otherwise land in no set order
+/// (mapped pieces first, then one `process_vm_readv`, whose kernel copy may
+/// be `rep movsb`).
+fn hold_back_last(
+    src: &[PeerSeg],
+    dst: &[PeerSeg],
+) -> Option<(Vec<PeerSeg>, Vec<PeerSeg>, PeerSeg, u64)> {
+    let split = |v: &[PeerSeg]| {
+        let mut v: Vec<PeerSeg> = v.iter().filter(|s| s.len > 0).copied().collect();
+        let last = v.last_mut()?;
+        last.len -= 1;
+        let byte = PeerSeg {
+            addr: last.addr + u64::from(last.len),
+            len: 1,
+            file: last.file,
+        };
+        if last.len == 0 {
+            v.pop();
+        }
+        Some((v, byte))
+    };
+    let ((s, last_src), (d, last_dst)) = (split(src)?, split(dst)?);
+    Some((s, d, last_src, last_dst.addr))
 }
 
 /// Smallest whole-page part of a region shared at registration: a peer
@@ -462,5 +529,52 @@ impl Shared {
         self.shm
             .as_ref()
             .map(|s| s as &dyn crate::cm::PeerCopyPolicy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(addr: u64, len: u32) -> PeerSeg {
+        PeerSeg {
+            addr,
+            len,
+            file: None,
+        }
+    }
+
+    #[test]
+    fn the_last_byte_is_held_back_from_both_sides() {
+        let file = Some(PeerFile {
+            fd: 3,
+            ino: 9,
+            addr: 0x1000,
+            len: 0x1000,
+        });
+        let src = [
+            seg(0x1000, 10),
+            PeerSeg {
+                file,
+                ..seg(0x2000, 1)
+            },
+            seg(0x3000, 0),
+        ];
+        let dst = [seg(0x9000, 8), seg(0xA000, 3)];
+        let (s, d, ls, ld) = hold_back_last(&src, &dst).unwrap();
+        // The one-byte last piece of the source goes entirely; its file
+        // stays with the held-back byte (copied through the mapping).
+        assert_eq!(s, [seg(0x1000, 10)]);
+        assert_eq!(
+            ls,
+            PeerSeg {
+                file,
+                ..seg(0x2000, 1)
+            }
+        );
+        assert_eq!(d, [seg(0x9000, 8), seg(0xA000, 2)]);
+        assert_eq!(ld, 0xA002);
+        assert_eq!(hold_back_last(&[seg(1, 0)], &dst), None);
+        assert_eq!(hold_back_last(&[], &[]), None);
     }
 }

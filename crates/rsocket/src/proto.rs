@@ -8,69 +8,81 @@
 //! updates, the control code for control messages).
 
 /// Data was written into the receive buffer; argument: its length.
-pub(super) const OP_DATA: u32 = 0;
+pub const OP_DATA: u32 = 0;
 /// An RDMA WRITE to a peer's iomap (never on the wire as an immediate).
-pub(super) const OP_WRITE: u32 = 2;
+pub const OP_WRITE: u32 = 2;
 /// A receive-buffer SGL update was written; argument: new sequence limit.
-pub(super) const OP_SGL: u32 = 4;
+pub const OP_SGL: u32 = 4;
 /// An iomap entry was written; argument: its index.
-pub(super) const OP_IOMAP_SGL: u32 = 6;
+pub const OP_IOMAP_SGL: u32 = 6;
 /// A control message; argument: [`CTRL_DISCONNECT`], ...
-pub(super) const OP_CTRL: u32 = 7;
+pub const OP_CTRL: u32 = 7;
 
-pub(super) const CTRL_DISCONNECT: u32 = 0;
-#[allow(dead_code)]
-pub(super) const CTRL_KEEPALIVE: u32 = 1;
-pub(super) const CTRL_SHUTDOWN: u32 = 2;
+/// Control: the sender closes the connection (both directions).
+pub const CTRL_DISCONNECT: u32 = 0;
+/// Control: a keepalive probe, ignored by the receiver.
+pub const CTRL_KEEPALIVE: u32 = 1;
+/// Control: the sender stops sending (`shutdown(SHUT_WR)`).
+pub const CTRL_SHUTDOWN: u32 = 2;
 
 /// Largest single transfer; the first ones start at [`OLAP_START`] and double.
 /// rdma-core starts at 2048 to overlap the first write with the copy of the
 /// next on a NIC; here every write costs a packet train and a completion, so
 /// transfers start at the largest size (the peer sees only lengths).
-pub(super) const MAX_TRANSFER: u32 = 65536;
-pub(super) const OLAP_START: u32 = 65536;
+pub const MAX_TRANSFER: u32 = 65536;
+pub const OLAP_START: u32 = 65536;
 /// Send low-water mark: a send needs this much free send buffer.
-pub(super) const SNDLOWAT: u32 = 2048;
-pub(super) const QP_MIN_SIZE: u32 = 16;
-pub(super) const QP_MAX_SIZE: u32 = 0xFFFE;
+pub const SNDLOWAT: u32 = 2048;
+/// Smallest queue size a socket option may set.
+pub const QP_MIN_SIZE: u32 = 16;
+/// Largest queue size a socket option may set.
+pub const QP_MAX_SIZE: u32 = 0xFFFE;
 /// Control messages in flight at most (a power of two).
-pub(super) const QP_CTRL_SIZE: u32 = 4;
+pub const QP_CTRL_SIZE: u32 = 4;
 /// Entries in the target SGL the peer writes buffer grants into.
-pub(super) const SGL_SIZE: usize = 2;
+pub const SGL_SIZE: usize = 2;
 /// Size of one `struct rs_sge` (addr u64, key u32, length u32).
-pub(super) const SGE_SIZE: usize = 16;
+pub const SGE_SIZE: usize = 16;
 /// Size of one `struct rs_iomap` (offset u64 + rs_sge).
-pub(super) const IOMAP_SIZE: usize = 24;
+pub const IOMAP_SIZE: usize = 24;
 
-/// Defaults of rdma-core (`def_*`).
-pub(super) const DEF_INLINE: u32 = 64;
-pub(super) const DEF_SQSIZE: u32 = 384;
-pub(super) const DEF_RQSIZE: u32 = 384;
-pub(super) const DEF_MEM: u32 = 1 << 17;
-pub(super) const DEF_WMEM: u32 = 1 << 17;
+/// rdma-core's default inline size (`def_inline`).
+pub const DEF_INLINE: u32 = 64;
+/// rdma-core's default send queue size (`def_sqsize`).
+pub const DEF_SQSIZE: u32 = 384;
+/// rdma-core's default receive queue size (`def_rqsize`).
+pub const DEF_RQSIZE: u32 = 384;
+/// rdma-core's default receive buffer size (`def_mem`).
+pub const DEF_MEM: u32 = 1 << 17;
+/// rdma-core's default send buffer size (`def_wmem`).
+pub const DEF_WMEM: u32 = 1 << 17;
 
 /// `wr_id` bit marking a receive.
-pub(super) const WR_RECV: u64 = 1 << 63;
+pub const WR_RECV: u64 = 1 << 63;
 
-pub(super) const fn msg(op: u32, data: u32) -> u32 {
+/// An immediate: operation `op` with argument `data`.
+pub const fn msg(op: u32, data: u32) -> u32 {
     (op << 29) | (data & 0x1FFF_FFFF)
 }
-pub(super) const fn msg_op(m: u32) -> u32 {
+/// The operation of immediate `m`.
+pub const fn msg_op(m: u32) -> u32 {
     m >> 29
 }
-pub(super) const fn msg_data(m: u32) -> u32 {
+/// The argument of immediate `m`.
+pub const fn msg_data(m: u32) -> u32 {
     m & 0x1FFF_FFFF
 }
 
 /// rdma-core's 8-bit "scale" encoding of sizes above 128.
-pub(super) fn value_to_scale(value: u32, bits: u32) -> u32 {
+pub fn value_to_scale(value: u32, bits: u32) -> u32 {
     if value <= 1 << (bits - 1) {
         value
     } else {
         (1 << (bits - 1)) | (value >> bits)
     }
 }
-pub(super) fn scale_to_value(value: u32, bits: u32) -> u32 {
+/// The inverse of [`value_to_scale`].
+pub fn scale_to_value(value: u32, bits: u32) -> u32 {
     if value <= 1 << (bits - 1) {
         value
     } else {
@@ -80,15 +92,18 @@ pub(super) fn scale_to_value(value: u32, bits: u32) -> u32 {
 
 /// `struct rs_sge`, host order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Sge {
-    pub(super) addr: u64,
-    pub(super) key: u32,
-    pub(super) length: u32,
+pub struct Sge {
+    /// Address in the owner's memory.
+    pub addr: u64,
+    /// Remote key.
+    pub key: u32,
+    /// Bytes (entries, for an SGL).
+    pub length: u32,
 }
 
 impl Sge {
     /// Native-endian bytes, as an SGL update is written into the peer.
-    pub(super) fn to_ne(self) -> [u8; SGE_SIZE] {
+    pub fn to_ne(self) -> [u8; SGE_SIZE] {
         let mut b = [0; SGE_SIZE];
         b[..8].copy_from_slice(&self.addr.to_ne_bytes());
         b[8..12].copy_from_slice(&self.key.to_ne_bytes());
@@ -110,29 +125,32 @@ impl Sge {
 }
 
 /// `RS_CONN_FLAG_NET`: the sender is big-endian.
-pub(super) const CONN_FLAG_NET: u8 = 1;
+pub const CONN_FLAG_NET: u8 = 1;
 /// `RS_CONN_FLAG_IOMAP`: the target SGL is followed by an iomap table.
-pub(super) const CONN_FLAG_IOMAP: u8 = 2;
+pub const CONN_FLAG_IOMAP: u8 = 2;
 /// Length of `struct rs_conn_data`.
-pub(super) const CONN_DATA_LEN: usize = 40;
+pub const CONN_DATA_LEN: usize = 40;
 
 /// `struct rs_conn_data`: what each side tells the other in the CM REQ/REP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ConnData {
-    pub(super) version: u8,
-    pub(super) flags: u8,
+pub struct ConnData {
+    /// Protocol version (1).
+    pub version: u8,
+    /// [`CONN_FLAG_NET`], [`CONN_FLAG_IOMAP`].
+    pub flags: u8,
     /// Receive credits (the receive queue size).
-    pub(super) credits: u16,
+    pub credits: u16,
     /// Scaled iomap entries following the target SGL.
-    pub(super) target_iomap_size: u8,
+    pub target_iomap_size: u8,
     /// Where the peer writes buffer grants: address, rkey, entries.
-    pub(super) target_sgl: Sge,
+    pub target_sgl: Sge,
     /// The first half of the receive buffer, granted at once.
-    pub(super) data_buf: Sge,
+    pub data_buf: Sge,
 }
 
 impl ConnData {
-    pub(super) fn encode(&self) -> [u8; CONN_DATA_LEN] {
+    /// The 40 bytes of the private data.
+    pub fn encode(&self) -> [u8; CONN_DATA_LEN] {
         let mut b = [0u8; CONN_DATA_LEN];
         b[0] = self.version;
         b[1] = self.flags;
@@ -143,7 +161,7 @@ impl ConnData {
         b
     }
     /// `None` if too short or not version 1.
-    pub(super) fn decode(b: &[u8]) -> Option<ConnData> {
+    pub fn decode(b: &[u8]) -> Option<ConnData> {
         if b.len() < CONN_DATA_LEN || b[0] != 1 {
             return None;
         }
@@ -157,7 +175,7 @@ impl ConnData {
         })
     }
     /// Whether SGL updates from this peer arrive byte-swapped.
-    pub(super) fn swapped(&self) -> bool {
+    pub fn swapped(&self) -> bool {
         (self.flags & CONN_FLAG_NET != 0) != cfg!(target_endian = "big")
     }
 }
