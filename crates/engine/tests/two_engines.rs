@@ -100,17 +100,23 @@ fn connect(s: &Side, peer: &Side) {
     .unwrap();
 }
 
+/// Two connected sides on 127.0.0.`x` and 127.0.0.`x + 1`.
+fn pair(x: u8) -> (Side, Side) {
+    let p = common::free_udp_port();
+    let a = side([127, 0, 0, x], p);
+    let b = side([127, 0, 0, x + 1], p);
+    connect(&a, &b);
+    connect(&b, &a);
+    (a, b)
+}
+
 fn wait_wc(s: &Side, n: usize) -> Vec<softrdma_engine::transport::Wc> {
     common::wait_wc(&s.e, s.cq, n)
 }
 
 #[test]
 fn rc_send_and_write_between_engines() {
-    let p = common::free_udp_port();
-    let mut a = side([127, 0, 0, 2], p);
-    let mut b = side([127, 0, 0, 3], p);
-    connect(&a, &b);
-    connect(&b, &a);
+    let (mut a, mut b) = pair(2);
     for (i, x) in a.buf.iter_mut().enumerate().take(100_000) {
         *x = (i % 251) as u8;
     }
@@ -177,6 +183,19 @@ fn send_one(a: &Side, b: &Side, len: u32) {
     a.e.post_send(a.qpn, wr).unwrap();
 }
 
+/// A SEND of `len` bytes from `a` to `b` while a thread is blocked for the
+/// completion event of `b`'s CQ (on channel `ch`); returns once it got it.
+fn send_to_waiter(a: &Side, b: &Side, ch: &Arc<softrdma_engine::CompChannel>, len: u32) {
+    let waiter = {
+        let ch = Arc::clone(ch);
+        std::thread::spawn(move || ch.get_event())
+    };
+    // Let it block (a send before that is received on the way in anyway).
+    std::thread::sleep(Duration::from_millis(50));
+    send_one(a, b, len);
+    assert_eq!(waiter.join().unwrap().unwrap(), b.cq);
+}
+
 fn rx_by_waiter(e: &Engine) -> u64 {
     e.waiter_counters()
         .into_iter()
@@ -189,24 +208,13 @@ fn rx_by_waiter(e: &Engine) -> u64 {
 /// first, then wake it).
 #[test]
 fn a_thread_blocked_for_its_completion_event_receives_the_packet_itself() {
-    let p = common::free_udp_port();
-    let mut a = side([127, 0, 0, 4], p);
-    let b = side([127, 0, 0, 5], p);
-    connect(&a, &b);
-    connect(&b, &a);
+    let (mut a, b) = pair(4);
     a.buf[..300].fill(0x5a);
     let ch = b.e.create_comp_channel().unwrap();
     b.e.set_cq_channel(b.cq, Some(Arc::clone(&ch)));
     b.e.req_notify_cq(b.cq, false).unwrap();
     let before = rx_by_waiter(&b.e);
-    let waiter = {
-        let ch = Arc::clone(&ch);
-        std::thread::spawn(move || ch.get_event())
-    };
-    // Let it block (a send before that is received on the way in anyway).
-    std::thread::sleep(Duration::from_millis(50));
-    send_one(&a, &b, 300);
-    assert_eq!(waiter.join().unwrap().unwrap(), b.cq);
+    send_to_waiter(&a, &b, &ch, 300);
     let w = wait_wc(&b, 1);
     assert_eq!((w[0].status, w[0].byte_len), (WcStatus::Success, 300));
     assert!(b.buf[..300].iter().all(|&x| x == 0x5a));
@@ -222,11 +230,7 @@ fn a_thread_blocked_for_its_completion_event_receives_the_packet_itself() {
 /// with nobody waiting completes.
 #[test]
 fn a_signal_ends_a_receiving_wait_and_the_progress_thread_takes_over() {
-    let p = common::free_udp_port();
-    let a = side([127, 0, 0, 6], p);
-    let b = side([127, 0, 0, 7], p);
-    connect(&a, &b);
-    connect(&b, &a);
+    let (a, b) = pair(6);
     let ch = b.e.create_comp_channel().unwrap();
     b.e.set_cq_channel(b.cq, Some(Arc::clone(&ch)));
     b.e.req_notify_cq(b.cq, false).unwrap();
@@ -332,24 +336,14 @@ fn write_one(a: &Side, b: &Side) {
 /// wait puts it back and receives itself again.
 #[test]
 fn a_busy_poller_leaves_the_socket_in_no_epoll_set_after_a_wait() {
-    let p = common::free_udp_port();
-    let mut a = side([127, 0, 0, 8], p);
-    let mut b = side([127, 0, 0, 9], p);
-    connect(&a, &b);
-    connect(&b, &a);
+    let (mut a, mut b) = pair(8);
     let ch = b.e.create_comp_channel().unwrap();
     b.e.set_cq_channel(b.cq, Some(Arc::clone(&ch)));
     for round in 0..2u8 {
         b.e.req_notify_cq(b.cq, false).unwrap();
         let before = rx_by_waiter(&b.e);
-        let waiter = {
-            let ch = Arc::clone(&ch);
-            std::thread::spawn(move || ch.get_event())
-        };
-        std::thread::sleep(Duration::from_millis(50));
         a.buf[..64].fill(0x30 + round);
-        send_one(&a, &b, 64);
-        assert_eq!(waiter.join().unwrap().unwrap(), b.cq);
+        send_to_waiter(&a, &b, &ch, 64);
         let w = wait_wc(&b, 1);
         assert_eq!((w[0].status, w[0].byte_len), (WcStatus::Success, 64));
         assert!(b.buf[..64].iter().all(|&x| x == 0x30 + round));
