@@ -405,14 +405,6 @@ pub(crate) struct SendMsg<'a> {
     pub(crate) control: &'a [u8],
 }
 
-impl SendMsg<'_> {
-    pub(crate) const EMPTY: SendMsg<'static> = SendMsg {
-        name: &RawAddr::EMPTY,
-        iov: &[],
-        control: &[],
-    };
-}
-
 fn zeroed_mmsghdr() -> libc::mmsghdr {
     // SAFETY: `mmsghdr` is a C struct of integers and raw pointers, for which the all-zero bit
     // pattern is a valid value (null pointers, zero lengths).
