@@ -65,7 +65,10 @@ impl Receiver for Shared {
             return Ok(false);
         };
         if !*socket_in {
-            poller.add_socket(&self.socket, KEY_SOCKET)?;
+            if poller.add_socket(&self.socket, KEY_SOCKET).is_err() {
+                // Block in `read(2)` as before; the progress thread receives.
+                return Ok(false);
+            }
             *socket_in = true;
         }
         poller.add_fd(efd.as_fd(), KEY_CHANNEL, Interest::Readable)?;
