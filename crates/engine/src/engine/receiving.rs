@@ -14,10 +14,10 @@
 //!
 //! The socket joins the waiter's epoll set at a wait and stays there between
 //! waits, until a busy poller finds its CQ empty with no wait for
-//! [`policy::WAITER_SOCKET_NS`](super::policy::WAITER_SOCKET_NS): a socket in
-//! any epoll set costs each datagram a wake-up callback in the sender's
-//! kernel even while nobody sleeps in the set (BENCHMARKS.md, "Issue 16,
-//! outcome 6"), which a busy poller would pay on every packet.
+//! [`policy::WAITER_SOCKET_NS`]: a socket in any epoll set costs each
+//! datagram a wake-up callback in the sender's kernel even while nobody
+//! sleeps in the set (BENCHMARKS.md, "Issue 16, outcome 6"), which a busy
+//! poller would pay on every packet.
 
 use super::rx::Rx;
 use super::{KEY_SOCKET, Shared, policy};
