@@ -1,5 +1,6 @@
 //! [`RoceSocket`]: the device's UDP socket, with batched, GSO/GRO-aware send and receive.
 
+use arrayvec::ArrayVec;
 use std::fmt;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -558,12 +559,15 @@ impl RoceSocket {
         let mut plain_until = 0;
         while pos < transmits.len() {
             let gso_max = self.gso_segments.load(Relaxed);
-            let mut names = [RawAddr::EMPTY; MAX_MMSG];
-            let mut ctrls = [CmsgBuf::<SEND_CMSG_LEN>::ZERO; MAX_MMSG];
-            let mut iovs = [IoSlice::new(&[]); MAX_SEND_IOVS];
-            let mut runs = [Run::default(); MAX_MMSG];
-            let (mut nmsg, mut niov, mut i) = (0, 0, pos);
-            while i < transmits.len() && nmsg < MAX_MMSG && niov < MAX_SEND_IOVS {
+            // Filled as the batch grows, never initialized whole: 12 KiB of stores per call
+            // when they were arrays (BENCHMARKS.md, "Issue 16, outcome 6").
+            let mut names = ArrayVec::<RawAddr, MAX_MMSG>::new();
+            let mut ctrls = ArrayVec::<CmsgBuf<SEND_CMSG_LEN>, MAX_MMSG>::new();
+            let mut iovs = ArrayVec::<IoSlice<'_>, MAX_SEND_IOVS>::new();
+            let mut runs = ArrayVec::<Run, MAX_MMSG>::new();
+            let mut i = pos;
+            while i < transmits.len() && !runs.is_full() && !iovs.is_full() {
+                let niov = iovs.len();
                 let t = &transmits[i];
                 let seg = t.payload.len();
                 let (mut count, mut bytes) = (1, seg);
@@ -587,41 +591,43 @@ impl RoceSocket {
                         }
                     }
                 }
-                names[nmsg] = RawAddr::encode(&self.map_dst(t.dst));
-                for (slot, u) in iovs[niov..niov + count].iter_mut().zip(&transmits[i..]) {
-                    *slot = IoSlice::new(u.payload);
-                }
+                names.push(RawAddr::encode(&self.map_dst(t.dst)));
+                iovs.extend(
+                    transmits[i..i + count]
+                        .iter()
+                        .map(|u| IoSlice::new(u.payload)),
+                );
+                let mut ctrl = CmsgBuf::<SEND_CMSG_LEN>::ZERO;
                 let ctrl_len = if count > 1 {
                     // seg <= MAX_UDP_PAYLOAD / 2 here, so it fits the u16 UDP_SEGMENT wants.
                     let seg16 = (seg as u16).to_ne_bytes();
-                    cmsg::encode(&mut ctrls[nmsg].0, libc::SOL_UDP, libc::UDP_SEGMENT, &seg16)
-                        .unwrap_or(0)
+                    cmsg::encode(&mut ctrl.0, libc::SOL_UDP, libc::UDP_SEGMENT, &seg16).unwrap_or(0)
                 } else {
                     0
                 };
-                runs[nmsg] = Run {
+                ctrls.push(ctrl);
+                runs.push(Run {
                     iov: niov,
                     count,
                     ctrl_len,
                     bytes,
-                };
-                nmsg += 1;
-                niov += count;
+                });
                 i += count;
             }
-            let mut msgs = [SendMsg::EMPTY; MAX_MMSG];
-            for (k, r) in runs[..nmsg].iter().enumerate() {
-                msgs[k] = SendMsg {
-                    name: &names[k],
+            let msgs: ArrayVec<SendMsg<'_>, MAX_MMSG> = runs
+                .iter()
+                .zip(names.iter().zip(&ctrls))
+                .map(|(r, (name, ctrl))| SendMsg {
+                    name,
                     iov: &iovs[r.iov..r.iov + r.count],
-                    control: &ctrls[k].0[..r.ctrl_len],
-                };
-            }
+                    control: &ctrl.0[..r.ctrl_len],
+                })
+                .collect();
             self.c.send_syscalls.fetch_add(1, Relaxed);
-            match sys::sendmmsg(self.fd.as_fd(), &msgs[..nmsg]) {
+            match sys::sendmmsg(self.fd.as_fd(), &msgs) {
                 Ok(k) => {
                     let (mut dgrams, mut bytes, mut gso_b, mut gso_s) = (0, 0, 0, 0);
-                    for r in &runs[..k.min(nmsg)] {
+                    for r in &runs[..k.min(runs.len())] {
                         dgrams += r.count as u64;
                         bytes += r.bytes as u64;
                         if r.ctrl_len > 0 {

@@ -405,26 +405,26 @@ pub(crate) struct SendMsg<'a> {
     pub(crate) control: &'a [u8],
 }
 
-impl SendMsg<'_> {
-    pub(crate) const EMPTY: SendMsg<'static> = SendMsg {
-        name: &RawAddr::EMPTY,
-        iov: &[],
-        control: &[],
-    };
-}
-
-fn zeroed_mmsghdrs() -> [libc::mmsghdr; MAX_MMSG] {
+fn zeroed_mmsghdr() -> libc::mmsghdr {
     // SAFETY: `mmsghdr` is a C struct of integers and raw pointers, for which the all-zero bit
     // pattern is a valid value (null pointers, zero lengths).
     unsafe { mem::zeroed() }
 }
 
+/// Room for [`MAX_MMSG`] message headers, of which a call fills only those it passes: zeroing
+/// all 64 (4 KiB) cost each `sendmmsg` and each busy poller's empty `recvmmsg` more
+/// instructions than the rest of their setup (BENCHMARKS.md, "Issue 16, outcome 6").
+type MmsgHdrs = [mem::MaybeUninit<libc::mmsghdr>; MAX_MMSG];
+
+const NO_MMSGHDRS: MmsgHdrs = [const { mem::MaybeUninit::uninit() }; MAX_MMSG];
+
 /// `sendmmsg(fd, msgs, MSG_DONTWAIT)`; returns how many messages the kernel accepted (at
 /// least 1 on success). At most [`MAX_MMSG`] messages are passed.
 pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[SendMsg<'_>]) -> io::Result<usize> {
     let n = msgs.len().min(MAX_MMSG);
-    let mut hdrs = zeroed_mmsghdrs();
-    for (h, m) in hdrs.iter_mut().zip(&msgs[..n]) {
+    let mut hdrs = NO_MMSGHDRS;
+    for (slot, m) in hdrs.iter_mut().zip(&msgs[..n]) {
+        let mut h = zeroed_mmsghdr();
         h.msg_hdr.msg_name = ptr::from_ref(&m.name.bytes).cast_mut().cast();
         h.msg_hdr.msg_namelen = m.name.len;
         // `IoSlice` is documented to be ABI-compatible with `struct iovec` on Unix.
@@ -434,14 +434,16 @@ pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[SendMsg<'_>]) -> io::Result<u
             h.msg_hdr.msg_control = m.control.as_ptr().cast_mut().cast();
             h.msg_hdr.msg_controllen = m.control.len() as _;
         }
+        slot.write(h);
     }
-    // SAFETY: every header points into buffers borrowed by `msgs` (names, iovec arrays whose
-    // entries borrow the payloads, control bytes), all alive for the duration of the call;
-    // the kernel only reads them (it writes nothing but `msg_len`, inside `hdrs`).
+    // SAFETY: the first `n` headers were written above, and the kernel touches no other;
+    // each points into buffers borrowed by `msgs` (names, iovec arrays whose entries borrow
+    // the payloads, control bytes), all alive for the duration of the call; the kernel only
+    // reads them (it writes nothing but `msg_len`, inside `hdrs`).
     let ret = unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
-            hdrs.as_mut_ptr(),
+            hdrs.as_mut_ptr().cast(),
             n as libc::c_uint,
             libc::MSG_DONTWAIT,
         )
@@ -475,33 +477,34 @@ pub(crate) fn recvmmsg<const C: usize>(
         .min(controls.len())
         .min(out.len())
         .min(MAX_MMSG);
-    let mut iovs = [libc::iovec {
-        iov_base: ptr::null_mut(),
-        iov_len: 0,
-    }; MAX_MMSG];
-    let mut hdrs = zeroed_mmsghdrs();
+    let mut iovs = [const { mem::MaybeUninit::<libc::iovec>::uninit() }; MAX_MMSG];
+    let mut hdrs = NO_MMSGHDRS;
     let base = data.as_mut_ptr();
     for i in 0..slots {
         // In bounds: i * stride + slot_len <= slots * stride <= data.len().
-        iovs[i].iov_base = base.wrapping_add(i * stride).cast();
-        iovs[i].iov_len = slot_len;
-        let h = &mut hdrs[i].msg_hdr;
-        h.msg_name = ptr::from_mut(&mut names[i].bytes).cast();
-        h.msg_namelen = names[i].bytes.len() as libc::socklen_t;
-        h.msg_iov = &mut iovs[i];
-        h.msg_iovlen = 1;
-        h.msg_control = controls[i].0.as_mut_ptr().cast();
-        h.msg_controllen = C as _;
+        let iov = iovs[i].write(libc::iovec {
+            iov_base: base.wrapping_add(i * stride).cast(),
+            iov_len: slot_len,
+        });
+        let mut h = zeroed_mmsghdr();
+        h.msg_hdr.msg_name = ptr::from_mut(&mut names[i].bytes).cast();
+        h.msg_hdr.msg_namelen = names[i].bytes.len() as libc::socklen_t;
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_control = controls[i].0.as_mut_ptr().cast();
+        h.msg_hdr.msg_controllen = C as _;
+        hdrs[i].write(h);
     }
     let ret = loop {
-        // SAFETY: each header points at a distinct, exclusively borrowed region: slot `i` of
-        // `data` (in bounds, see above), `names[i]` (28 bytes, as `msg_namelen` says) and
-        // `controls[i]` (C bytes, as `msg_controllen` says). All outlive the call. A null
-        // timeout means "no timeout"; MSG_DONTWAIT makes the call non-blocking.
+        // SAFETY: the first `slots` headers and iovecs were written above, and the kernel
+        // touches no other. Each header points at a distinct, exclusively borrowed region:
+        // slot `i` of `data` (in bounds, see above), `names[i]` (28 bytes, as `msg_namelen`
+        // says) and `controls[i]` (C bytes, as `msg_controllen` says). All outlive the call. A
+        // null timeout means "no timeout"; MSG_DONTWAIT makes the call non-blocking.
         let r = unsafe {
             libc::recvmmsg(
                 fd.as_raw_fd(),
-                hdrs.as_mut_ptr(),
+                hdrs.as_mut_ptr().cast(),
                 slots as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 ptr::null_mut(),
@@ -513,13 +516,16 @@ pub(crate) fn recvmmsg<const C: usize>(
         }
     };
     let k = ret as usize;
-    for i in 0..k {
-        let h = &hdrs[i].msg_hdr;
+    for (i, h) in hdrs[..k].iter().enumerate() {
+        // SAFETY: the kernel filled `k <= slots` headers, all written above.
+        let h = unsafe { h.assume_init_ref() };
+        let msg_len = h.msg_len;
+        let h = &h.msg_hdr;
         // `msg_controllen` is size_t on glibc but socklen_t on musl.
         #[allow(clippy::unnecessary_cast)]
         let control_len = h.msg_controllen as usize;
         out[i] = RecvResult {
-            len: hdrs[i].msg_len as usize,
+            len: msg_len as usize,
             control_len,
             flags: h.msg_flags,
         };

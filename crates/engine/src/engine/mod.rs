@@ -143,10 +143,14 @@ struct Shared {
     forward: Option<softrdma_udp::Forwarder>,
     /// The epoll set of a thread that receives while it waits for a
     /// completion event (`receiving.rs`; None if it could not be made), the
-    /// lock that lets one thread at a time do so, and how many do (0 or 1).
+    /// lock that lets one thread at a time do so (it holds whether the
+    /// device socket is in that set), how many do (0 or 1), and when the
+    /// last wait ended with the socket left in the set (ns since `epoch`;
+    /// `u64::MAX` during a wait, 0 while the socket is not in the set).
     waiter_poller: Option<receiving::WaiterPoller>,
-    waiter_lock: Mutex<()>,
+    waiter_lock: Mutex<bool>,
     waiters: std::sync::atomic::AtomicUsize,
+    waited_at: AtomicU64,
     rx_by_waiter: AtomicU64,
     /// When a busy poller last read the device socket, and when the inbox
     /// last delivered (ns since `epoch`; `policy::poller_reads_socket`).
@@ -334,7 +338,7 @@ impl Engine {
             _ => None,
         };
         let forward = Shared::open_forwarder(host.as_deref(), &poller);
-        let waiter_poller = receiving::WaiterPoller::new(&socket).ok();
+        let waiter_poller = receiving::WaiterPoller::new().ok();
         if shm.is_some()
             && let Some(h) = &host
         {
@@ -396,8 +400,9 @@ impl Engine {
             shm,
             forward,
             waiter_poller,
-            waiter_lock: Mutex::new(()),
+            waiter_lock: Mutex::new(false),
             waiters: std::sync::atomic::AtomicUsize::new(0),
+            waited_at: AtomicU64::new(0),
             rx_by_waiter: AtomicU64::new(0),
             socket_read_at: AtomicU64::new(0),
             shm_rx_at: AtomicU64::new(0),
@@ -632,6 +637,7 @@ impl Engine {
         }
         // An empty CQ: this thread spins on it.
         self.shared.last_poll.store(now, Ordering::Relaxed);
+        self.shared.waiter_lets_go(now);
         // Block on the receive lock rather than spin past it: on a small VM a
         // spinning poller can starve the progress thread that holds it.
         if self.shared.rx_burst(Rx::Poller) > 0 {

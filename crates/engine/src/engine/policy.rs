@@ -114,6 +114,25 @@ pub(super) const SHM_ACTIVE_NS: u64 = 10_000_000;
 /// `cargo xtask bench --only same-host`.
 pub(super) const SOCKET_GAP_NS: u64 = 20_000;
 
+/// How long after the last wait for a completion event the device socket
+/// stays in the waiting thread's epoll set (`receiving.rs`) while an
+/// application busy-polls. In any epoll set, the socket costs each datagram
+/// a wake-up callback in the sender's kernel even with nobody asleep there;
+/// taking it out and back costs two `epoll_ctl`s per wait.
+///
+/// Chosen by issue 16, outcome 6 (BENCHMARKS.md, "Issue 16, outcome 6":
+/// busy-poll `ib_send_lat` never waits, and paid the callback on every
+/// packet; `ib_send_lat -e` and `ib_read_lat -e` wait every 25–45 µs and
+/// keep the socket); re-measure with `cargo xtask bench --only lat`.
+pub(super) const WAITER_SOCKET_NS: u64 = 1_000_000;
+
+/// Whether the device socket stays in the waiting thread's epoll set at
+/// `now`, the last wait having ended at `waited_at` (`u64::MAX`: a thread
+/// waits now).
+pub(super) fn waiter_keeps_socket(waited_at: u64, now: u64) -> bool {
+    now.saturating_sub(waited_at) < WAITER_SOCKET_NS
+}
+
 /// Whether a busy poller reads the socket at `now` (it read it last at
 /// `socket_at`; the inbox last delivered at `shm_at`, 0: never).
 pub(super) fn poller_reads_socket(now: u64, socket_at: u64, shm_at: u64) -> bool {

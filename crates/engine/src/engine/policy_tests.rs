@@ -47,6 +47,18 @@ fn a_thread_receiving_for_its_completion_event_keeps_the_socket() {
 }
 
 #[test]
+fn the_waiters_set_keeps_the_socket_for_a_millisecond_after_a_wait() {
+    let t = 7 * MS;
+    assert!(waiter_keeps_socket(t, t + WAITER_SOCKET_NS - 1));
+    assert!(!waiter_keeps_socket(t, t + WAITER_SOCKET_NS));
+    assert!(!waiter_keeps_socket(t, t + WAITER_SOCKET_NS + 1));
+    // A thread waits now: however long ago the wait began.
+    assert!(waiter_keeps_socket(u64::MAX, t));
+    // A wait that ended after `now` (another thread's clock read).
+    assert!(waiter_keeps_socket(t + 1, t));
+}
+
+#[test]
 fn poller_window_boundary() {
     let t = 7 * MS;
     assert!(app_spinner(t, t));

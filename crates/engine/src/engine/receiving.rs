@@ -11,9 +11,16 @@
 //! it, sends the ACK, and returns. The progress thread keeps the timers and
 //! the other sockets. One thread receives this way at a time; others block
 //! in `read(2)` as before.
+//!
+//! The socket joins the waiter's epoll set at a wait and stays there between
+//! waits, until a busy poller finds its CQ empty with no wait for
+//! [`policy::WAITER_SOCKET_NS`]: a socket in any epoll set costs each
+//! datagram a wake-up callback in the sender's kernel even while nobody
+//! sleeps in the set (BENCHMARKS.md, "Issue 16, outcome 6"), which a busy
+//! poller would pay on every packet.
 
 use super::rx::Rx;
-use super::{KEY_SOCKET, Shared};
+use super::{KEY_SOCKET, Shared, policy};
 use crate::channel::Receiver;
 use softrdma_udp::{EventFd, Interest, Poller};
 use std::io;
@@ -23,42 +30,50 @@ use std::sync::atomic::Ordering;
 /// The channel's key in the waiter's epoll set.
 const KEY_CHANNEL: u8 = 5;
 
-/// The epoll set a receiving waiter sleeps in: the device socket, and the
-/// channel it waits for (added for the wait).
+/// The epoll set a receiving waiter sleeps in: the device socket (from the
+/// first wait until a busy poller takes it out), and the channel it waits
+/// for (added for the wait).
 #[derive(Debug)]
 pub(super) struct WaiterPoller {
     poller: Poller,
     /// The process that opened it: a forked child has the parent's engine
-    /// without its threads, and must not read its socket.
+    /// without its threads, and must not read its socket (nor change the
+    /// epoll set it shares with the parent).
     pid: u32,
 }
 
 impl WaiterPoller {
-    pub(super) fn new(socket: &softrdma_udp::RoceSocket) -> io::Result<WaiterPoller> {
-        let poller = Poller::new()?;
-        poller.add_socket(socket, KEY_SOCKET)?;
+    pub(super) fn new() -> io::Result<WaiterPoller> {
         Ok(WaiterPoller {
-            poller,
+            poller: Poller::new()?,
             pid: std::process::id(),
         })
+    }
+
+    /// This process's set (None in a forked child).
+    fn ours(&self) -> Option<&Poller> {
+        (self.pid == std::process::id()).then_some(&self.poller)
     }
 }
 
 impl Receiver for Shared {
     fn wait_receiving(&self, efd: &EventFd) -> io::Result<bool> {
-        let Some(w) = self.waiter_poller.as_ref() else {
+        let Some(poller) = self.waiter_poller.as_ref().and_then(WaiterPoller::ours) else {
             return Ok(false);
         };
-        if w.pid != std::process::id() {
+        let Ok(mut socket_in) = self.waiter_lock.try_lock() else {
             return Ok(false);
+        };
+        if !*socket_in {
+            if poller.add_socket(&self.socket, KEY_SOCKET).is_err() {
+                // Block in `read(2)` as before; the progress thread receives.
+                return Ok(false);
+            }
+            *socket_in = true;
         }
-        let Ok(_one) = self.waiter_lock.try_lock() else {
-            return Ok(false);
-        };
-        w.poller
-            .add_fd(efd.as_fd(), KEY_CHANNEL, Interest::Readable)?;
-        let _taken = Taken::new(self, &w.poller, efd);
-        self.receive_until_readable(&w.poller).map(|()| true)
+        poller.add_fd(efd.as_fd(), KEY_CHANNEL, Interest::Readable)?;
+        let _taken = Taken::new(self, poller, efd);
+        self.receive_until_readable(poller).map(|()| true)
     }
 }
 
@@ -74,6 +89,7 @@ struct Taken<'a> {
 impl<'a> Taken<'a> {
     fn new(s: &'a Shared, poller: &'a Poller, efd: &'a EventFd) -> Taken<'a> {
         s.waiters.fetch_add(1, Ordering::SeqCst);
+        s.waited_at.store(u64::MAX, Ordering::Relaxed);
         // The progress thread lets go of the socket (under the lock its own
         // updates take) before this thread sleeps on it.
         s.update_watch(&s.poller);
@@ -83,6 +99,9 @@ impl<'a> Taken<'a> {
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
+        // The socket stays in the waiter's set for the next wait.
+        let now = self.s.now().as_nanos().max(1);
+        self.s.waited_at.store(now, Ordering::Relaxed);
         self.s.waiters.fetch_sub(1, Ordering::SeqCst);
         // Back to the progress thread; it is woken if datagrams wait in the
         // inbox (the doorbell flag stays raised: senders ring it).
@@ -107,6 +126,30 @@ impl Shared {
             if ev.readable & (1 << KEY_CHANNEL) != 0 {
                 return Ok(());
             }
+        }
+    }
+
+    /// A busy poller found its CQ empty at `now`: if the device socket is
+    /// still in the waiter's epoll set and no thread waited for
+    /// [`policy::WAITER_SOCKET_NS`], it leaves the set. One atomic load
+    /// while it is out (always, for a process that never waits).
+    pub(super) fn waiter_lets_go(&self, now: u64) {
+        let waited_at = self.waited_at.load(Ordering::Relaxed);
+        if waited_at == 0 || policy::waiter_keeps_socket(waited_at, now) {
+            return;
+        }
+        let Some(poller) = self.waiter_poller.as_ref().and_then(WaiterPoller::ours) else {
+            return;
+        };
+        // Taken: a thread is about to wait, or waits.
+        let Ok(mut socket_in) = self.waiter_lock.try_lock() else {
+            return;
+        };
+        if *socket_in && poller.remove_fd(self.socket.as_fd(), KEY_SOCKET).is_ok() {
+            *socket_in = false;
+        }
+        if !*socket_in {
+            self.waited_at.store(0, Ordering::Relaxed);
         }
     }
 

@@ -17,6 +17,9 @@ pub(crate) enum ScatterError {
 /// Walks the SGE list from byte `offset`, calling `f(host, range, lkey)`
 /// for each contiguous piece of `len` bytes; an error `f` returns ends the
 /// walk. Returns the bytes not covered by the list.
+/// Inlined: out of line (once `host_ranges` called it too), a SEND's scatter took 116
+/// more instructions (BENCHMARKS.md, "Issue 16, outcome 6").
+#[inline]
 fn walk(
     mrs: &MrTable,
     pd: PdHandle,
