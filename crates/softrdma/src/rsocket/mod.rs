@@ -29,7 +29,7 @@
 //!
 //! Waiting: a blocked read or write polls the CQ (the device's busy poll)
 //! for a short spin, then sleeps on the connection's completion channel.
-//! With the `tokio` feature, [`AsyncRStream`] waits in the runtime instead
+//! With the `tokio` feature, `AsyncRStream` waits in the runtime instead
 //! (`AsyncRead`/`AsyncWrite`).
 
 #[cfg(feature = "tokio")]
