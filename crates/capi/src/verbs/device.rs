@@ -320,7 +320,7 @@ fn odp_caps() -> ibv_odp_caps {
 }
 
 /// `verbs_context::query_device_ex`: the legacy attributes plus the
-/// completion clock, device memory and on-demand paging; the other
+/// completion clock, device memory, on-demand paging and tag matching; the other
 /// extensions are zero (absent).
 unsafe extern "C" fn vctx_query_device_ex(
     context: *mut ibv_context,
@@ -340,6 +340,7 @@ unsafe extern "C" fn vctx_query_device_ex(
         ex.max_dm_size = softrdma_engine::dm::MAX_DM_SIZE;
         ex.odp_caps = odp_caps();
         ex.xrc_odp_caps = RC_ODP_CAPS;
+        ex.tm_caps = super::tm::tm_caps(&c.engine.info().limits);
         // SAFETY: the caller's buffer holds `attr_size` bytes.
         unsafe { write_prefix(&ex, attr.cast(), attr_size) };
         0

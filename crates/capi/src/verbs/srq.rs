@@ -8,6 +8,7 @@ use core::ffi::{c_int, c_void};
 /// Extended-context slots for SRQs.
 pub(crate) fn install_vctx_ops(v: &mut verbs_context) {
     v.create_srq_ex = Some(vctx_create_srq_ex);
+    v.post_srq_ops = Some(super::tm::vctx_post_srq_ops);
 }
 
 fn create(pd: *mut ibv_pd, srq_context: *mut c_void, attr: &mut ibv_srq_attr) -> *mut ibv_srq {
@@ -60,7 +61,7 @@ pub unsafe extern "C" fn ibv_create_srq(
     unsafe { with_struct(srq_init_attr, ret::null, make) }
 }
 
-/// `verbs_context::create_srq_ex`: basic and XRC SRQs (no tag matching).
+/// `verbs_context::create_srq_ex`: basic, XRC and tag-matching SRQs.
 unsafe extern "C" fn vctx_create_srq_ex(
     _context: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
@@ -68,6 +69,9 @@ unsafe extern "C" fn vctx_create_srq_ex(
     let make = |a: &mut ibv_srq_init_attr_ex| {
         if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type == IBV_SRQT_XRC {
             return super::xrc::create_srq(a);
+        }
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type == IBV_SRQT_TM {
+            return super::tm::create_srq(a);
         }
         if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0
             || (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC)

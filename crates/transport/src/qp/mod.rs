@@ -58,6 +58,18 @@ pub(crate) struct SendWqe {
     pub(crate) error: Option<WcStatus>,
     /// Carried as one peer-copy packet (`peer.rs`), decided when it started.
     pub(crate) peer: bool,
+    /// Issued by the device for tag matching (`responder/tm.rs`), not
+    /// posted: no send completion.
+    pub(crate) tm: Option<TmInternal>,
+}
+
+/// A WQE the device issues for a tag-matching SRQ's rendezvous.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TmInternal {
+    /// READ of the sender's data into the matched tag's buffer.
+    Read { wr_id: u64, tag: u64, app_ctx: u32 },
+    /// The FIN telling the sender the READ is done.
+    Fin,
 }
 
 /// Requester and completer state (IBTA 9.7.4-9.7.5).
@@ -88,6 +100,8 @@ pub(crate) enum InProgress {
     Send {
         wqe: RecvWr,
         offset: u32,
+        /// How a receive of a tag-matching SRQ completes.
+        tm: Option<responder::TmMsg>,
     },
     Write {
         va: u64,
@@ -336,6 +350,10 @@ impl Qp {
         if w.wr.opcode.is_read_or_atomic() && w.started {
             self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
         }
+        if let Some(tm) = w.tm {
+            self.complete_internal(ctx, &w, tm, status);
+            return;
+        }
         if status == WcStatus::Success && !(w.signaled || self.sq_sig_all) {
             return;
         }
@@ -445,7 +463,13 @@ impl Qp {
 
     /// A receive completion; moves to ERR if the CQ overflowed.
     pub(crate) fn complete_recv(&mut self, ctx: &mut Ctx<'_>, wc: Wc, solicited: bool) {
-        if !Self::push_wc(ctx, self.recv_cq, wc, solicited) && wc.status != WcStatus::WrFlushErr {
+        // A tag-matching SRQ's receives complete on its own CQ.
+        let cq = self
+            .srq
+            .and_then(|h| ctx.srqs.get(h.0))
+            .and_then(|s| s.tm.as_ref())
+            .map_or(self.recv_cq, |t| t.cq);
+        if !Self::push_wc(ctx, cq, wc, solicited) && wc.status != WcStatus::WrFlushErr {
             self.enter_error(ctx);
         }
     }
