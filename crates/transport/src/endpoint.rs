@@ -978,7 +978,7 @@ impl Endpoint {
         if qp.qp_type == QpType::Ud && wr.ud.is_none() {
             return inval("UD send without an address handle");
         }
-        if qp.sq.len() >= qp.cap.max_send_wr as usize {
+        if qp.sq.len() - qp.internal_wqes >= qp.cap.max_send_wr as usize {
             return Err(VerbsError::NoMemory(format!(
                 "send queue full ({} WRs)",
                 qp.cap.max_send_wr

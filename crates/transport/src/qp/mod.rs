@@ -213,6 +213,9 @@ pub(crate) struct Qp {
     /// shared-memory lane that can copy from ours and we from its: large
     /// SENDs, WRITEs and READs go as one peer-copy packet (`peer.rs`).
     pub(crate) peer_copy: bool,
+    /// WQEs of `sq` the device issued itself (`TmInternal`): they take no
+    /// room the application posted for.
+    pub(crate) internal_wqes: usize,
     pub(crate) comm_est_sent: bool,
     /// XRC receive QPs: the XRC domain whose SRQs it delivers to.
     pub(crate) xrcd: Option<u32>,
@@ -259,6 +262,7 @@ impl Qp {
             scheduled: false,
             comm_est_sent: false,
             peer_copy: false,
+            internal_wqes: 0,
             xrcd: None,
         }
     }
@@ -351,6 +355,7 @@ impl Qp {
             self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
         }
         if let Some(tm) = w.tm {
+            self.internal_wqes = self.internal_wqes.saturating_sub(1);
             self.complete_internal(ctx, &w, tm, status);
             return;
         }
@@ -434,6 +439,7 @@ impl Qp {
     pub(crate) fn reset(&mut self) {
         self.state = QpState::Reset;
         self.sq.clear();
+        self.internal_wqes = 0;
         self.rq.clear();
         self.req = ReqState::default();
         self.resp = RespState::default();

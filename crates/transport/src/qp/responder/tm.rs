@@ -132,6 +132,7 @@ impl Qp {
 
     /// Queues a WQE the device issues itself.
     pub(crate) fn push_internal(&mut self, wr: SendWr, len: u32, tm: TmInternal) {
+        self.internal_wqes += 1;
         self.sq.push_back(SendWqe {
             wr,
             len,
