@@ -187,13 +187,8 @@ static void simple_op(enum ibv_ops_wr_opcode code, uint64_t wr_id, uint32_t hand
 
 int main(void)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	check(list && list[0], "a device");
-	ctx = ibv_open_device(list[0]);
-	check(ctx != NULL, "ibv_open_device");
-	pd = ibv_alloc_pd(ctx);
 	union ibv_gid gid;
-	check(pd && !ibv_query_gid(ctx, 1, 0, &gid), "a PD and GID 0");
+	ctx = open_first_device(&pd, &gid);
 
 	/* 1. capabilities */
 	struct ibv_device_attr_ex dx;

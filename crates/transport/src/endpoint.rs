@@ -481,7 +481,6 @@ impl Endpoint {
     /// Creates a tag-matching SRQ (`IBV_SRQT_TM`, `tm.rs`) whose operation
     /// and receive completions go to `cq`; returns it and the actual
     /// (max_wr, max_sge).
-    #[allow(clippy::too_many_arguments)]
     pub fn create_tm_srq(
         &mut self,
         pd: PdHandle,
@@ -489,18 +488,17 @@ impl Endpoint {
         max_wr: u32,
         max_sge: u32,
         limit: u32,
-        max_num_tags: u32,
-        max_ops: u32,
+        tm: crate::tm::TmCap,
     ) -> Result<(SrqHandle, u32, u32), VerbsError> {
         if self.cqs.get(cq.0).is_none() {
             return inval(format!("no CQ {}", cq.0));
         }
         let l = self.config.limits;
-        if max_num_tags == 0
-            || max_num_tags > l.max_num_tags
-            || max_ops == 0
-            || max_ops > l.max_tm_ops
-        {
+        let crate::tm::TmCap {
+            max_num_tags,
+            max_ops,
+        } = tm;
+        if !(1..=l.max_num_tags).contains(&max_num_tags) || !(1..=l.max_tm_ops).contains(&max_ops) {
             return inval(format!(
                 "TM SRQ max_num_tags {max_num_tags} (1..={}), max_ops {max_ops} (1..={})",
                 l.max_num_tags, l.max_tm_ops

@@ -127,6 +127,15 @@ pub enum TmOp {
     Sync,
 }
 
+/// A TM SRQ's capacities (`struct ibv_tm_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmCap {
+    /// Tags the list may hold.
+    pub max_num_tags: u32,
+    /// Operations outstanding at once (software completes each at once).
+    pub max_ops: u32,
+}
+
 /// One `ibv_post_srq_ops` operation with its flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SrqOp {

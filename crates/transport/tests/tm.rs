@@ -4,14 +4,13 @@
 //! rendezvous READ whose response is lost is retried, completes the tag
 //! once, and the FIN goes out as one SEND carrying the tag.
 
-use softrdma_transport::tm::{RNDV_HDR_LEN, SrqOp, TMH_LEN, TagEntry, TmOp, Tmh, tmh_op};
+use softrdma_transport::tm::{RNDV_HDR_LEN, SrqOp, TMH_LEN, TagEntry, TmCap, TmOp, Tmh, tmh_op};
 use softrdma_transport::{
-    Access, AddressVector, Config, CqHandle, Datagram, Endpoint, Instant, Mtu, QpAttr,
-    QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, Qpn, RecvWr, SendFlags, SendWr, Sge,
-    SrqHandle, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    Access, Config, CqHandle, Endpoint, Instant, QpCap, QpInitAttr, QpType, Qpn, RecvWr, SendFlags,
+    SendWr, Sge, SrqHandle, Wc, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 use softrdma_wire::{Opcode, Packet};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 mod flat;
@@ -51,7 +50,21 @@ fn node(last_octet: u8, srq: bool) -> (Node, Option<SrqHandle>) {
         )
         .unwrap();
     let (cq, _) = ep.create_cq(64).unwrap();
-    let srq = srq.then(|| ep.create_tm_srq(pd, cq, 8, 1, 0, 4, 4).unwrap().0);
+    let srq = srq.then(|| {
+        ep.create_tm_srq(
+            pd,
+            cq,
+            8,
+            1,
+            0,
+            TmCap {
+                max_num_tags: 4,
+                max_ops: 4,
+            },
+        )
+        .unwrap()
+        .0
+    });
     let cap = QpCap {
         max_send_wr: if srq.is_some() { 0 } else { 8 },
         max_recv_wr: if srq.is_some() { 0 } else { 8 },
@@ -86,39 +99,7 @@ fn node(last_octet: u8, srq: bool) -> (Node, Option<SrqHandle>) {
 }
 
 fn connect(n: &mut Node, peer_ip: IpAddr, peer_qpn: Qpn) {
-    let now = Instant::ZERO;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: Access::REMOTE_READ,
-        ..QpAttr::default()
-    };
-    let init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
-    n.ep.modify_qp(now, n.qpn, &a, init).unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::M1024;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = 100;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    a.ah_attr = AddressVector::to_ip(peer_ip);
-    let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
-    n.ep.modify_qp(
-        now,
-        n.qpn,
-        &a,
-        rtr | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = 100;
-    a.timeout = 10;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    let rts = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN;
-    n.ep.modify_qp(now, n.qpn, &a, rts | M::MAX_QP_RD_ATOMIC)
-        .unwrap();
+    flat::connect(&mut n.ep, n.qpn, peer_ip, peer_qpn);
 }
 
 struct Pair {
@@ -143,21 +124,11 @@ fn pair() -> Pair {
 }
 
 fn drain(n: &mut Node, now: Instant) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = Vec::new();
-    while let Some(t) = n.ep.poll_transmit(now, &mut n.mem, &mut buf) {
-        out.push(buf[..t.len].to_vec());
-    }
-    out
+    flat::drain(&mut n.ep, &mut n.mem, now)
 }
 
 fn deliver(to: &mut Node, from_ip: IpAddr, now: Instant, payload: &[u8]) {
-    let d = Datagram {
-        src: SocketAddr::new(from_ip, 4791),
-        dst_ip: to.ip,
-        payload,
-    };
-    to.ep.handle_datagram(now, &d, &mut to.mem);
+    flat::deliver(&mut to.ep, &mut to.mem, to.ip, from_ip, now, payload);
 }
 
 fn opcode(p: &[u8]) -> Opcode {

@@ -4,6 +4,7 @@ use super::objects::{self as o, Kind, Pd, Srq};
 use crate::ffi::*;
 use crate::guard::{ret, with_struct};
 use core::ffi::{c_int, c_void};
+use softrdma_engine::transport::{SrqHandle, VerbsError};
 
 /// Extended-context slots for SRQs.
 pub(crate) fn install_vctx_ops(v: &mut verbs_context) {
@@ -16,15 +17,25 @@ fn create(pd: *mut ibv_pd, srq_context: *mut c_void, attr: &mut ibv_srq_attr) ->
     let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
         return ret::null(libc::EINVAL);
     };
-    let ph = p.h;
-    let (h, max_wr, max_sge) =
-        match p
-            .engine
-            .create_srq(ph, attr.max_wr, attr.max_sge, attr.srq_limit)
-        {
-            Ok(v) => v,
-            Err(e) => return ret::null(e.errno()),
-        };
+    let made = p
+        .engine
+        .create_srq(p.h, attr.max_wr, attr.max_sge, attr.srq_limit);
+    publish(p, pd, srq_context, made, attr)
+}
+
+/// Publishes the SRQ the engine `made` on `p` (the application's `pd`),
+/// writing its actual sizes to `attr`; NULL with errno if it was refused.
+pub(crate) fn publish(
+    p: &Pd,
+    pd: *mut ibv_pd,
+    srq_context: *mut c_void,
+    made: Result<(SrqHandle, u32, u32), VerbsError>,
+    attr: &mut ibv_srq_attr,
+) -> *mut ibv_srq {
+    let (h, max_wr, max_sge) = match made {
+        Ok(v) => v,
+        Err(e) => return ret::null(e.errno()),
+    };
     attr.max_wr = max_wr;
     attr.max_sge = max_sge;
     let mut srq = ibv_srq::zeroed();

@@ -10,7 +10,7 @@ use crate::ffi::*;
 use crate::guard::ret;
 use core::ffi::c_int;
 use softrdma_engine::transport::DeviceLimits;
-use softrdma_engine::transport::tm::{SrqOp, TagEntry, TmOp};
+use softrdma_engine::transport::tm::{SrqOp, TagEntry, TmCap, TmOp};
 
 /// `tm_caps` of `ibv_query_device_ex`: RC tag matching within `l`.
 pub(crate) fn tm_caps(l: &DeviceLimits) -> ibv_tm_caps {
@@ -37,36 +37,14 @@ pub(crate) fn create_srq(a: &mut ibv_srq_init_attr_ex) -> *mut ibv_srq {
         return ret::null(libc::EINVAL);
     };
     let at = &mut a.attr;
-    let (h, max_wr, max_sge) = match p.engine.create_tm_srq(
-        p.h,
-        cq.h,
-        at.max_wr,
-        at.max_sge,
-        at.srq_limit,
-        a.tm_cap.max_num_tags,
-        a.tm_cap.max_ops,
-    ) {
-        Ok(v) => v,
-        Err(e) => return ret::null(e.errno()),
+    let tm = TmCap {
+        max_num_tags: a.tm_cap.max_num_tags,
+        max_ops: a.tm_cap.max_ops,
     };
-    at.max_wr = max_wr;
-    at.max_sge = max_sge;
-    let mut srq = ibv_srq::zeroed();
-    srq.context = p.pd.context;
-    srq.srq_context = a.srq_context;
-    srq.pd = a.pd;
-    srq.handle = h.0;
-    let obj = o::publish(
-        Srq {
-            srq,
-            h,
-            engine: p.engine.clone(),
-            max_sge,
-        },
-        Kind::Srq,
-    );
-    o::map_srq(h, Some(obj as usize));
-    obj.cast()
+    let made = p
+        .engine
+        .create_tm_srq(p.h, cq.h, at.max_wr, at.max_sge, at.srq_limit, tm);
+    super::srq::publish(p, a.pd, a.srq_context, made, at)
 }
 
 impl Chained for ibv_ops_wr {

@@ -254,7 +254,6 @@ impl Engine {
 
     /// Creates a tag-matching SRQ whose operation and receive completions
     /// go to `cq` (`ibv_create_srq_ex` with `IBV_SRQT_TM`).
-    #[allow(clippy::too_many_arguments)]
     pub fn create_tm_srq(
         &self,
         pd: PdHandle,
@@ -262,10 +261,9 @@ impl Engine {
         max_wr: u32,
         max_sge: u32,
         limit: u32,
-        max_num_tags: u32,
-        max_ops: u32,
+        tm: softrdma_transport::tm::TmCap,
     ) -> Result<(SrqHandle, u32, u32), VerbsError> {
-        self.with(|ep, _| ep.create_tm_srq(pd, cq, max_wr, max_sge, limit, max_num_tags, max_ops))
+        self.with(|ep, _| ep.create_tm_srq(pd, cq, max_wr, max_sge, limit, tm))
     }
 
     /// Performs tag-list operations on a TM SRQ in order under one lock
