@@ -728,8 +728,10 @@ impl Qp {
 
     /// Completes the receive WQE a failed request had taken, with `status`.
     fn fail_recv(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
-        if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
-            let wc = Wc::new(wqe.wr_id, status, WcOpcode::Recv, self.qpn);
+        if let Some(InProgress::Send { wqe, tm, .. }) = self.resp.cur.take() {
+            // A tag-matching receive fails with its own opcode.
+            let opcode = tm.map_or(WcOpcode::Recv, |t| t.opcode);
+            let wc = Wc::new(wqe.wr_id, status, opcode, self.qpn);
             self.complete_recv(ctx, wc, false);
         }
         self.resp.cur = None;
