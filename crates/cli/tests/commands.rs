@@ -186,7 +186,9 @@ fn devices_and_devinfo_show_the_configured_address() {
         .lines()
         .filter(|l| l.trim_start().starts_with("GID["))
         .count();
-    assert_eq!(field("gid_tbl_len"), gids.to_string());
+    // rxe's fixed table (engine::device::GID_TBL_LEN); empty entries are not printed.
+    assert_eq!(field("gid_tbl_len"), "1024");
+    assert!((1..1024).contains(&gids), "{out}");
     assert_eq!(field("max_qp_rd_atom"), "128"); // a -v field (rxe's value)
     let gid = field("GID[  0]");
     assert_eq!(gid, "::ffff:127.0.0.61, RoCE v2");

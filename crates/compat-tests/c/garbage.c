@@ -205,7 +205,7 @@ int main(void)
 	RC(ibv_query_port(ctx, 0, &pa), EINVAL);
 	RC(ibv_query_port(ctx, 2, &pa), EINVAL);
 	union ibv_gid gid;
-	expect_fail("ibv_query_gid(ctx, 1, 255, &gid)", ibv_query_gid(ctx, 1, 255, &gid));
+	expect_fail("ibv_query_gid(ctx, 1, 65535, &gid)", ibv_query_gid(ctx, 1, 65535, &gid));
 	expect_fail("ibv_query_gid(ctx, 2, 0, &gid)", ibv_query_gid(ctx, 2, 0, &gid));
 	uint16_t pkey;
 	expect_fail("ibv_query_pkey(ctx, 1, 100, &pkey)",

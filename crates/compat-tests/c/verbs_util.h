@@ -1,7 +1,8 @@
 /*
  * What the compat tests' C programs share (included by ext_verbs.c,
- * xrc_verbs.c, odp_verbs.c): one printed line per check, and an RC QP
- * brought to RTS against a peer reached through a GID.
+ * xrc_verbs.c, odp_verbs.c, tm_verbs.c): one printed line per check, the
+ * first device opened with a PD, and an RC QP brought to RTS against a
+ * peer reached through a GID.
  */
 #ifndef SOFTRDMA_VERBS_UTIL_H
 #define SOFTRDMA_VERBS_UTIL_H
@@ -19,6 +20,21 @@ static inline void check(int ok, const char *what)
 		fflush(stdout);
 		exit(1);
 	}
+}
+
+/* Opens the first device and allocates a PD on it (`*pd`); `*gid` is
+ * port 1's GID 0. */
+static inline struct ibv_context *open_first_device(struct ibv_pd **pd, union ibv_gid *gid)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	check(list && list[0], "a device");
+	struct ibv_context *c = ibv_open_device(list[0]);
+	check(c != NULL, "ibv_open_device");
+	*pd = ibv_alloc_pd(c);
+	check(*pd != NULL, "ibv_alloc_pd");
+	check(!ibv_query_gid(c, 1, 0, gid), "ibv_query_gid");
+	ibv_free_device_list(list);
+	return c;
 }
 
 /* Moves RC QP `qp` (in RESET) through INIT and RTR to RTS, connected to

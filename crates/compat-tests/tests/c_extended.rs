@@ -6,7 +6,7 @@
 //! `target/compat` (see the program's header for every check). This runs in
 //! CI whether or not python3-pyverbs is installed. `c/xrc_verbs.c` does the
 //! same for the XRC object verbs (issue 20), `c/odp_verbs.c` for on-demand
-//! paging (issue 20).
+//! paging, `c/tm_verbs.c` for tag matching (issue 20).
 //!
 //! Needs `cargo xtask compat`, gcc and libibverbs-dev; fails (never skips) without.
 
@@ -23,12 +23,17 @@ const NET: u8 = 49;
 /// Builds `c/<name>.c`, runs it against `target/compat` on an address of
 /// its own for at most `secs` seconds, and checks it passed every check.
 fn run_c_program(name: &str, secs: u64) {
+    run_c_program_with(name, secs, &[]);
+}
+
+/// [`run_c_program`] with extra environment variables.
+fn run_c_program_with(name: &str, secs: u64, env: &[(&str, &str)]) {
     let bin = build_c_program(name, Path::new(env!("CARGO_TARGET_TMPDIR")), &[LIBIBVERBS]);
     let addr = unique_loopback_addr(NET);
-    let out = run_with_timeout(
-        compat_command(&bin).env("SOFTRDMA_ADDR", addr.to_string()),
-        Duration::from_secs(secs),
-    );
+    let mut cmd = compat_command(&bin);
+    cmd.env("SOFTRDMA_ADDR", addr.to_string())
+        .envs(env.iter().copied());
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(secs));
     assert_eq!(out.code(), Some(0), "{out}");
     assert_eq!(out.stdout.lines().last(), Some("PASS"), "{out}");
     assert!(!out.stdout.contains("FAILED"), "{out}");
@@ -52,4 +57,20 @@ fn xrc_domains_srqs_qps_open_qp() {
 #[test]
 fn on_demand_paging() {
     run_c_program("odp_verbs", 60);
+}
+
+/// Issue 20: `c/tm_verbs.c`, tag matching: `tm_caps`, TM SRQs, ADD / DEL /
+/// SYNC and their completions, eager messages matched and unexpected,
+/// NO_TAG, phase synchronisation, rendezvous (the receiver's READ and FIN).
+#[test]
+fn tag_matching() {
+    run_c_program("tm_verbs", 60);
+}
+
+/// The same over the same-host lanes (`SOFTRDMA_SHM=1`), where a SEND of
+/// 16 KiB or more goes by peer copy: the 20 KiB eager message is matched
+/// and its TMH stripped there too.
+#[test]
+fn tag_matching_over_the_lanes() {
+    run_c_program_with("tm_verbs", 60, &[("SOFTRDMA_SHM", "1")]);
 }

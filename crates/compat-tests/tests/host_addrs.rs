@@ -87,7 +87,8 @@ fn devinfo_lists_every_host_address() {
         .lines()
         .find_map(|l| l.trim().strip_prefix("gid_tbl_len:"))
         .map(str::trim);
-    assert_eq!(len, Some(gids.len().to_string().as_str()), "{out}");
+    // rxe's fixed table (engine::device::GID_TBL_LEN); empty entries are not printed.
+    assert_eq!(len, Some("1024"), "{out}");
 }
 
 #[test]

@@ -27,7 +27,8 @@ pub struct DeviceView {
     pub port_cap_flags: u32,
     /// GID table size; entries past `gids` are empty.
     pub gid_tbl_len: usize,
-    /// The filled entries, index 0 first.
+    /// The entries up to the last filled one, index 0 first; an all-zero
+    /// GID is an empty entry.
     pub gids: Vec<GidEntry>,
     /// The CPUs the device is "near": all online ones.
     pub cpus: Vec<usize>,
@@ -171,7 +172,7 @@ impl DeviceView {
         dir(&mut out, port.join("gid_attrs/types"));
         dir(&mut out, port.join("gid_attrs/ndevs"));
         for i in 0..self.gid_tbl_len.max(self.gids.len()) {
-            let entry = self.gids.get(i);
+            let entry = self.gids.get(i).filter(|g| !g.gid.is_unspecified());
             let gid = entry.map_or(Ipv6Addr::UNSPECIFIED, |g| g.gid);
             file(&mut out, port.join(format!("gids/{i}")), &gid_text(&gid));
             // Empty entries have no type or net device (the kernel fails

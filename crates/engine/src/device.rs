@@ -137,6 +137,13 @@ pub mod cap_flags {
     pub const CHANGE_PHY_PORT: u32 = 1 << 5;
 }
 
+/// The GID table length port 1 reports, Linux rxe's (`RXE_PORT_GID_TBL_LEN`,
+/// 1024): the entries past the device's addresses are empty, reading as zeros
+/// (`ibv_query_gid`) or `ENODATA` (`ibv_query_gid_ex`), as rxe's do, and
+/// programs that scan the table (`ibv_devinfo`, perftest, pyverbs) find an
+/// empty index as they do on rxe.
+pub const GID_TBL_LEN: usize = 1024;
+
 /// Port attributes (`struct ibv_port_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -232,8 +239,11 @@ impl DeviceInfo {
         }
     }
 
-    /// The attributes of port 1, given the GID table length.
-    pub fn port_attr(&self, gid_tbl_len: usize) -> PortAttr {
+    /// The attributes of port 1, given how many GIDs the device has
+    /// (`gids()`, empty entries included): the table is [`GID_TBL_LEN`]
+    /// long, or as long as the GIDs if there are more.
+    pub fn port_attr(&self, gids: usize) -> PortAttr {
+        let gid_tbl_len = gids.max(GID_TBL_LEN);
         PortAttr {
             state: 4,
             max_mtu: self.limits.port_mtu.as_u32(),

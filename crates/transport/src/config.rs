@@ -43,6 +43,16 @@ pub struct DeviceLimits {
     pub max_res_rd_atom: u32,
     /// Largest message.
     pub max_msg_sz: u32,
+    /// Tags one tag-matching SRQ may hold (`tm_caps.max_num_tags`). Each
+    /// tagged message scans the list, so it stays modest; not a tuning
+    /// value (no benchmark chose it).
+    pub max_num_tags: u32,
+    /// Outstanding `ibv_post_srq_ops` operations of a TM SRQ
+    /// (`tm_caps.max_ops`); software completes each at once.
+    pub max_tm_ops: u32,
+    /// Largest rendezvous header (TMH + RVH + user data) a TM SRQ accepts
+    /// (`tm_caps.max_rndv_hdr_size`); 64, as mlx5 reports.
+    pub max_rndv_hdr_size: u32,
     /// Port MTU (UD packets, upper bound of path MTUs).
     pub port_mtu: Mtu,
 }
@@ -64,6 +74,9 @@ impl Default for DeviceLimits {
             max_qp_rd_atom: 128,
             max_res_rd_atom: 0x3f000,
             max_msg_sz: 1 << 31,
+            max_num_tags: 1024,
+            max_tm_ops: 1024,
+            max_rndv_hdr_size: 64,
             port_mtu: Mtu::M4096,
         }
     }

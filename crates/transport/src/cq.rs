@@ -78,6 +78,8 @@ pub(crate) struct Srq {
     pub(crate) users: u32,
     /// An XRC SRQ: its domain and the CQ its receive completions go to.
     pub(crate) xrc: Option<XrcSrq>,
+    /// A tag-matching SRQ (`IBV_SRQT_TM`): its tag list and CQ.
+    pub(crate) tm: Option<crate::tm::TmSrq>,
 }
 
 /// What makes an SRQ an XRC SRQ (`IBV_SRQT_XRC`).

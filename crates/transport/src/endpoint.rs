@@ -18,6 +18,7 @@ use crate::stats::Stats;
 use crate::table::Table;
 use crate::time::Instant;
 use crate::types::{Access, AsyncEventType, QpAttrMask, QpState, QpType, Qpn, SendFlags, WrOpcode};
+use crate::types::{WcFlags, WcOpcode, WcStatus};
 use crate::wr::{RecvWr, SendWr, Wc};
 use rustc_hash::FxHashMap as HashMap;
 use softrdma_wire::{Packet, Psn, Transport, ip};
@@ -388,6 +389,7 @@ impl Endpoint {
             limit,
             users: 0,
             xrc: None,
+            tm: None,
         });
         Ok((SrqHandle(h), max_wr, max_sge))
     }
@@ -467,13 +469,102 @@ impl Endpoint {
                 srq.0, s.users
             )));
         }
-        let (pd, xrc) = (s.pd, s.xrc);
+        let (pd, cq) = (s.pd, s.xrc.map(|x| x.cq).or(s.tm.as_ref().map(|t| t.cq)));
         self.srqs.remove(srq.0);
         self.pd_release(pd);
-        if let Some(c) = xrc.and_then(|x| self.cqs.get_mut(x.cq.0)) {
+        if let Some(c) = cq.and_then(|cq| self.cqs.get_mut(cq.0)) {
             c.users = c.users.saturating_sub(1);
         }
         Ok(())
+    }
+
+    /// Creates a tag-matching SRQ (`IBV_SRQT_TM`, `tm.rs`) whose operation
+    /// and receive completions go to `cq`; returns it and the actual
+    /// (max_wr, max_sge).
+    pub fn create_tm_srq(
+        &mut self,
+        pd: PdHandle,
+        cq: CqHandle,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+        tm: crate::tm::TmCap,
+    ) -> Result<(SrqHandle, u32, u32), VerbsError> {
+        if self.cqs.get(cq.0).is_none() {
+            return inval(format!("no CQ {}", cq.0));
+        }
+        let l = self.config.limits;
+        let crate::tm::TmCap {
+            max_num_tags,
+            max_ops,
+        } = tm;
+        if !(1..=l.max_num_tags).contains(&max_num_tags) || !(1..=l.max_tm_ops).contains(&max_ops) {
+            return inval(format!(
+                "TM SRQ max_num_tags {max_num_tags} (1..={}), max_ops {max_ops} (1..={})",
+                l.max_num_tags, l.max_tm_ops
+            ));
+        }
+        let (h, wr, sge) = self.create_srq(pd, max_wr, max_sge, limit)?;
+        self.srqs.get_mut(h.0).expect("just made").tm =
+            Some(crate::tm::TmSrq::new(cq, max_num_tags));
+        self.cqs.get_mut(cq.0).expect("checked").users += 1;
+        Ok((h, wr, sge))
+    }
+
+    /// One `ibv_post_srq_ops` operation on a TM SRQ (`tm.rs`). A refused
+    /// operation (not a TM SRQ, list full, too many SGEs) is an error and
+    /// changes nothing; an operation that fails on the list (DEL of a
+    /// consumed tag) completes with `IBV_WC_TM_ERR`. With `signaled`, a
+    /// completion with `wr_id` goes to the SRQ's CQ. Returns the handle of
+    /// an added tag (0 for the others).
+    pub fn post_srq_op(
+        &mut self,
+        now: Instant,
+        srq: SrqHandle,
+        o: crate::tm::SrqOp,
+    ) -> Result<u32, VerbsError> {
+        let crate::tm::SrqOp {
+            wr_id,
+            op,
+            unexpected,
+            sync,
+            signaled,
+        } = o;
+        let s = self.srq_mut(srq)?;
+        let max_sge = s.max_sge;
+        let Some(tm) = s.tm.as_mut() else {
+            return inval("not a tag-matching SRQ");
+        };
+        let opcode = match &op {
+            crate::tm::TmOp::Add(e) => {
+                if e.sgl.len() > max_sge as usize {
+                    return inval(format!("{} SGEs > SRQ max_sge {max_sge}", e.sgl.len()));
+                }
+                if tm.full() {
+                    return Err(VerbsError::NoMemory("tag list full".into()));
+                }
+                WcOpcode::TmAdd
+            }
+            crate::tm::TmOp::Del(_) => WcOpcode::TmDel,
+            crate::tm::TmOp::Sync => WcOpcode::TmSync,
+        };
+        let res = tm.apply(op, unexpected, sync);
+        let cq = tm.cq;
+        let sync_req = !tm.in_sync();
+        if signaled || res.is_err() {
+            let status = if res.is_ok() {
+                WcStatus::Success
+            } else {
+                WcStatus::TmErr
+            };
+            let mut wc = Wc::new(wr_id, status, opcode, 0);
+            if sync_req {
+                wc.wc_flags = WcFlags::TM_SYNC_REQ;
+            }
+            let (_, mut ctx) = split!(self, now);
+            Qp::push_wc(&mut ctx, cq, wc, false);
+        }
+        Ok(res.unwrap_or(0))
     }
 
     fn srq_mut(&mut self, srq: SrqHandle) -> Result<&mut Srq, VerbsError> {
@@ -885,7 +976,7 @@ impl Endpoint {
         if qp.qp_type == QpType::Ud && wr.ud.is_none() {
             return inval("UD send without an address handle");
         }
-        if qp.sq.len() >= qp.cap.max_send_wr as usize {
+        if qp.sq.len() - qp.internal_wqes >= qp.cap.max_send_wr as usize {
             return Err(VerbsError::NoMemory(format!(
                 "send queue full ({} WRs)",
                 qp.cap.max_send_wr
@@ -903,6 +994,7 @@ impl Endpoint {
             next_pkt: 0,
             error: None,
             peer: false,
+            tm: None,
         });
         if qp.state == QpState::Err {
             qp.flush(&mut ctx);

@@ -29,6 +29,7 @@ mod stats;
 mod table;
 mod time;
 mod timers;
+pub mod tm;
 mod types;
 mod wr;
 

@@ -40,6 +40,19 @@ pub trait Memory {
     fn atomic_on_demand(&mut self, addr: u64, op: AtomicOp) -> Result<u64, Unmapped> {
         Ok(self.atomic(addr, op))
     }
+    /// The first `out.len()` bytes of the sender's ranges `src` (totalling
+    /// as many), into `out`, as [`Memory::read_peer`] reaches them: tag
+    /// matching reads a SEND's header before it knows where the rest goes.
+    /// Memory with no peer refuses.
+    fn read_peer_head(
+        &mut self,
+        from: u64,
+        src: &[PeerSeg],
+        out: &mut [u8],
+    ) -> Result<(), PeerCopyError> {
+        let _ = (from, src, out);
+        Err(PeerCopyError::Unsupported)
+    }
     /// The same-host path's one copy: copies the ranges `src` of the process
     /// that sent the packet being handled (in order; `from`: the
     /// incarnation the packet names, which must be the sender's) into the host ranges

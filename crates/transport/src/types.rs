@@ -100,6 +100,12 @@ flags! {
         IP_CSUM_OK = 4;
         /// `invalidated_rkey` is valid.
         WITH_INV = 8;
+        /// Tag matching: the unexpected count needs a SYNC operation.
+        TM_SYNC_REQ = 1 << 4;
+        /// Tag matching: the message matched a posted tag (`tm_tag` valid).
+        TM_MATCH = 1 << 5;
+        /// Tag matching: the data is in the matched tag's buffer.
+        TM_DATA_VALID = 1 << 6;
     }
 }
 
@@ -324,6 +330,16 @@ open_enum! {
         Recv = 128,
         /// An RDMA WRITE with immediate was received.
         RecvRdmaWithImm = 129,
+        /// Tag matching: a tag was added to a TM SRQ's list.
+        TmAdd = 130,
+        /// Tag matching: a tag was removed from the list.
+        TmDel = 131,
+        /// Tag matching: the unexpected-message count was synchronised.
+        TmSync = 132,
+        /// Tag matching: a tagged message (eager or rendezvous) was received.
+        TmRecv = 133,
+        /// Tag matching: a message with a TMH of opcode NO_TAG was received.
+        TmNoTag = 134,
     }
 }
 
@@ -374,6 +390,10 @@ open_enum! {
         RespTimeoutErr = 20,
         /// General error.
         GeneralErr = 21,
+        /// Tag matching: a tag operation failed (e.g. DEL of a consumed tag).
+        TmErr = 22,
+        /// Tag matching: a rendezvous transfer did not complete.
+        TmRndvIncomplete = 23,
     }
 }
 

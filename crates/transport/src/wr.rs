@@ -131,6 +131,11 @@ pub struct Wc {
     /// the device clock and wall-clock time of `ibv_wc_read_completion_ts`
     /// and `ibv_wc_read_completion_wallclock_ns`.
     pub timestamp: Instant,
+    /// Tag matching (`ibv_wc_read_tm_info`): the message's tag when
+    /// `WcFlags::TM_MATCH` is set, else 0.
+    pub tm_tag: u64,
+    /// Tag matching: the TMH's application context when `TM_MATCH` is set.
+    pub tm_priv: u32,
 }
 
 impl Wc {
@@ -151,6 +156,8 @@ impl Wc {
             sl: 0,
             dlid_path_bits: 0,
             timestamp: Instant::ZERO,
+            tm_tag: 0,
+            tm_priv: 0,
         }
     }
 }

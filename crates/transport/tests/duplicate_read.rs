@@ -3,10 +3,10 @@
 //! under 5 % loss ended in RETRY_EXC_ERR about once in ten runs).
 
 use softrdma_transport::{
-    Access, AddressVector, Config, CqHandle, Datagram, Endpoint, Instant, Mtu, QpAttr,
-    QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, Qpn, SendFlags, SendWr, Sge, WrOpcode,
+    Access, Config, CqHandle, Endpoint, Instant, QpCap, QpInitAttr, QpType, Qpn, SendFlags, SendWr,
+    Sge, WrOpcode,
 };
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 mod flat;
@@ -63,72 +63,16 @@ fn node(last_octet: u8) -> Node {
 }
 
 fn connect(n: &mut Node, peer_ip: IpAddr, peer_qpn: Qpn) {
-    let now = Instant::ZERO;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        ..QpAttr::default()
-    };
-    n.ep.modify_qp(
-        now,
-        n.qpn,
-        &a,
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::M1024;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = 100;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AddressVector::to_ip(peer_ip);
-    n.ep.modify_qp(
-        now,
-        n.qpn,
-        &a,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = 100;
-    a.timeout = 10;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    n.ep.modify_qp(
-        now,
-        n.qpn,
-        &a,
-        M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    flat::connect(&mut n.ep, n.qpn, peer_ip, peer_qpn);
 }
 
 /// Everything `n` wants to send now, as UDP payloads.
 fn drain(n: &mut Node, now: Instant) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = Vec::new();
-    while let Some(t) = n.ep.poll_transmit(now, &mut n.mem, &mut buf) {
-        out.push(buf[..t.len].to_vec());
-    }
-    out
+    flat::drain(&mut n.ep, &mut n.mem, now)
 }
 
 fn deliver(to: &mut Node, from_ip: IpAddr, now: Instant, payload: &[u8]) {
-    let d = Datagram {
-        src: SocketAddr::new(from_ip, 4791),
-        dst_ip: to.ip,
-        payload,
-    };
-    to.ep.handle_datagram(now, &d, &mut to.mem);
+    flat::deliver(&mut to.ep, &mut to.mem, to.ip, from_ip, now, payload);
 }
 
 /// The responder receives a 64-packet READ request and

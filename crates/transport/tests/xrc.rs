@@ -4,12 +4,11 @@
 //! XRC domain is NAKed; go-back-N recovers a lost packet.
 
 use softrdma_transport::{
-    Access, AddressVector, Config, CqHandle, Datagram, Endpoint, Instant, Mtu, QpAttr,
-    QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, Qpn, RecvWr, SendFlags, SendWr, Sge,
-    SrqHandle, Wc, WcOpcode, WcStatus, WrOpcode,
+    Access, Config, CqHandle, Endpoint, Instant, QpCap, QpInitAttr, QpState, QpType, Qpn, RecvWr,
+    SendFlags, SendWr, Sge, SrqHandle, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 use softrdma_wire::{Opcode, Packet, xrc_srqn};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 mod flat;
@@ -45,64 +44,16 @@ fn node(last_octet: u8) -> (Node, softrdma_transport::PdHandle) {
     (n, pd)
 }
 
-/// RC's full attribute set at every step, as ibv_xsrq_pingpong passes it
-/// to both halves.
 fn connect(n: &mut Node, qpn: Qpn, peer_ip: IpAddr, peer_qpn: Qpn) {
-    let now = Instant::ZERO;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        ..QpAttr::default()
-    };
-    n.ep.modify_qp(
-        now,
-        qpn,
-        &a,
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::M1024;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = 100;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AddressVector::to_ip(peer_ip);
-    let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
-    n.ep.modify_qp(now, qpn, &a, rtr | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER)
-        .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = 100;
-    a.timeout = 10;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    n.ep.modify_qp(
-        now,
-        qpn,
-        &a,
-        M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    flat::connect(&mut n.ep, qpn, peer_ip, peer_qpn);
 }
 
 fn drain(n: &mut Node, now: Instant) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = Vec::new();
-    while let Some(t) = n.ep.poll_transmit(now, &mut n.mem, &mut buf) {
-        out.push(buf[..t.len].to_vec());
-    }
-    out
+    flat::drain(&mut n.ep, &mut n.mem, now)
 }
 
 fn deliver(to: &mut Node, from_ip: IpAddr, now: Instant, payload: &[u8]) {
-    let d = Datagram {
-        src: SocketAddr::new(from_ip, 4791),
-        dst_ip: to.ip,
-        payload,
-    };
-    to.ep.handle_datagram(now, &d, &mut to.mem);
+    flat::deliver(&mut to.ep, &mut to.mem, to.ip, from_ip, now, payload);
 }
 
 fn polled(n: &mut Node, cq: CqHandle) -> Vec<Wc> {

@@ -9,8 +9,11 @@
 //! `IBV_WC_STANDARD_FLAGS` and both completion timestamps: the device clock
 //! (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, 1 GHz, see
 //! `softrdma_engine::clock`) and wall-clock nanoseconds
-//! (`..._WALLCLOCK`). VLANs, flow tags and tag matching need a NIC's
-//! Ethernet and tag-matching offloads: such a CQ is EOPNOTSUPP.
+//! (`..._WALLCLOCK`), and tag-matching information
+//! (`IBV_WC_EX_WITH_TM_INFO`, `ibv_wc_read_tm_info`: the tag and the TMH's
+//! application context of a completion flagged `IBV_WC_TM_MATCH`, else
+//! zeros). VLANs and flow tags need a NIC's Ethernet offloads: such a CQ is
+//! EOPNOTSUPP.
 
 use super::conv::wc_to_c;
 use super::cq::new_cq;
@@ -23,7 +26,8 @@ use softrdma_engine::transport::Wc;
 /// Completion fields an extended CQ can report.
 const SUPPORTED_WC_FLAGS: u64 = IBV_WC_STANDARD_FLAGS
     | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
-    | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK
+    | IBV_WC_EX_WITH_TM_INFO;
 /// Creation flags accepted: single-threaded use (a hint: every CQ is
 /// thread-safe) and ignoring overruns (a completion that finds the CQ full
 /// is dropped instead of raising CQ_ERR and failing its QP).
@@ -128,6 +132,9 @@ unsafe fn install(cq: *mut ibv_cq_ex, wc_flags: u64) {
     }
     if has(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) {
         c.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
+    }
+    if has(IBV_WC_EX_WITH_TM_INFO) {
+        c.read_tm_info = Some(read_tm_info);
     }
 }
 
@@ -254,4 +261,14 @@ unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
 /// Wall-clock nanoseconds since the Unix epoch when the completion was queued.
 unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
     read_with(cq, |q, w| q.engine.wallclock(w.timestamp))
+}
+/// The tag and application context of a matched tag-matching receive
+/// (zeros for any other completion).
+unsafe extern "C" fn read_tm_info(cq: *mut ibv_cq_ex, tm_info: *mut ibv_wc_tm_info) {
+    if tm_info.is_null() {
+        return;
+    }
+    let (tag, priv_) = read(cq, |w| (w.tm_tag, w.tm_priv));
+    // SAFETY: non-NULL; the caller passes a whole `ibv_wc_tm_info`.
+    unsafe { tm_info.write(ibv_wc_tm_info { tag, priv_ }) };
 }

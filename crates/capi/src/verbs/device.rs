@@ -320,7 +320,7 @@ fn odp_caps() -> ibv_odp_caps {
 }
 
 /// `verbs_context::query_device_ex`: the legacy attributes plus the
-/// completion clock, device memory and on-demand paging; the other
+/// completion clock, device memory, on-demand paging and tag matching; the other
 /// extensions are zero (absent).
 unsafe extern "C" fn vctx_query_device_ex(
     context: *mut ibv_context,
@@ -340,6 +340,7 @@ unsafe extern "C" fn vctx_query_device_ex(
         ex.max_dm_size = softrdma_engine::dm::MAX_DM_SIZE;
         ex.odp_caps = odp_caps();
         ex.xrc_odp_caps = RC_ODP_CAPS;
+        ex.tm_caps = super::tm::tm_caps(&c.engine.info().limits);
         // SAFETY: the caller's buffer holds `attr_size` bytes.
         unsafe { write_prefix(&ex, attr.cast(), attr_size) };
         0
@@ -377,16 +378,15 @@ fn gid_at(c: &Ctx, port_num: u32, index: usize) -> Result<[u8; 16], c_int> {
         return Err(libc::EINVAL);
     }
     let gids = c.engine.gids();
-    // An empty entry (its address went away) reads as zeros, as rxe's.
-    gids.get(index)
-        .map(|ip| {
-            if ip.is_unspecified() {
-                [0u8; 16]
-            } else {
-                softrdma_wire::ip::to_v6(*ip).octets()
-            }
-        })
-        .ok_or(libc::EINVAL)
+    if index >= gids.len().max(softrdma_engine::device::GID_TBL_LEN) {
+        return Err(libc::EINVAL);
+    }
+    // An empty entry (past the addresses, or its address went away) reads
+    // as zeros, as rxe's.
+    Ok(match gids.get(index) {
+        Some(ip) if !ip.is_unspecified() => softrdma_wire::ip::to_v6(*ip).octets(),
+        _ => [0u8; 16],
+    })
 }
 
 /// `int ibv_query_gid(ctx, port, index, union ibv_gid *)`: 0, or -1 with errno.
@@ -481,16 +481,16 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         if entries.is_null() || entry_size < size_of::<ibv_gid_entry>() {
             return neg(libc::EINVAL);
         }
-        let n = c.engine.gids().len();
-        if n > max_entries {
+        // The valid entries only, packed (as rdma-core's); too small a
+        // buffer for them is EINVAL, as the kernel's.
+        let valid: Vec<ibv_gid_entry> = (0..c.engine.gids().len())
+            .filter_map(|i| gid_entry(c, 1, i as u32).ok())
+            .collect();
+        if valid.len() > max_entries {
             return neg(libc::EINVAL);
         }
-        // The valid entries only, packed (as rdma-core's).
         let mut k = 0;
-        for i in 0..n {
-            let Ok(e) = gid_entry(c, 1, i as u32) else {
-                continue;
-            };
+        for e in valid {
             // SAFETY: within the caller's `max_entries` entries of `entry_size` bytes.
             unsafe {
                 entries

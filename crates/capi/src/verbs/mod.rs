@@ -20,4 +20,5 @@ pub mod qp;
 mod qp_ex;
 pub mod rereg;
 pub mod srq;
+mod tm;
 pub(crate) mod xrc;

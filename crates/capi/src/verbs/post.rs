@@ -27,7 +27,7 @@ pub(crate) const MAX_INLINE: usize = 512;
 /// # Safety
 ///
 /// `sg` must point to `n` readable SGEs (or `n <= 0`).
-unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
+pub(super) unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
     if n <= 0 {
         return Ok(Vec::new());
     }
@@ -131,7 +131,7 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
 }
 
 /// A list of work requests as C links them.
-trait Chained {
+pub(super) trait Chained {
     fn next(&self) -> *mut Self;
 }
 
@@ -158,7 +158,7 @@ impl Chained for ibv_recv_wr {
 ///
 /// `wr` must be NULL or a readable chain and `bad_wr` NULL or writable
 /// (the verbs contract).
-unsafe fn post_chain<T, W: Chained, R>(
+pub(super) unsafe fn post_chain<T, W: Chained, R>(
     target: *mut core::ffi::c_void,
     kind: Kind,
     wr: *mut W,

@@ -4,10 +4,12 @@ use super::objects::{self as o, Kind, Pd, Srq};
 use crate::ffi::*;
 use crate::guard::{ret, with_struct};
 use core::ffi::{c_int, c_void};
+use softrdma_engine::transport::{SrqHandle, VerbsError};
 
 /// Extended-context slots for SRQs.
 pub(crate) fn install_vctx_ops(v: &mut verbs_context) {
     v.create_srq_ex = Some(vctx_create_srq_ex);
+    v.post_srq_ops = Some(super::tm::vctx_post_srq_ops);
 }
 
 fn create(pd: *mut ibv_pd, srq_context: *mut c_void, attr: &mut ibv_srq_attr) -> *mut ibv_srq {
@@ -15,15 +17,25 @@ fn create(pd: *mut ibv_pd, srq_context: *mut c_void, attr: &mut ibv_srq_attr) ->
     let Some(p) = (unsafe { o::obj::<Pd>(pd.cast(), Kind::Pd) }) else {
         return ret::null(libc::EINVAL);
     };
-    let ph = p.h;
-    let (h, max_wr, max_sge) =
-        match p
-            .engine
-            .create_srq(ph, attr.max_wr, attr.max_sge, attr.srq_limit)
-        {
-            Ok(v) => v,
-            Err(e) => return ret::null(e.errno()),
-        };
+    let made = p
+        .engine
+        .create_srq(p.h, attr.max_wr, attr.max_sge, attr.srq_limit);
+    publish(p, pd, srq_context, made, attr)
+}
+
+/// Publishes the SRQ the engine `made` on `p` (the application's `pd`),
+/// writing its actual sizes to `attr`; NULL with errno if it was refused.
+pub(crate) fn publish(
+    p: &Pd,
+    pd: *mut ibv_pd,
+    srq_context: *mut c_void,
+    made: Result<(SrqHandle, u32, u32), VerbsError>,
+    attr: &mut ibv_srq_attr,
+) -> *mut ibv_srq {
+    let (h, max_wr, max_sge) = match made {
+        Ok(v) => v,
+        Err(e) => return ret::null(e.errno()),
+    };
     attr.max_wr = max_wr;
     attr.max_sge = max_sge;
     let mut srq = ibv_srq::zeroed();
@@ -60,7 +72,7 @@ pub unsafe extern "C" fn ibv_create_srq(
     unsafe { with_struct(srq_init_attr, ret::null, make) }
 }
 
-/// `verbs_context::create_srq_ex`: basic and XRC SRQs (no tag matching).
+/// `verbs_context::create_srq_ex`: basic, XRC and tag-matching SRQs.
 unsafe extern "C" fn vctx_create_srq_ex(
     _context: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
@@ -68,6 +80,9 @@ unsafe extern "C" fn vctx_create_srq_ex(
     let make = |a: &mut ibv_srq_init_attr_ex| {
         if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type == IBV_SRQT_XRC {
             return super::xrc::create_srq(a);
+        }
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type == IBV_SRQT_TM {
+            return super::tm::create_srq(a);
         }
         if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0
             || (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC)

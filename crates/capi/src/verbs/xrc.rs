@@ -274,32 +274,10 @@ pub(crate) fn create_srq(a: &mut ibv_srq_init_attr_ex) -> *mut ibv_srq {
         return ret::null(libc::EINVAL);
     };
     let at = &mut a.attr;
-    let (h, max_wr, max_sge) =
-        match p
-            .engine
-            .create_xrc_srq(p.h, x.id, cq.h, at.max_wr, at.max_sge, at.srq_limit)
-        {
-            Ok(v) => v,
-            Err(e) => return ret::null(e.errno()),
-        };
-    at.max_wr = max_wr;
-    at.max_sge = max_sge;
-    let mut srq = ibv_srq::zeroed();
-    srq.context = p.pd.context;
-    srq.srq_context = a.srq_context;
-    srq.pd = a.pd;
-    srq.handle = h.0;
-    let obj = o::publish(
-        Srq {
-            srq,
-            h,
-            engine: p.engine.clone(),
-            max_sge,
-        },
-        Kind::Srq,
-    );
-    o::map_srq(h, Some(obj as usize));
-    obj.cast()
+    let made = p
+        .engine
+        .create_xrc_srq(p.h, x.id, cq.h, at.max_wr, at.max_sge, at.srq_limit);
+    super::srq::publish(p, a.pd, a.srq_context, made, at)
 }
 
 /// An XRC receive QP of the domain `a.xrcd` (no PD, CQs or queues).

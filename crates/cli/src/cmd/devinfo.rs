@@ -195,7 +195,8 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, CliError> {
         );
     }
     for i in 0..usize::try_from(p.gid_tbl_len).unwrap_or(0) {
-        if let Ok(g) = ctx.query_gid(1, i) {
+        // Populated entries only, as ibv_devinfo prints them.
+        if let Some(g) = ctx.query_gid(1, i).ok().filter(|g| !g.is_zero()) {
             kv(
                 &mut s,
                 PORT,

@@ -115,8 +115,13 @@ fn device_view() -> Result<DeviceView, CliError> {
     let d = ctx.query_device();
     let p = ctx.query_port(1).or_err("query_port")?;
     let len = usize::try_from(p.gid_tbl_len).unwrap_or(0);
-    let gids = (0..len)
-        .map_while(|i| ctx.query_gid(1, i).ok())
+    // The table up to its last populated entry (the rest is empty).
+    let mut gids: Vec<_> = (0..len).map_while(|i| ctx.query_gid(1, i).ok()).collect();
+    while gids.last().is_some_and(|g| g.is_zero()) {
+        gids.pop();
+    }
+    let gids = gids
+        .into_iter()
         .map(|g| {
             let gid = std::net::Ipv6Addr::from(g.0);
             GidEntry {

@@ -252,6 +252,39 @@ impl Engine {
         self.with(|ep, _| ep.create_xrc_srq(pd, xrcd, cq, max_wr, max_sge, limit))
     }
 
+    /// Creates a tag-matching SRQ whose operation and receive completions
+    /// go to `cq` (`ibv_create_srq_ex` with `IBV_SRQT_TM`).
+    pub fn create_tm_srq(
+        &self,
+        pd: PdHandle,
+        cq: CqHandle,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+        tm: softrdma_transport::tm::TmCap,
+    ) -> Result<(SrqHandle, u32, u32), VerbsError> {
+        self.with(|ep, _| ep.create_tm_srq(pd, cq, max_wr, max_sge, limit, tm))
+    }
+
+    /// Performs tag-list operations on a TM SRQ in order under one lock
+    /// (`ibv_post_srq_ops`); `done`
+    /// gets each one's index and handle (an add's new tag; 0 for the
+    /// others). On the first refusal, how many were done and why.
+    pub fn post_srq_ops(
+        &self,
+        srq: SrqHandle,
+        ops: impl IntoIterator<Item = softrdma_transport::tm::SrqOp>,
+        mut done: impl FnMut(usize, u32),
+    ) -> Result<(), (usize, VerbsError)> {
+        self.with(|ep, now| {
+            for (i, o) in ops.into_iter().enumerate() {
+                let h = ep.post_srq_op(now, srq, o).map_err(|e| (i, e))?;
+                done(i, h);
+            }
+            Ok(())
+        })
+    }
+
     /// The XRC SRQ number of `srq` (`ibv_get_srq_num`); `None` if it is not
     /// an XRC SRQ.
     pub fn srq_num(&self, srq: SrqHandle) -> Option<u32> {

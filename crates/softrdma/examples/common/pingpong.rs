@@ -314,6 +314,8 @@ pub(crate) fn wc_status_str(s: WcStatus) -> &'static str {
         FatalErr => "fatal error",
         RespTimeoutErr => "response timeout error",
         GeneralErr => "general error",
+        TmErr => "TM error",
+        TmRndvIncomplete => "TM software rendezvous",
     }
 }
 

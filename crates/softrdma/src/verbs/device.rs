@@ -270,7 +270,8 @@ impl Context {
     }
 
     /// GID `index` of `port` (`ibv_query_gid`). On the native device, index
-    /// 0 of port 1 is the device address; on a NIC, see `show_gids` for
+    /// 0 of port 1 is the device address, the host's other addresses follow
+    /// and the rest of the table (`gid_tbl_len`) is empty, all zeros; on a NIC, see `show_gids` for
     /// which index is the RoCEv2 GID of which address.
     pub fn query_gid(&self, port: u8, index: usize) -> Result<Gid> {
         match &self.dev {
@@ -278,10 +279,16 @@ impl Context {
                 if port != 1 {
                     return Err(no_port(port));
                 }
-                e.gids()
-                    .get(index)
-                    .map(|ip| Gid::from_ip(*ip))
-                    .ok_or_else(|| VerbsError::InvalidArgument(format!("no GID {index}")).into())
+                let gids = e.gids();
+                if index >= gids.len().max(softrdma_engine::device::GID_TBL_LEN) {
+                    return Err(VerbsError::InvalidArgument(format!("no GID {index}")).into());
+                }
+                // Empty entries (past the addresses, or whose address went
+                // away) are zeros, as rxe's.
+                Ok(match gids.get(index) {
+                    Some(ip) if !ip.is_unspecified() => Gid::from_ip(*ip),
+                    _ => Gid([0; 16]),
+                })
             }
             Dev::RdmaCore(d) => Ok(Gid(d.sys.query_gid(port, index)?)),
         }

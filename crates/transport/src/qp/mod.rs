@@ -58,6 +58,18 @@ pub(crate) struct SendWqe {
     pub(crate) error: Option<WcStatus>,
     /// Carried as one peer-copy packet (`peer.rs`), decided when it started.
     pub(crate) peer: bool,
+    /// Issued by the device for tag matching (`responder/tm.rs`), not
+    /// posted: no send completion.
+    pub(crate) tm: Option<TmInternal>,
+}
+
+/// A WQE the device issues for a tag-matching SRQ's rendezvous.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TmInternal {
+    /// READ of the sender's data into the matched tag's buffer.
+    Read { wr_id: u64, tag: u64, app_ctx: u32 },
+    /// The FIN telling the sender the READ is done.
+    Fin,
 }
 
 /// Requester and completer state (IBTA 9.7.4-9.7.5).
@@ -88,6 +100,8 @@ pub(crate) enum InProgress {
     Send {
         wqe: RecvWr,
         offset: u32,
+        /// How a receive of a tag-matching SRQ completes.
+        tm: Option<responder::TmMsg>,
     },
     Write {
         va: u64,
@@ -199,6 +213,9 @@ pub(crate) struct Qp {
     /// shared-memory lane that can copy from ours and we from its: large
     /// SENDs, WRITEs and READs go as one peer-copy packet (`peer.rs`).
     pub(crate) peer_copy: bool,
+    /// WQEs of `sq` the device issued itself (`TmInternal`): they take no
+    /// room the application posted for.
+    pub(crate) internal_wqes: usize,
     pub(crate) comm_est_sent: bool,
     /// XRC receive QPs: the XRC domain whose SRQs it delivers to.
     pub(crate) xrcd: Option<u32>,
@@ -245,6 +262,7 @@ impl Qp {
             scheduled: false,
             comm_est_sent: false,
             peer_copy: false,
+            internal_wqes: 0,
             xrcd: None,
         }
     }
@@ -336,6 +354,11 @@ impl Qp {
         if w.wr.opcode.is_read_or_atomic() && w.started {
             self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
         }
+        if let Some(tm) = w.tm {
+            self.internal_wqes = self.internal_wqes.saturating_sub(1);
+            self.complete_internal(ctx, &w, tm, status);
+            return;
+        }
         if status == WcStatus::Success && !(w.signaled || self.sq_sig_all) {
             return;
         }
@@ -416,6 +439,7 @@ impl Qp {
     pub(crate) fn reset(&mut self) {
         self.state = QpState::Reset;
         self.sq.clear();
+        self.internal_wqes = 0;
         self.rq.clear();
         self.req = ReqState::default();
         self.resp = RespState::default();
@@ -445,7 +469,13 @@ impl Qp {
 
     /// A receive completion; moves to ERR if the CQ overflowed.
     pub(crate) fn complete_recv(&mut self, ctx: &mut Ctx<'_>, wc: Wc, solicited: bool) {
-        if !Self::push_wc(ctx, self.recv_cq, wc, solicited) && wc.status != WcStatus::WrFlushErr {
+        // A tag-matching SRQ's receives complete on its own CQ.
+        let cq = self
+            .srq
+            .and_then(|h| ctx.srqs.get(h.0))
+            .and_then(|s| s.tm.as_ref())
+            .map_or(self.recv_cq, |t| t.cq);
+        if !Self::push_wc(ctx, cq, wc, solicited) && wc.status != WcStatus::WrFlushErr {
             self.enter_error(ctx);
         }
     }

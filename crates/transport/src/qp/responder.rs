@@ -7,6 +7,9 @@
 
 mod atomic_write;
 mod peer;
+mod tm;
+
+pub(crate) use tm::TmMsg;
 
 use super::sgl::ScatterError;
 use super::{Ctx, InProgress, Path, Qp, Resource, RespOut, bth};
@@ -309,20 +312,20 @@ impl Qp {
             return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
         }
         if pos.starts() {
-            let wqe = self.take_recv_wqe(ctx).ok_or(Fail::Rnr)?;
-            self.resp.cur = Some(InProgress::Send { wqe, offset: 0 });
+            let (wqe, tm) = self.start_recv(ctx, pkt.payload)?;
+            self.resp.cur = Some(InProgress::Send { wqe, offset: 0, tm });
         }
-        let Some(InProgress::Send { wqe, offset }) = &mut self.resp.cur else {
+        let Some(InProgress::Send { wqe, offset, tm }) = &mut self.resp.cur else {
             unreachable!("sequence checked")
         };
-        match super::scatter(
-            ctx.mrs,
-            mem,
-            self.pd,
-            &wqe.sgl,
-            u64::from(*offset),
-            pkt.payload,
-        ) {
+        // A tag-matching receive may drop the message's head (its TMH).
+        let mut data = pkt.payload;
+        if let Some(t) = tm {
+            let k = (t.skip as usize).min(data.len());
+            data = &data[k..];
+            t.skip -= k as u32;
+        }
+        match super::scatter(ctx.mrs, mem, self.pd, &wqe.sgl, u64::from(*offset), data) {
             Ok(()) => {}
             Err(ScatterError::TooLong) => {
                 return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::LocLenErr));
@@ -331,7 +334,7 @@ impl Qp {
                 return Err(Fail::Nak(NakCode::RemoteOperational, WcStatus::LocProtErr));
             }
         }
-        *offset += pkt.payload.len() as u32;
+        *offset += data.len() as u32;
         self.resp.psn = self.resp.psn.add(1);
         if pos.ends() {
             if let Some(rkey) = pkt.hdr.ieth
@@ -339,23 +342,41 @@ impl Qp {
             {
                 return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
             }
-            let Some(InProgress::Send { wqe, offset }) = self.resp.cur.take() else {
-                unreachable!()
-            };
-            self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
-            let mut wc = Wc::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
-            wc.byte_len = offset;
-            if let Some(imm) = pkt.hdr.imm {
-                wc.imm_data = imm;
-                wc.wc_flags = WcFlags::WITH_IMM;
-            }
-            if let Some(rkey) = pkt.hdr.ieth {
-                wc.imm_data = rkey;
-                wc.wc_flags = WcFlags::WITH_INV;
-            }
-            self.complete_recv(ctx, wc, pkt.hdr.bth.se);
+            self.finish_send(ctx, pkt);
         }
         Ok(())
+    }
+
+    /// The SEND in progress ended: its receive completion (a tag-matching
+    /// one's opcode, flags and tag), then a matched rendezvous' READ.
+    fn finish_send(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) {
+        let Some(InProgress::Send { wqe, offset, tm }) = self.resp.cur.take() else {
+            unreachable!("a SEND is in progress")
+        };
+        self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+        let opcode = tm.map_or(WcOpcode::Recv, |t| t.opcode);
+        let mut wc = Wc::new(wqe.wr_id, WcStatus::Success, opcode, self.qpn);
+        wc.byte_len = offset;
+        if let Some(t) = tm {
+            wc.wc_flags = t.flags;
+            if t.flags.contains(WcFlags::TM_MATCH) {
+                (wc.tm_tag, wc.tm_priv) = (t.tag, t.app_ctx);
+            }
+        }
+        if let Some(imm) = pkt.hdr.imm {
+            wc.imm_data = imm;
+            wc.wc_flags = WcFlags::WITH_IMM;
+        }
+        if let Some(rkey) = pkt.hdr.ieth {
+            wc.imm_data = rkey;
+            wc.wc_flags = WcFlags::WITH_INV;
+        }
+        self.complete_recv(ctx, wc, pkt.hdr.bth.se);
+        if let Some(t) = tm
+            && let Some(rvh) = t.rndv
+        {
+            self.start_rndv_read(ctx, wqe, t, rvh);
+        }
     }
 
     fn exec_write(
@@ -707,8 +728,10 @@ impl Qp {
 
     /// Completes the receive WQE a failed request had taken, with `status`.
     fn fail_recv(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
-        if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
-            let wc = Wc::new(wqe.wr_id, status, WcOpcode::Recv, self.qpn);
+        if let Some(InProgress::Send { wqe, tm, .. }) = self.resp.cur.take() {
+            // A tag-matching receive fails with its own opcode.
+            let opcode = tm.map_or(WcOpcode::Recv, |t| t.opcode);
+            let wc = Wc::new(wqe.wr_id, status, opcode, self.qpn);
             self.complete_recv(ctx, wc, false);
         }
         self.resp.cur = None;

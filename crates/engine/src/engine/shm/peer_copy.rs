@@ -97,6 +97,21 @@ impl Memory for LaneMemory<'_> {
         HostMemory.atomic_on_demand(addr, op)
     }
 
+    fn read_peer_head(
+        &mut self,
+        from: u64,
+        src: &[PeerSeg],
+        out: &mut [u8],
+    ) -> Result<(), PeerCopyError> {
+        // `out` is memory of this process, as the host ranges of a receive.
+        let dst = [PeerSeg {
+            addr: out.as_mut_ptr() as u64,
+            len: u32::try_from(out.len()).map_err(|_| PeerCopyError::Unsupported)?,
+            file: None,
+        }];
+        self.read_peer(from, src, &dst, false)
+    }
+
     fn read_peer(
         &mut self,
         from: u64,

@@ -7,8 +7,8 @@ use super::{ACK, Fail, ScatterError};
 use crate::endpoint::Transmit;
 use crate::mr::PeerCopyError;
 use crate::qp::{Ctx, InProgress, Path, Qp, bth, sgl};
-use crate::types::{Access, WcFlags, WcOpcode, WcStatus};
-use crate::wr::Wc;
+use crate::tm::RNDV_HDR_LEN;
+use crate::types::{Access, WcStatus};
 use softrdma_wire::{Aeth, Headers, NakCode, Opcode, Packet, PeerSeg, Psn};
 
 /// What a failed copy from the requester becomes.
@@ -81,10 +81,28 @@ impl Qp {
             .ok()
             .filter(|&l| l <= ctx.config.limits.max_msg_sz)
             .ok_or(invalid)?;
-        let wqe = self.take_recv_wqe(ctx).ok_or(Fail::Rnr)?;
+        // A tag-matching SRQ routes by the message's head (TMH and RVH).
+        let mut head = [0u8; RNDV_HDR_LEN];
+        let head = if self.tm_srq(ctx) {
+            let n = len.min(RNDV_HDR_LEN as u32);
+            let h = &mut head[..n as usize];
+            mem.read_peer_head(from, &peer_prefix(&src, n), h)
+                .map_err(copy_fail)?;
+            &head[..n as usize]
+        } else {
+            &head[..0]
+        };
+        let (wqe, tm) = self.start_recv(ctx, head)?;
+        let skip = tm.map_or(0, |t| t.skip.min(len));
+        let src = peer_skip(&src, skip);
+        let len = len - skip;
         let dst = sgl::host_ranges(ctx.mrs, self.pd, &wqe.sgl, len, Access::LOCAL_WRITE);
         // From here a failure completes the WQE with its status (`fail_recv`).
-        self.resp.cur = Some(InProgress::Send { wqe, offset: 0 });
+        self.resp.cur = Some(InProgress::Send {
+            wqe,
+            offset: len,
+            tm,
+        });
         let prot = Fail::Nak(NakCode::RemoteOperational, WcStatus::LocProtErr);
         let (dst, on_demand) = dst.map_err(|e| match e {
             ScatterError::TooLong => Fail::Nak(NakCode::InvalidRequest, WcStatus::LocLenErr),
@@ -93,13 +111,15 @@ impl Qp {
         if len > 0 {
             match mem.read_peer(from, &src, &dst, on_demand) {
                 Ok(()) => {}
-                // The requester is gone: nothing answered, the WQE kept
-                // for the next SEND.
+                // The requester is gone: nothing answered, an ordinary
+                // WQE kept for the next SEND (a matched tag completes
+                // with the error, as its message is lost).
                 Err(PeerCopyError::Gone) => {
-                    if let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() {
+                    if let Some(InProgress::Send { wqe, tm: None, .. }) = self.resp.cur.take() {
                         self.resp.spare = Some(wqe);
+                        return Err(Fail::Drop);
                     }
-                    return Err(Fail::Drop);
+                    return Err(copy_fail(PeerCopyError::Fault));
                 }
                 // Our on-demand receive buffer is not mapped, as a scatter
                 // fault on the packet path.
@@ -113,21 +133,7 @@ impl Qp {
         {
             return Err(invalid);
         }
-        let Some(InProgress::Send { wqe, .. }) = self.resp.cur.take() else {
-            unreachable!("set above")
-        };
-        self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
-        let mut wc = Wc::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
-        wc.byte_len = len;
-        if let Some(imm) = pkt.hdr.imm {
-            wc.imm_data = imm;
-            wc.wc_flags = WcFlags::WITH_IMM;
-        }
-        if let Some(rkey) = pkt.hdr.ieth {
-            wc.imm_data = rkey;
-            wc.wc_flags = WcFlags::WITH_INV;
-        }
-        self.complete_recv(ctx, wc, pkt.hdr.bth.se);
+        self.finish_send(ctx, pkt);
         Ok(())
     }
 
@@ -185,5 +191,62 @@ impl Qp {
             self.resp.out.pop_front();
         }
         Some(t)
+    }
+}
+
+/// The first `n` bytes of the ranges `src`.
+fn peer_prefix(src: &[PeerSeg], n: u32) -> Vec<PeerSeg> {
+    let mut left = n;
+    let mut out = Vec::new();
+    for s in src {
+        if left == 0 {
+            break;
+        }
+        let len = s.len.min(left);
+        out.push(PeerSeg { len, ..*s });
+        left -= len;
+    }
+    out
+}
+
+/// The ranges `src` without their first `n` bytes.
+fn peer_skip(src: &[PeerSeg], n: u32) -> Vec<PeerSeg> {
+    let mut skip = n;
+    let mut out = Vec::new();
+    for s in src {
+        if skip >= s.len {
+            skip -= s.len;
+            continue;
+        }
+        out.push(PeerSeg {
+            addr: s.addr + u64::from(skip),
+            len: s.len - skip,
+            ..*s
+        });
+        skip = 0;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(addr: u64, len: u32) -> PeerSeg {
+        PeerSeg {
+            addr,
+            len,
+            file: None,
+        }
+    }
+
+    #[test]
+    fn ranges_cut_at_a_byte_count() {
+        let src = [seg(100, 10), seg(500, 30)];
+        assert_eq!(peer_prefix(&src, 16), vec![seg(100, 10), seg(500, 6)]);
+        assert_eq!(peer_skip(&src, 16), vec![seg(506, 24)]);
+        assert_eq!(peer_skip(&src, 0), src.to_vec());
+        assert_eq!(peer_skip(&src, 40), vec![]);
+        assert_eq!(peer_prefix(&src, 0), vec![]);
     }
 }
