@@ -51,10 +51,7 @@ fn node(last_octet: u8) -> Node {
         .unwrap();
     Node {
         ep,
-        mem: Flat {
-            base: BASE,
-            buf: (0..LEN).map(|i| (i % 251) as u8).collect(),
-        },
+        mem: Flat::patterned(BASE, LEN),
         ip,
         qpn,
         cq,

@@ -85,10 +85,7 @@ fn node(last_octet: u8, srq: bool) -> (Node, Option<SrqHandle>) {
         .unwrap();
     let n = Node {
         ep,
-        mem: Flat {
-            base: BASE,
-            buf: (0..LEN).map(|i| (i % 251) as u8).collect(),
-        },
+        mem: Flat::patterned(BASE, LEN),
         ip,
         lkey: mr.lkey,
         rkey: mr.rkey,

@@ -34,10 +34,7 @@ fn node(last_octet: u8) -> (Node, softrdma_transport::PdHandle) {
     let mr = ep.reg_mr(pd, BASE, LEN as u64, BASE, all).unwrap();
     let n = Node {
         ep,
-        mem: Flat {
-            base: BASE,
-            buf: (0..LEN).map(|i| (i % 251) as u8).collect(),
-        },
+        mem: Flat::patterned(BASE, LEN),
         ip,
         lkey: mr.lkey,
     };

@@ -74,6 +74,17 @@ pub(crate) struct Flat {
     pub(crate) buf: Vec<u8>,
 }
 
+impl Flat {
+    /// `len` bytes at host address `base`, byte `i` holding `i % 251` (a
+    /// pattern no power-of-two stride repeats), so a misplaced copy shows.
+    pub(crate) fn patterned(base: u64, len: usize) -> Flat {
+        Flat {
+            base,
+            buf: (0..len).map(|i| (i % 251) as u8).collect(),
+        }
+    }
+}
+
 impl Memory for Flat {
     fn read(&mut self, addr: u64, dst: &mut [u8]) {
         let o = (addr - self.base) as usize;
