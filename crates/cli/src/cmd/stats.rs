@@ -225,9 +225,24 @@ fn self_test() -> Result<Vec<Snapshot>, CliError> {
     }
     expect_ok(32)?;
     // A SEND before B posted a receive: B answers RNR NAKs until it does.
+    // The receive is posted once B has sent one (a fixed pause lost the race
+    // to a loaded machine's scheduler now and then).
     qa.post_send(req(300, WrOpcode::Send, 64, 0)?)
         .or_err("post_send")?;
-    std::thread::sleep(Duration::from_millis(20));
+    let rnr_naks = |s: &Snapshot| -> u64 {
+        s.counters
+            .iter()
+            .filter(|(n, _)| *n == "tx_rnr_nak")
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + T;
+    while rnr_naks(&Snapshot::of(&b, "now")) == 0 {
+        if std::time::Instant::now() > deadline {
+            return Err(CliError::new("B sent no RNR NAK for a SEND without a receive"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     qb.post_recv(RecvWr {
         wr_id: 1,
         sgl: vec![mb.sge(0, 4096).or_err("sge")?],
