@@ -239,7 +239,9 @@ fn self_test() -> Result<Vec<Snapshot>, CliError> {
     let deadline = std::time::Instant::now() + T;
     while rnr_naks(&Snapshot::of(&b, "now")) == 0 {
         if std::time::Instant::now() > deadline {
-            return Err(CliError::new("B sent no RNR NAK for a SEND without a receive"));
+            return Err(CliError::new(
+                "B sent no RNR NAK for a SEND without a receive",
+            ));
         }
         std::thread::sleep(Duration::from_millis(1));
     }
