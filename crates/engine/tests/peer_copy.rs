@@ -307,23 +307,7 @@ fn deregistration_keeps_contents_and_ends_remote_access() {
 }
 
 fn mapping_line(addr: u64) -> String {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    maps.lines()
-        .find(|l| {
-            let (s, e) = l
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .split_once('-')
-                .unwrap();
-            let (s, e) = (
-                u64::from_str_radix(s, 16).unwrap(),
-                u64::from_str_radix(e, 16).unwrap(),
-            );
-            (s..e).contains(&addr)
-        })
-        .unwrap()
-        .to_owned()
+    softrdma_shm::mapping_of(addr).unwrap()
 }
 
 #[test]

@@ -39,5 +39,6 @@ pub use inbox::{INBOX_BYTES, Inbox, Outlet, can_copy_from};
 pub use peer::{CopyError, MAX_RANGES, Range, read_from};
 pub use ring::{DATA_CAP, Entry, LANE_BYTES, PushError, Ring, SLOT_BYTES, SLOTS};
 pub use share::{
-    MAX_SHARED, PeerMap, Refused, Shared, interior, page_size, share, shared_count, unshare,
+    MAX_SHARED, PeerMap, Refused, Shared, interior, mapping_of, page_size, share, shared_count,
+    unshare,
 };

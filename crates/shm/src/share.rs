@@ -217,6 +217,25 @@ fn walk_range<E>(
     Err(gap(at))
 }
 
+/// The line of `/proc/self/maps` of the mapping that holds `addr`, if one
+/// does (diagnostics and tests: whether a region's pages are shared).
+pub fn mapping_of(addr: u64) -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let mut found = None;
+    walk_range(
+        &maps,
+        addr,
+        1,
+        |m| {
+            found = Some(m.line.to_owned());
+            Ok(())
+        },
+        |_| (),
+    )
+    .ok()?;
+    found
+}
+
 /// Whether `/proc/self/maps` shows `[addr, addr + len)` covered by private
 /// anonymous read-write mappings only (the heap and named anonymous memory
 /// included; the stack, files, shared and hugetlb mappings not).
@@ -596,26 +615,6 @@ mod tests {
         unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec()
     }
 
-    fn mapping_of(addr: u64) -> String {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        maps.lines()
-            .find(|l| {
-                let (s, e) = l
-                    .split_whitespace()
-                    .next()
-                    .unwrap()
-                    .split_once('-')
-                    .unwrap();
-                let (s, e) = (
-                    u64::from_str_radix(s, 16).unwrap(),
-                    u64::from_str_radix(e, 16).unwrap(),
-                );
-                (s..e).contains(&addr)
-            })
-            .unwrap()
-            .to_owned()
-    }
-
     #[test]
     fn interior_is_whole_pages() {
         let p = page_size();
@@ -635,11 +634,11 @@ mod tests {
         assert_eq!((s.addr, s.len), (base + p, len as u64 - 2 * p));
         assert_eq!(bytes(base, len), before);
         assert!(
-            mapping_of(s.addr).contains("/memfd:softrdma-mr"),
+            mapping_of(s.addr).unwrap().contains("/memfd:softrdma-mr"),
             "{}",
-            mapping_of(s.addr)
+            mapping_of(s.addr).unwrap()
         );
-        assert!(!mapping_of(base).contains("memfd"));
+        assert!(!mapping_of(base).unwrap().contains("memfd"));
         // Writes through the application's pointers land in the memfd.
         // SAFETY: inside our region.
         unsafe { *((s.addr + 5) as *mut u8) = 0xAB };
@@ -662,9 +661,9 @@ mod tests {
         expect[(p + 5) as usize] = 0xAB;
         assert_eq!(bytes(base, len), expect);
         assert!(
-            !mapping_of(s.addr).contains("memfd"),
+            !mapping_of(s.addr).unwrap().contains("memfd"),
             "{}",
-            mapping_of(s.addr)
+            mapping_of(s.addr).unwrap()
         );
         // A peer's mapping made before deregistration sees neither the
         // owner's later writes nor its old data.
@@ -710,7 +709,7 @@ mod tests {
         let b = bytes(base, len);
         assert_eq!((b[3 * p + 7], b[40 * p]), (9, 5));
         assert_eq!(b.iter().filter(|&&x| x != 0).count(), 2);
-        assert!(!mapping_of(base).contains("memfd"));
+        assert!(!mapping_of(base).unwrap().contains("memfd"));
         // SAFETY: our mapping.
         unsafe { libc::munmap(base as *mut libc::c_void, len) };
     }
@@ -787,9 +786,13 @@ mod tests {
         assert_eq!(p as u64, base);
         // SAFETY: inside the new mapping.
         unsafe { *(base as *mut u8) = 42 };
-        let before = mapping_of(base);
+        let before = mapping_of(base).unwrap();
         assert!(unshare(s.id));
-        assert_eq!(mapping_of(base), before, "the new mapping was replaced");
+        assert_eq!(
+            mapping_of(base).unwrap(),
+            before,
+            "the new mapping was replaced"
+        );
         assert_eq!(bytes(base, 1), [42]);
         // SAFETY: our mapping.
         unsafe { libc::munmap(base as *mut libc::c_void, len) };
