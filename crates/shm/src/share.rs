@@ -587,23 +587,17 @@ fn map_err(e: &io::Error) -> crate::CopyError {
 mod tests {
     use super::*;
 
+    /// A fresh private anonymous read-write mapping of `len` bytes.
+    fn fresh_private(len: usize) -> *mut u8 {
+        map_fresh(len, None).expect("mmap").cast()
+    }
+
     /// A private anonymous mapping of `pages` pages, filled with a pattern.
     fn region(pages: usize) -> (u64, usize) {
         let len = pages * page_size() as usize;
-        // SAFETY: a fresh private anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
+        let p = fresh_private(len);
         // SAFETY: the fresh mapping, ours.
-        let s = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+        let s = unsafe { std::slice::from_raw_parts_mut(p, len) };
         for (i, b) in s.iter_mut().enumerate() {
             *b = (i * 7 + 3) as u8;
         }
@@ -680,17 +674,8 @@ mod tests {
     fn untouched_pages_take_no_memory_and_come_back_as_zeros() {
         let p = page_size() as usize;
         let len = 64 * p;
-        // SAFETY: a fresh private anonymous mapping, never touched but one byte.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        } as u64;
+        // Never touched but one byte.
+        let base = fresh_private(len) as u64;
         // SAFETY: inside the mapping.
         unsafe { *((base + 3 * p as u64 + 7) as *mut u8) = 9 };
         let s = share(base, len as u64, 0, u64::MAX).unwrap();
