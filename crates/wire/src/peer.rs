@@ -28,6 +28,17 @@ pub struct PeerSeg {
     pub file: Option<PeerFile>,
 }
 
+impl PeerSeg {
+    /// `len` bytes at `addr` of private memory (no shared region).
+    pub const fn private(addr: u64, len: u32) -> PeerSeg {
+        PeerSeg {
+            addr,
+            len,
+            file: None,
+        }
+    }
+}
+
 /// A sender's memory region shared through a memfd: its descriptor in the
 /// sender, its inode (checked by whoever opens it), and the addresses its
 /// pages sit at in the sender (`addr` is the memfd's offset 0).

@@ -104,11 +104,8 @@ impl Memory for LaneMemory<'_> {
         out: &mut [u8],
     ) -> Result<(), PeerCopyError> {
         // `out` is memory of this process, as the host ranges of a receive.
-        let dst = [PeerSeg {
-            addr: out.as_mut_ptr() as u64,
-            len: u32::try_from(out.len()).map_err(|_| PeerCopyError::Unsupported)?,
-            file: None,
-        }];
+        let len = u32::try_from(out.len()).map_err(|_| PeerCopyError::Unsupported)?;
+        let dst = [PeerSeg::private(out.as_mut_ptr() as u64, len)];
         self.read_peer(from, src, &dst, false)
     }
 
@@ -140,11 +137,7 @@ impl Memory for LaneMemory<'_> {
             None => share.copy(self.slot, generation, pid, src, dst, dst_on_demand),
             Some((body_src, body_dst, last_src, last_dst)) => {
                 let mut byte = 0u8;
-                let here = PeerSeg {
-                    addr: (&raw mut byte) as u64,
-                    len: 1,
-                    file: None,
-                };
+                let here = PeerSeg::private((&raw mut byte) as u64, 1);
                 share
                     .copy(
                         self.slot,
@@ -551,14 +544,6 @@ impl Shared {
 mod tests {
     use super::*;
 
-    fn seg(addr: u64, len: u32) -> PeerSeg {
-        PeerSeg {
-            addr,
-            len,
-            file: None,
-        }
-    }
-
     #[test]
     fn the_last_byte_is_held_back_from_both_sides() {
         let file = Some(PeerFile {
@@ -568,28 +553,31 @@ mod tests {
             len: 0x1000,
         });
         let src = [
-            seg(0x1000, 10),
+            PeerSeg::private(0x1000, 10),
             PeerSeg {
                 file,
-                ..seg(0x2000, 1)
+                ..PeerSeg::private(0x2000, 1)
             },
-            seg(0x3000, 0),
+            PeerSeg::private(0x3000, 0),
         ];
-        let dst = [seg(0x9000, 8), seg(0xA000, 3)];
+        let dst = [PeerSeg::private(0x9000, 8), PeerSeg::private(0xA000, 3)];
         let (s, d, ls, ld) = hold_back_last(&src, &dst).unwrap();
         // The one-byte last piece of the source goes entirely; its file
         // stays with the held-back byte (copied through the mapping).
-        assert_eq!(s, [seg(0x1000, 10)]);
+        assert_eq!(s, [PeerSeg::private(0x1000, 10)]);
         assert_eq!(
             ls,
             PeerSeg {
                 file,
-                ..seg(0x2000, 1)
+                ..PeerSeg::private(0x2000, 1)
             }
         );
-        assert_eq!(d, [seg(0x9000, 8), seg(0xA000, 2)]);
+        assert_eq!(
+            d,
+            [PeerSeg::private(0x9000, 8), PeerSeg::private(0xA000, 2)]
+        );
         assert_eq!(ld, 0xA002);
-        assert_eq!(hold_back_last(&[seg(1, 0)], &dst), None);
+        assert_eq!(hold_back_last(&[PeerSeg::private(1, 0)], &dst), None);
         assert_eq!(hold_back_last(&[], &[]), None);
     }
 }

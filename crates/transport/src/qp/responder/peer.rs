@@ -46,11 +46,7 @@ impl Qp {
         }
         let host = self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_WRITE)?;
         if total > 0 {
-            let dst = [PeerSeg {
-                addr: host.addr,
-                len: reth.dma_len,
-                file: None,
-            }];
+            let dst = [PeerSeg::private(host.addr, reth.dma_len)];
             match mem.read_peer(from, &src, &dst, host.on_demand) {
                 Ok(()) => {}
                 // On-demand memory of ours not mapped (the ranges were
@@ -232,19 +228,14 @@ fn peer_skip(src: &[PeerSeg], n: u32) -> Vec<PeerSeg> {
 mod tests {
     use super::*;
 
-    fn seg(addr: u64, len: u32) -> PeerSeg {
-        PeerSeg {
-            addr,
-            len,
-            file: None,
-        }
-    }
-
     #[test]
     fn ranges_cut_at_a_byte_count() {
-        let src = [seg(100, 10), seg(500, 30)];
-        assert_eq!(peer_prefix(&src, 16), vec![seg(100, 10), seg(500, 6)]);
-        assert_eq!(peer_skip(&src, 16), vec![seg(506, 24)]);
+        let src = [PeerSeg::private(100, 10), PeerSeg::private(500, 30)];
+        assert_eq!(
+            peer_prefix(&src, 16),
+            vec![PeerSeg::private(100, 10), PeerSeg::private(500, 6)]
+        );
+        assert_eq!(peer_skip(&src, 16), vec![PeerSeg::private(506, 24)]);
         assert_eq!(peer_skip(&src, 0), src.to_vec());
         assert_eq!(peer_skip(&src, 40), vec![]);
         assert_eq!(peer_prefix(&src, 0), vec![]);
