@@ -229,15 +229,8 @@ fn self_test() -> Result<Vec<Snapshot>, CliError> {
     // to a loaded machine's scheduler now and then).
     qa.post_send(req(300, WrOpcode::Send, 64, 0)?)
         .or_err("post_send")?;
-    let rnr_naks = |s: &Snapshot| -> u64 {
-        s.counters
-            .iter()
-            .filter(|(n, _)| *n == "tx_rnr_nak")
-            .map(|(_, v)| v)
-            .sum()
-    };
     let deadline = std::time::Instant::now() + T;
-    while rnr_naks(&Snapshot::of(&b, "now")) == 0 {
+    while total(&Snapshot::of(&b, "now"), |n| n == "tx_rnr_nak") == 0 {
         if std::time::Instant::now() > deadline {
             return Err(CliError::new(
                 "B sent no RNR NAK for a SEND without a receive",
@@ -253,13 +246,7 @@ fn self_test() -> Result<Vec<Snapshot>, CliError> {
     expect_ok(1)?;
     cb.poll_blocking(1, T).or_err("waiting for the receive")?;
     // A datagram that is no RoCEv2 packet: B drops it and counts why.
-    let dropped = |s: &Snapshot| -> u64 {
-        s.counters
-            .iter()
-            .filter(|(n, _)| n.starts_with("drop_"))
-            .map(|(_, v)| v)
-            .sum()
-    };
+    let dropped = |s: &Snapshot| total(s, |n| n.starts_with("drop_"));
     let before = dropped(&Snapshot::of(&b, "now"));
     let stray = UdpSocket::bind("127.0.0.3:0").or_err("stray socket")?;
     stray
@@ -283,4 +270,13 @@ fn self_test() -> Result<Vec<Snapshot>, CliError> {
         )));
     }
     Ok(vec![Snapshot::of(&a, "now"), Snapshot::of(&b, "now")])
+}
+
+/// The sum of the counters of `s` whose names `pick` takes.
+fn total(s: &Snapshot, pick: impl Fn(&str) -> bool) -> u64 {
+    s.counters
+        .iter()
+        .filter(|(n, _)| pick(n))
+        .map(|(_, v)| v)
+        .sum()
 }
