@@ -67,8 +67,7 @@ impl Shared {
     /// was away lately (it spins on memory between polls, as `ib_write_lat`
     /// does), the socket goes back to the progress thread now rather than
     /// at its next tick, up to 100 µs later.
-    pub(super) fn leave(&self) {
-        let now = self.now().as_nanos();
+    pub(super) fn leave(&self, now: u64) {
         if policy::hand_back_on_leave(now, self.serve_until.load(Ordering::Relaxed)) {
             self.last_poll.store(0, Ordering::Relaxed);
             self.last_call.store(0, Ordering::Relaxed);
@@ -90,18 +89,16 @@ impl Shared {
         }
     }
 
-    /// Marks packets as queued and not sent (`tx_pending`).
-    pub(super) fn set_pending(&self) {
+    /// Marks packets as queued and not sent (`tx_pending`) at `now`.
+    pub(super) fn set_pending(&self, now: u64) {
         if !self.tx_pending.swap(true, Ordering::Relaxed) {
-            self.pending_since
-                .store(self.now().as_nanos(), Ordering::Relaxed);
+            self.pending_since.store(now, Ordering::Relaxed);
         }
     }
 
     /// Makes sure the progress thread looks at `tx_pending` soon
     /// (`policy::must_wake_for_pending`).
-    pub(super) fn ensure_tick(&self) {
-        let now = self.now().as_nanos();
+    pub(super) fn ensure_tick(&self, now: u64) {
         if policy::must_wake_for_pending(self.sleeping_until.load(Ordering::SeqCst), now) {
             let _ = self.waker.wake();
         }

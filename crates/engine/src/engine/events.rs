@@ -14,12 +14,13 @@ impl Shared {
     /// After any endpoint call: deliver events, and wake the progress thread if
     /// the earliest timer moved before the deadline it sleeps on.
     pub(super) fn after(&self, core: &mut Core) {
-        let now = self.now();
         while let Some(e) = core.ep.poll_event() {
             if let Event::QpAsync(q, t) = e {
                 use softrdma_transport::AsyncEventType as A;
                 let fatal = matches!(t, A::QpFatal | A::QpReqErr | A::QpAccessErr);
                 if matches!(t, A::CommEst) || fatal {
+                    // Read here only: `after` follows every call (see `rx_burst`).
+                    let now = self.now();
                     let Core { ep, cm, .. } = core;
                     cm.qp_event(
                         now,

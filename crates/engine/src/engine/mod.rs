@@ -528,14 +528,14 @@ impl Engine {
     /// Posts a send WR and transmits what it allows (see [`Engine::post_send_many`]).
     pub fn post_send(&self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
         let bytes = wr_bytes(&wr);
-        let r = {
+        let (r, now) = {
             let mut core = self.lock();
             let now = self.now();
             let r = core.ep.post_send(now, qpn, wr);
             self.shared.after(&mut core);
-            r
+            (r, now)
         };
-        self.shared.doorbell(bytes);
+        self.shared.doorbell(bytes, now.as_nanos());
         r
     }
 
@@ -555,7 +555,7 @@ impl Engine {
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> Result<(), (usize, VerbsError)> {
         let mut bytes = 0;
-        let r = {
+        let (r, now) = {
             let mut core = self.lock();
             let now = self.now();
             let r = (|| {
@@ -566,9 +566,9 @@ impl Engine {
                 Ok(())
             })();
             self.shared.after(&mut core);
-            r
+            (r, now)
         };
-        self.shared.doorbell(bytes);
+        self.shared.doorbell(bytes, now.as_nanos());
         r
     }
 
@@ -632,7 +632,7 @@ impl Engine {
         self.shared.back(now);
         let n = self.lock().ep.poll_cq(cq, max, &mut f)?;
         if n > 0 {
-            self.shared.leave();
+            self.shared.leave(now);
             return Ok(n);
         }
         // An empty CQ: this thread spins on it.
@@ -640,15 +640,15 @@ impl Engine {
         self.shared.waiter_lets_go(now);
         // Block on the receive lock rather than spin past it: on a small VM a
         // spinning poller can starve the progress thread that holds it.
-        if self.shared.rx_burst(Rx::Poller) > 0 {
+        if self.shared.rx_burst(Rx::Poller, now) > 0 {
             let n = self.lock().ep.poll_cq(cq, max, &mut f)?;
             if n == 0 {
                 self.shared.flush_pending();
             } else {
                 if self.shared.tx_pending.load(Ordering::Relaxed) {
-                    self.shared.ensure_tick();
+                    self.shared.ensure_tick(now);
                 }
-                self.shared.leave();
+                self.shared.leave(now);
             }
             return Ok(n);
         }

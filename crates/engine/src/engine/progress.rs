@@ -80,7 +80,7 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         let now = s.now().as_nanos();
         let notifies = s.notifies.load(Ordering::Relaxed);
         let got = if watching {
-            let got = s.rx_burst(Rx::Progress);
+            let got = s.rx_burst(Rx::Progress, now);
             policy.received(now, got);
             if requests_before.is_some_and(|r| s.rx_requests.load(Ordering::Relaxed) > r) {
                 s.serve_until
@@ -126,7 +126,7 @@ fn linger(s: &Shared, others: &mut OthersCpu) {
             LingerStep::CheckLoad if !others.idle(now) => return,
             _ => {}
         }
-        let got = s.rx_burst(Rx::Progress);
+        let got = s.rx_burst(Rx::Progress, now);
         let woke_someone = got > 0 && s.notifies.load(Ordering::Relaxed) != notifies;
         match policy.after_poll(now, got, woke_someone) {
             LingerStep::Continue { tick: true } => s.handle_timers(),

@@ -116,7 +116,7 @@ impl Shared {
         loop {
             // What arrived before this thread took the socket, or since the
             // last wake-up; answers are sent at once (`Rx::Progress`).
-            let got = self.rx_burst(Rx::Progress);
+            let got = self.rx_burst(Rx::Progress, self.now().as_nanos());
             self.rx_by_waiter.fetch_add(got as u64, Ordering::Relaxed);
             self.flush_pending();
             // Same-host senders ring the doorbell only if the flag is up;

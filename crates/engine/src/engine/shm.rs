@@ -323,9 +323,9 @@ impl Shared {
         tx: &mut super::tx::Tx,
         n: usize,
         sockets: &super::addrs::Sockets<'_>,
+        now: u64,
     ) {
         let Some(shm) = &self.shm else { return };
-        let now = self.now().as_nanos();
         // (slot, destination, socket) of the lanes pushed to.
         let mut pushed: Vec<(u8, SocketAddr, usize)> = Vec::new();
         let super::tx::Tx {
@@ -422,17 +422,20 @@ impl Shared {
 
     /// Reads the inbox: processes what arrived like [`Shared::rx_burst`]
     /// does a socket's datagrams (the same checks, ACKs sent every chunk).
-    /// The caller holds the receive lock (one consumer).
-    pub(super) fn rx_shm(&self, mode: super::rx::Rx) -> usize {
-        if self.shm.is_none() {
+    /// The caller holds the receive lock (one consumer). `now`: see
+    /// [`Shared::rx_burst`].
+    pub(super) fn rx_shm(&self, mode: super::rx::Rx, now: u64) -> usize {
+        // An empty inbox costs a spinning poller a few loads, not the
+        // engine lock and the bookkeeping after it.
+        if !self.shm.as_ref().is_some_and(|s| s.inbox.has_work()) {
             return 0;
         }
+        let now = softrdma_transport::Instant::from_nanos(now);
         let mut total = 0;
         let mut requests = 0;
         loop {
             let got = {
                 let mut core = self.lock();
-                let now = self.now();
                 let got = self.shm_poll_locked(&mut core, now, ACK_CHUNK_SHM, &mut requests);
                 self.after(&mut core);
                 got
@@ -454,7 +457,7 @@ impl Shared {
             }
             self.send_soon();
         } else {
-            self.set_pending();
+            self.set_pending(now.as_nanos());
         }
         total
     }

@@ -29,8 +29,8 @@ pub(super) struct Tx {
 impl Shared {
     /// After a post: sends what it queued now, or leaves it for a busy
     /// poller's next call (see [`Engine::post_send_many`](super::Engine::post_send_many)).
-    pub(super) fn doorbell(&self, bytes: usize) {
-        let now = self.now().as_nanos();
+    /// `now`: the post's time (see `Shared::rx_burst` on clock reads).
+    pub(super) fn doorbell(&self, bytes: usize, now: u64) {
         // A burst of posts from a spinning application: the previous call
         // was a moment ago, and the last empty poll not long before.
         let burst = self.app_spinning(now) && self.app_spinner(now);
@@ -38,8 +38,8 @@ impl Shared {
         if self.busy_poll && burst {
             let queued = self.deferred_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
             if queued < DEFER_MAX_BYTES {
-                self.set_pending();
-                self.ensure_tick();
+                self.set_pending(now);
+                self.ensure_tick(now);
                 return;
             }
         }
@@ -106,9 +106,9 @@ impl Shared {
         loop {
             tx.dst.clear();
             tx.via.clear();
+            let now = self.now();
             {
                 let mut core = self.lock();
-                let now = self.now();
                 let mut mem = HostMemory;
                 while tx.dst.len() < BATCH {
                     let Some((src, dst, pkt)) = core.gsi_out.pop_front() else {
@@ -143,7 +143,7 @@ impl Shared {
                 }
             }
             // This host's members' datagrams through their lanes.
-            self.shm_send(tx, n, &sockets);
+            self.shm_send(tx, n, &sockets, now.as_nanos());
             // Each socket's datagrams in their order, the device socket's
             // first (most datagrams have no other source).
             let last = tx.via.iter().copied().filter(|&v| v != VIA_SHM).max();
