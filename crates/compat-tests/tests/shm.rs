@@ -402,6 +402,7 @@ fn a_capture_holds_the_data_or_says_it_bypassed_the_wire() {
     assert!(counter(&ss, "shm_rx").is_some_and(|n| n >= 1600), "lanes");
     let len = std::fs::metadata(&pcap).map(|m| m.len()).unwrap_or(0);
     assert!(len > 100 * 65536, "the capture holds the data: {len} bytes");
+    assert_icrcs_right(&pcap);
 
     // The server captures; the client copies nothing itself but sends
     // descriptors the server copies by.
@@ -423,5 +424,32 @@ fn a_capture_holds_the_data_or_says_it_bypassed_the_wire() {
         out.server.stderr.contains("bypasses the wire"),
         "the capturing side says so:\n{out}"
     );
+    // The client, not capturing, left its lane packets' ICRCs out; the
+    // capturing server records them as the wire would carry them.
+    assert_icrcs_right(&pcap);
     let _ = std::fs::remove_file(&pcap);
+}
+
+/// Every packet of a capture (there are some) has its right ICRC.
+fn assert_icrcs_right(pcap: &Path) {
+    use softrdma_wire::decode::IcrcStatus;
+    let bytes = std::fs::read(pcap).unwrap();
+    let (mut n, mut bad) = (0, Vec::new());
+    for rec in softrdma_wire::PcapReader::new(&bytes).unwrap() {
+        let Some(ip) = rec.unwrap().ip_packet() else {
+            continue;
+        };
+        n += 1;
+        match softrdma_wire::decode_ip_packet(ip) {
+            Ok(d) if d.icrc == IcrcStatus::Ok => {}
+            other => bad.push(format!("packet {n}: {:?}", other.map(|d| d.icrc))),
+        }
+    }
+    assert!(n >= 100, "{n} packets in {}", pcap.display());
+    assert!(
+        bad.is_empty(),
+        "{} of {n} bad: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(5)]
+    );
 }

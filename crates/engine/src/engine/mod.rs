@@ -345,6 +345,10 @@ impl Engine {
             // Peer-copy packets name it (`shm/peer_copy.rs`).
             tcfg.peer_incarnation = h.generation();
         }
+        // Lane packets go without their ICRC (no receiver checks it, a
+        // capture records packets whole): `Tx::icrc_here`.
+        tcfg.fill_icrc = shm.is_none() || capture.is_some();
+        let icrc_here = !tcfg.fill_icrc;
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
@@ -361,8 +365,11 @@ impl Engine {
             tx: Mutex::new(Tx {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),
                 dst: Vec::with_capacity(BATCH),
+                src: Vec::with_capacity(BATCH),
                 via: Vec::with_capacity(BATCH),
                 links: shm::Links::new(),
+                icrc_here,
+                pushed: Vec::new(),
             }),
             rx: Mutex::new(rx),
             socket,

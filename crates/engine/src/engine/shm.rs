@@ -326,14 +326,15 @@ impl Shared {
         now: u64,
     ) {
         let Some(shm) = &self.shm else { return };
-        // (slot, destination, socket) of the lanes pushed to.
-        let mut pushed: Vec<(u8, SocketAddr, usize)> = Vec::new();
         let super::tx::Tx {
             bufs,
             dst: dsts,
             via: vias,
             links,
+            pushed,
+            ..
         } = tx;
+        pushed.clear();
         // In the socket's order (requests before ACKs), for the same reason.
         for i in super::tx::requests_then_acks(&bufs[..n]) {
             let (dst, pkt) = (dsts[i], &bufs[i]);
@@ -397,7 +398,7 @@ impl Shared {
         // request, and a ping-pong pair (`ib_write_lat`) would fall out of
         // the lock step in which each side's poller takes the other's
         // requests (then each needs a wake-up of the peer's progress thread).
-        for (slot, dst, via) in pushed {
+        for &(slot, dst, via) in pushed.iter() {
             let wanted = links.get(shm, slot, now).is_some_and(|out| {
                 out.publish();
                 out.doorbell_wanted()
@@ -504,7 +505,15 @@ impl Shared {
     ) -> bool {
         if let Some(c) = &self.capture {
             let dst = SocketAddr::new(dg.dst_ip, self.socket.local_addr().port());
-            c.record(dg.src, dst, dg.payload);
+            if lane.is_some() && dg.payload.len() >= 16 {
+                // Its sender left the ICRC out (`Config::fill_icrc`): the
+                // capture gets the packet as the wire would carry it.
+                let mut whole = dg.payload.to_vec();
+                softrdma_transport::fill_icrc_between(dg.src, dst, &mut whole);
+                c.record(dg.src, dst, &whole);
+            } else {
+                c.record(dg.src, dst, dg.payload);
+            }
         }
         if crate::cm::is_gsi(dg.payload) {
             self.handle_gsi(core, now, dg);

@@ -19,11 +19,19 @@ const RC_ACKNOWLEDGE: u8 = 0x11;
 pub(super) struct Tx {
     pub(super) bufs: Vec<Vec<u8>>,
     pub(super) dst: Vec<SocketAddr>,
+    /// Each datagram's source address (for its ICRC).
+    pub(super) src: Vec<std::net::IpAddr>,
     /// Which socket (index of `Shared::sockets`) sends each datagram: the
     /// one bound to its source address.
     pub(super) via: Vec<usize>,
     /// Links to this host's members (the same-host path).
     pub(super) links: super::shm::Links,
+    /// The endpoint builds packets without their ICRC (`Config::fill_icrc`):
+    /// it is filled here for those that leave through a socket.
+    pub(super) icrc_here: bool,
+    /// (slot, destination, socket) of the lanes a batch pushed to (kept to
+    /// spare an allocation per batch).
+    pub(super) pushed: Vec<(u8, SocketAddr, usize)>,
 }
 
 impl Shared {
@@ -105,6 +113,7 @@ impl Shared {
         let sockets = self.sockets();
         loop {
             tx.dst.clear();
+            tx.src.clear();
             tx.via.clear();
             let now = self.now();
             {
@@ -118,6 +127,7 @@ impl Shared {
                     tx.bufs[i].clear();
                     tx.bufs[i].extend_from_slice(&pkt);
                     tx.dst.push(dst);
+                    tx.src.push(src);
                     tx.via.push(sockets.index_of(src));
                 }
                 while tx.dst.len() < BATCH {
@@ -126,6 +136,7 @@ impl Shared {
                         Some(t) => {
                             tx.bufs[i].truncate(t.len);
                             tx.dst.push(t.dst);
+                            tx.src.push(t.src_ip);
                             tx.via.push(sockets.index_of(t.src_ip));
                         }
                         None => break,
@@ -144,6 +155,13 @@ impl Shared {
             }
             // This host's members' datagrams through their lanes.
             self.shm_send(tx, n, &sockets, now.as_nanos());
+            if tx.icrc_here {
+                let port = self.socket.local_addr().port();
+                for i in (0..n).filter(|&i| tx.via[i] != VIA_SHM) {
+                    let src = SocketAddr::new(tx.src[i], port);
+                    softrdma_transport::fill_icrc_between(src, tx.dst[i], &mut tx.bufs[i]);
+                }
+            }
             // Each socket's datagrams in their order, the device socket's
             // first (most datagrams have no other source).
             let last = tx.via.iter().copied().filter(|&v| v != VIA_SHM).max();

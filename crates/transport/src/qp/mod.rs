@@ -309,7 +309,9 @@ impl Qp {
         buf[hl + payload_len..].fill(0);
         h.write(buf).expect("buffer sized for the headers");
         fill(&mut buf[hl..hl + payload_len])?;
-        fill_icrc(config, path.src_ip, path.dst, buf);
+        if config.fill_icrc {
+            fill_icrc(config, path.src_ip, path.dst, buf);
+        }
         Ok(Transmit {
             src_ip: path.src_ip,
             dst: path.dst,
