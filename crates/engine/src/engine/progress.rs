@@ -126,7 +126,7 @@ fn linger(s: &Shared, others: &mut OthersCpu) {
             LingerStep::CheckLoad if !others.idle(now) => return,
             _ => {}
         }
-        let got = s.rx_burst(Rx::Progress, now);
+        let got = s.rx_burst(Rx::Linger, now);
         let woke_someone = got > 0 && s.notifies.load(Ordering::Relaxed) != notifies;
         match policy.after_poll(now, got, woke_someone) {
             LingerStep::Continue { tick: true } => s.handle_timers(),

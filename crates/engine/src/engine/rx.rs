@@ -33,6 +33,12 @@ pub(super) enum Rx {
     /// An application thread busy-polling its CQ: leaves the last answers to
     /// its caller, which hands completions over first.
     Poller,
+    /// The progress thread spinning after traffic (`progress::linger`):
+    /// answers at once, but reads the sockets only as often as a poller
+    /// does while the lanes carry the traffic (`policy::poller_reads_socket`):
+    /// an empty `recvmmsg` was most of a lingering responder's loop
+    /// (`perf record` of the `ib_read_bw` server, 64 KiB over the lanes).
+    Linger,
 }
 
 impl Shared {
@@ -49,7 +55,7 @@ impl Shared {
     pub(super) fn rx_burst(&self, mode: Rx, now: u64) -> usize {
         let sockets = match mode {
             Rx::Poller => 1,
-            Rx::Progress => usize::MAX,
+            Rx::Progress | Rx::Linger => usize::MAX,
         };
         let shm = {
             let _rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
@@ -58,7 +64,7 @@ impl Shared {
         if shm > 0 {
             self.shm_rx_at.store(now, Ordering::Relaxed);
         }
-        if mode == Rx::Poller {
+        if mode != Rx::Progress {
             let (socket_at, shm_at) = (
                 self.socket_read_at.load(Ordering::Relaxed),
                 self.shm_rx_at.load(Ordering::Relaxed),
@@ -148,7 +154,7 @@ impl Shared {
                 }
             }
             let more = rx.messages().len() >= BATCH;
-            if more || mode == Rx::Progress {
+            if more || mode != Rx::Poller {
                 self.send_soon();
             } else {
                 self.set_pending(self.now().as_nanos());

@@ -234,8 +234,13 @@ pub(super) fn requests_then_acks(bufs: &[Vec<u8>]) -> impl Iterator<Item = usize
     pick(false).chain(pick(true))
 }
 
-/// Payload bytes of a send WR.
+/// Payload bytes a send WR's request packets carry: none for a READ or an
+/// atomic, however much they fetch (a READ's length would fill
+/// `DEFER_MAX_BYTES` in four 64 KiB posts and send each few alone).
 pub(super) fn wr_bytes(wr: &SendWr) -> usize {
+    if wr.opcode.is_read_or_atomic() {
+        return 0;
+    }
     match &wr.inline {
         Some(d) => d.len(),
         None => wr.sgl.iter().map(|s| s.length as usize).sum(),

@@ -23,13 +23,13 @@
 use super::ShmPath;
 use crate::engine::Shared;
 use crate::memory::{HostMemory, store_last};
+use rustc_hash::FxHashMap as HashMap;
 use softrdma_shm::{CopyError, PeerMap, Range, Refused, Shared as SharedRegion};
 use softrdma_transport::{
     AtomicOp, GSI_QPN, MULTICAST_QPN, Memory, PEER_COPY_MIN, PeerCopyError, PeerFile, PeerSeg,
     Unmapped,
 };
 use softrdma_udp::steer::member_slot;
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -262,8 +262,8 @@ impl MrShares {
         let off = std::env::var("SOFTRDMA_MR_SHARE").is_ok_and(|v| v == "0");
         MrShares {
             enabled: peer_copy && !off,
-            by_key: Mutex::new(HashMap::new()),
-            maps: Mutex::new(HashMap::new()),
+            by_key: Mutex::new(HashMap::default()),
+            maps: Mutex::new(HashMap::default()),
             shared: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
