@@ -259,3 +259,38 @@ fn wait_writable(sock: &RoceSocket, ms: i32) {
         libc::poll(&mut p, 1, ms);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::wr_bytes;
+    use softrdma_transport::{SendWr, Sge, WrOpcode};
+
+    #[test]
+    fn a_post_counts_the_bytes_its_requests_carry() {
+        let sge = |length| Sge {
+            addr: 0x1000,
+            length,
+            lkey: 1,
+        };
+        let with = |op, sgl: Vec<Sge>| {
+            let mut wr = SendWr::new(0, op);
+            wr.sgl = sgl;
+            wr
+        };
+        assert_eq!(
+            wr_bytes(&with(WrOpcode::RdmaWrite, vec![sge(65536), sge(10)])),
+            65546
+        );
+        assert_eq!(wr_bytes(&with(WrOpcode::Send, vec![sge(8)])), 8);
+        // A READ's request carries nothing, however much it fetches; an
+        // atomic's only its operands.
+        assert_eq!(wr_bytes(&with(WrOpcode::RdmaRead, vec![sge(65536)])), 0);
+        assert_eq!(
+            wr_bytes(&with(WrOpcode::AtomicFetchAndAdd, vec![sge(8)])),
+            0
+        );
+        let mut inline = SendWr::new(0, WrOpcode::Send);
+        inline.inline = Some(vec![0; 12]);
+        assert_eq!(wr_bytes(&inline), 12);
+    }
+}
