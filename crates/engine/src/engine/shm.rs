@@ -1,8 +1,9 @@
 //! The same-host path (DESIGN §6): datagrams for the QPs of this host
 //! device's member processes — this one included — go through shared-memory
-//! lanes (`softrdma_shm`) instead of UDP. They are the same RoCEv2 packets:
-//! the receiving transport checks them as it checks the wire's, and a capture
-//! records them as packets.
+//! lanes (`softrdma_shm`) instead of UDP. They are the same RoCEv2 packets
+//! but for the ICRC, which they go without (`Config::fill_icrc`): the
+//! receiving transport checks everything else as it checks the wire's, and
+//! a capture records them as whole packets (`Shared::deliver`).
 //!
 //! Sending (under the transmit lock): a datagram whose destination is one of
 //! the device's addresses and whose destination QPN names a member slot goes

@@ -484,10 +484,13 @@ impl Qp {
 
     /// Whether any timer is armed, and the earliest.
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        [self.timers.retrans, self.timers.rnr, self.timers.rnr_hold]
-            .into_iter()
-            .flatten()
-            .min()
+        // Each `None` made "never" before any comparison: comparing the
+        // options themselves let the compiler branch on a `None`'s undefined
+        // payload (valgrind's memcheck failed the C ABI run on it).
+        let ns = |t: Option<Instant>| t.map_or(u64::MAX, Instant::as_nanos);
+        let t = &self.timers;
+        let first = ns(t.retrans).min(ns(t.rnr)).min(ns(t.rnr_hold));
+        (first != u64::MAX).then(|| Instant::from_nanos(first))
     }
 
     /// Local ACK timeout: 4.096 µs × 2^timeout; `None` for timeout 0 (infinite).
