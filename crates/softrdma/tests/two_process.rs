@@ -207,6 +207,7 @@ fn verbs_peer_every_operation_by_peer_copy() {
     common::assert_all_succeeded(&[&c, &s]);
     common::check_verbs_peer(&s, &c);
     let text = std::fs::read_to_string(&stats).unwrap_or_default();
+    let _ = std::fs::remove_file(&stats);
     let copies: u64 = text
         .lines()
         .filter_map(|l| l.strip_prefix("shm_peer_copies "))
