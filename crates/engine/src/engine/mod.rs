@@ -152,6 +152,11 @@ struct Shared {
     waiters: std::sync::atomic::AtomicUsize,
     waited_at: AtomicU64,
     rx_by_waiter: AtomicU64,
+    /// How long the last wait for a completion event lasted (ns; `u64::MAX`:
+    /// none yet), and waits that ended while the thread still polled
+    /// (`policy::WaiterSpin`).
+    last_wait: AtomicU64,
+    waits_spun: AtomicU64,
     /// When a busy poller last read the device socket, and when the inbox
     /// last delivered (ns since `epoch`; `policy::poller_reads_socket`).
     socket_read_at: AtomicU64,
@@ -411,6 +416,8 @@ impl Engine {
             waiters: std::sync::atomic::AtomicUsize::new(0),
             waited_at: AtomicU64::new(0),
             rx_by_waiter: AtomicU64::new(0),
+            last_wait: AtomicU64::new(u64::MAX),
+            waits_spun: AtomicU64::new(0),
             socket_read_at: AtomicU64::new(0),
             shm_rx_at: AtomicU64::new(0),
         });

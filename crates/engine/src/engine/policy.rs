@@ -126,6 +126,51 @@ pub(super) const SOCKET_GAP_NS: u64 = 20_000;
 /// keep the socket); re-measure with `cargo xtask bench --only lat`.
 pub(super) const WAITER_SOCKET_NS: u64 = 1_000_000;
 
+/// How long a thread blocked for a completion event (`receiving.rs`) keeps
+/// polling before it sleeps, when its previous wait was short
+/// ([`WAITER_SPIN_GAP_NS`]): the answer of a peer in a ping-pong then finds
+/// it awake, and it wakes nobody (a wake-up costs 20–30 µs across vCPUs
+/// here, qperf `tcp_lat` 25 µs one-way).
+///
+/// Chosen by issue 17 (`ib_send_lat -e` and `ib_read_lat -e` over the
+/// lanes, BENCHMARKS.md "Same-host latency and READ"); re-measure with
+/// `cargo xtask bench --only same-host`.
+pub(super) const WAITER_SPIN_NS: u64 = 50_000;
+/// The longest previous wait after which a waiter spins first: events
+/// this frequent come from a peer that answers; after a longer wait the
+/// waiter sleeps at once, so a process whose events are sparse, or idle,
+/// spends no CPU on waiting.
+///
+/// Chosen by issue 17, as [`WAITER_SPIN_NS`].
+pub(super) const WAITER_SPIN_GAP_NS: u64 = 100_000;
+
+/// A waiter's polling before it sleeps: until [`WaiterSpin::spins`] says
+/// no more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct WaiterSpin {
+    until: u64,
+}
+
+impl WaiterSpin {
+    /// A wait starting at `now`; the previous one lasted `last_wait` ns
+    /// (`u64::MAX`: none yet).
+    pub(super) fn new(now: u64, last_wait: u64) -> WaiterSpin {
+        let spin = if last_wait <= WAITER_SPIN_GAP_NS {
+            WAITER_SPIN_NS
+        } else {
+            0
+        };
+        WaiterSpin {
+            until: now.saturating_add(spin),
+        }
+    }
+
+    /// Whether the waiter polls again at `now` rather than sleep.
+    pub(super) fn spins(&self, now: u64) -> bool {
+        now < self.until
+    }
+}
+
 /// Whether the device socket stays in the waiting thread's epoll set at
 /// `now`, the last wait having ended at `waited_at` (`u64::MAX`: a thread
 /// waits now).

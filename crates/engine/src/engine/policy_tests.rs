@@ -446,3 +446,20 @@ fn same_host_traffic_stops_counting_after_10ms() {
     assert!(!poller_reads_socket(t, t - US, t - SHM_ACTIVE_NS + 1));
     assert!(poller_reads_socket(t, t - US, t - SHM_ACTIVE_NS));
 }
+
+// --- a thread blocked for a completion event (receiving.rs) ---
+
+#[test]
+fn a_waiter_spins_after_a_short_wait_and_sleeps_after_a_long_one() {
+    let now = 7 * MS;
+    let short = WaiterSpin::new(now, 30 * US);
+    assert!(short.spins(now));
+    assert!(short.spins(now + WAITER_SPIN_NS - 1));
+    assert!(!short.spins(now + WAITER_SPIN_NS));
+    // The boundary of the previous wait.
+    assert!(WaiterSpin::new(now, WAITER_SPIN_GAP_NS).spins(now));
+    assert!(!WaiterSpin::new(now, WAITER_SPIN_GAP_NS + 1).spins(now));
+    // The first wait, or one after an idle second: straight to sleep.
+    assert!(!WaiterSpin::new(now, NONE).spins(now));
+    assert!(!WaiterSpin::new(now, 1_000 * MS).spins(now));
+}

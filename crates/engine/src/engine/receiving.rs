@@ -12,6 +12,10 @@
 //! the other sockets. One thread receives this way at a time; others block
 //! in `read(2)` as before.
 //!
+//! A waiter whose previous wait was short polls for a while before it
+//! sleeps (`policy::WaiterSpin`): a ping-pong peer's answer then finds it
+//! awake, with the same-host doorbell flag down, and wakes nobody.
+//!
 //! The socket joins the waiter's epoll set at a wait and stays there between
 //! waits, until a busy poller finds its CQ empty with no wait for
 //! [`policy::WAITER_SOCKET_NS`]: a socket in any epoll set costs each
@@ -111,19 +115,55 @@ impl Drop for Taken<'_> {
 }
 
 impl Shared {
-    /// Receives until the channel in `poller` is readable.
+    /// Receives until the channel in `poller` is readable: polling first
+    /// while `policy::WaiterSpin` says so (its previous wait was short: a
+    /// peer answers, and finds this thread awake), then asleep.
     fn receive_until_readable(&self, poller: &Poller) -> io::Result<()> {
+        let start = self.now().as_nanos();
+        let spin = policy::WaiterSpin::new(start, self.last_wait.load(Ordering::Relaxed));
+        let ended = |now: u64, spun: bool| {
+            self.last_wait
+                .store(now.saturating_sub(start), Ordering::Relaxed);
+            if spun {
+                self.waits_spun.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        // The channel may be readable already (an event came before the call).
+        let mut look = true;
+        if spin.spins(start) {
+            self.shm_awake();
+        }
         loop {
+            let now = self.now().as_nanos();
+            let spinning = spin.spins(now);
+            let notifies = self.notifies.load(Ordering::Relaxed);
             // What arrived before this thread took the socket, or since the
-            // last wake-up; answers are sent at once (`Rx::Progress`).
-            let got = self.rx_burst(Rx::Progress, self.now().as_nanos());
+            // last look; answers are sent at once. Spinning, it reads the
+            // socket only as a busy poller does while the lanes carry the
+            // traffic (`Rx::Linger`).
+            let mode = if spinning { Rx::Linger } else { Rx::Progress };
+            let got = self.rx_burst(mode, now);
             self.rx_by_waiter.fetch_add(got as u64, Ordering::Relaxed);
             self.flush_pending();
+            if spinning {
+                // A channel was notified: this one, if it is readable.
+                if look || self.notifies.load(Ordering::Relaxed) != notifies {
+                    look = false;
+                    let ev = poller.wait_interruptible(Some(std::time::Instant::now()))?;
+                    if ev.readable & (1 << KEY_CHANNEL) != 0 {
+                        ended(now, true);
+                        return Ok(());
+                    }
+                }
+                std::hint::spin_loop();
+                continue;
+            }
             // Same-host senders ring the doorbell only if the flag is up;
             // if they pushed already, look again without sleeping.
             let deadline = (!self.shm_may_sleep()).then(std::time::Instant::now);
             let ev = poller.wait_interruptible(deadline)?;
             if ev.readable & (1 << KEY_CHANNEL) != 0 {
+                ended(self.now().as_nanos(), false);
                 return Ok(());
             }
         }
@@ -160,7 +200,10 @@ impl Shared {
 
     /// `rx_by_waiter`: datagrams (and lane datagrams) a thread blocked for
     /// a completion event received itself.
-    pub(super) fn waiter_counters(&self) -> [(&'static str, u64); 1] {
-        [("rx_by_waiter", self.rx_by_waiter.load(Ordering::Relaxed))]
+    pub(super) fn waiter_counters(&self) -> [(&'static str, u64); 2] {
+        [
+            ("rx_by_waiter", self.rx_by_waiter.load(Ordering::Relaxed)),
+            ("waits_spun", self.waits_spun.load(Ordering::Relaxed)),
+        ]
     }
 }

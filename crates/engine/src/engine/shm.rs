@@ -581,6 +581,16 @@ impl Shared {
         self.shm.as_ref().is_none_or(|s| !s.inbox.want_doorbell())
     }
 
+    /// A thread blocked for a completion event polls the inbox (it took
+    /// the socket, `receiving.rs`): senders stop ringing. It raises the
+    /// flag again before it sleeps, and handing the socket back raises it
+    /// for the progress thread (`update_watch`).
+    pub(super) fn shm_awake(&self) {
+        if let Some(s) = &self.shm {
+            s.inbox.awake();
+        }
+    }
+
     /// The progress thread is awake again: senders stop ringing, unless a
     /// thread waiting for a completion event has the socket (and sleeps on
     /// it, with the flag up: `receiving.rs`). Decided under the lock that
