@@ -181,6 +181,98 @@ fn a_thread_blocked_for_its_completion_event_receives_the_packet_itself() {
     );
 }
 
+/// One side of an event-mode ping-pong of `n` 8-byte SENDs (`first`: it
+/// sends first): each message waited for through the completion channel,
+/// its first byte checked.
+fn event_pingpong_side(s: &Side, ch: &softrdma_engine::CompChannel, first: bool, n: usize) {
+    use softrdma_engine::transport::WcOpcode;
+    for i in 0..n {
+        s.e.post_recv(
+            s.qpn,
+            RecvWr {
+                wr_id: i as u64,
+                sgl: vec![Sge {
+                    addr: s.buf.as_ptr() as u64,
+                    length: 64,
+                    lkey: s.lkey,
+                }],
+            },
+        )
+        .unwrap();
+        let send = || {
+            let mut wr = SendWr::new(i as u64, WrOpcode::Send);
+            wr.inline = Some(vec![i as u8; 8]);
+            s.e.post_send(s.qpn, wr).unwrap();
+        };
+        if first {
+            send();
+        }
+        let mut got = false;
+        let mut poll = |got: &mut bool| {
+            s.e.poll_cq(s.cq, 16, |w| {
+                assert_eq!(w.status, WcStatus::Success);
+                *got |= w.opcode == WcOpcode::Recv;
+            })
+            .unwrap();
+        };
+        loop {
+            poll(&mut got);
+            if got {
+                break;
+            }
+            s.e.req_notify_cq(s.cq, false).unwrap();
+            poll(&mut got);
+            if got {
+                break;
+            }
+            assert_eq!(ch.get_event().unwrap(), s.cq);
+        }
+        assert_eq!(s.buf[0], i as u8, "message {i}");
+        if !first {
+            send();
+        }
+    }
+}
+
+fn waits_spun(e: &Engine) -> u64 {
+    e.waiter_counters()
+        .into_iter()
+        .find(|(n, _)| *n == "waits_spun")
+        .map_or(0, |(_, v)| v)
+}
+
+/// An event-mode ping-pong: after the first waits (each slept: nothing
+/// came for a while before), the waiters poll before they sleep and
+/// messages find them awake (`policy::WaiterSpin`); every message arrives,
+/// in order. On a quiet machine most waits end while polling; a loaded one
+/// (parallel tests on 2 vCPUs) stretches round trips past the spin, so
+/// the test asks for some on each side within a few rounds.
+#[test]
+fn event_mode_ping_pong_finds_the_waiters_awake() {
+    let (a, b) = pair(12);
+    let n = 200;
+    let ch_a = a.e.create_comp_channel().unwrap();
+    let ch_b = b.e.create_comp_channel().unwrap();
+    a.e.set_cq_channel(a.cq, Some(Arc::clone(&ch_a)));
+    b.e.set_cq_channel(b.cq, Some(Arc::clone(&ch_b)));
+    let mut spun = (0, 0);
+    for _ in 0..5 {
+        std::thread::scope(|t| {
+            t.spawn(|| event_pingpong_side(&b, &ch_b, false, n));
+            event_pingpong_side(&a, &ch_a, true, n);
+        });
+        spun = (waits_spun(&a.e), waits_spun(&b.e));
+        if spun.0 > n as u64 / 4 && spun.1 > n as u64 / 4 {
+            return;
+        }
+    }
+    assert!(
+        spun.0 > 0 && spun.1 > 0,
+        "waits that ended while polling: {spun:?} of about {} each",
+        5 * n
+    );
+}
+
 /// A signal ends a receiving wait with `Interrupted` (qperf's `SIGALRM`),
 /// and the progress thread has the socket again afterwards: a SEND arriving
 /// with nobody waiting completes.
