@@ -208,7 +208,7 @@ fn event_pingpong_side(s: &Side, ch: &softrdma_engine::CompChannel, first: bool,
             send();
         }
         let mut got = false;
-        let mut poll = |got: &mut bool| {
+        let poll = |got: &mut bool| {
             s.e.poll_cq(s.cq, 16, |w| {
                 assert_eq!(w.status, WcStatus::Success);
                 *got |= w.opcode == WcOpcode::Recv;
