@@ -125,45 +125,12 @@ impl Memory for LaneMemory<'_> {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             return Err(PeerCopyError::Gone);
         };
-        let share = &self.shm.mr_share;
-        // On-demand memory may be unmapped: it is written only through the
-        // kernel (`process_vm_readv`), never by a plain store of the last byte.
-        let held = if dst_on_demand {
-            None
-        } else {
-            hold_back_last(src, dst)
+        let from = Producer {
+            slot: self.slot,
+            generation,
+            pid,
         };
-        let r = match held {
-            None => share.copy(self.slot, generation, pid, src, dst, dst_on_demand),
-            Some((body_src, body_dst, last_src, last_dst)) => {
-                let mut byte = 0u8;
-                let here = PeerSeg::private((&raw mut byte) as u64, 1);
-                share
-                    .copy(
-                        self.slot,
-                        generation,
-                        pid,
-                        &body_src,
-                        &body_dst,
-                        dst_on_demand,
-                    )
-                    .and_then(|m| {
-                        Ok(m + share.copy(
-                            self.slot,
-                            generation,
-                            pid,
-                            &[last_src],
-                            &[here],
-                            false,
-                        )?)
-                    })
-                    .inspect(|_| {
-                        // SAFETY: `last_dst` is the last byte of `dst`,
-                        // which the transport checked like a `write`'s.
-                        unsafe { store_last(last_dst, byte) }
-                    })
-            }
-        };
+        let r = self.shm.mr_share.copy(from, src, dst, dst_on_demand);
         match r {
             Ok(mapped) => {
                 stats.copies.fetch_add(1, Ordering::Relaxed);
@@ -187,34 +154,6 @@ impl Memory for LaneMemory<'_> {
             }
         }
     }
-}
-
-/// `src` and `dst` without their last byte, that byte's source, and its
-/// destination address (`None` if they are empty): a peer copy stores the
-/// last byte by itself after all the others, as every placement does
-/// ([`store_last`]); the pieces of one copy otherwise land in no set order
-/// (mapped pieces first, then one `process_vm_readv`, whose kernel copy may
-/// be `rep movsb`).
-fn hold_back_last(
-    src: &[PeerSeg],
-    dst: &[PeerSeg],
-) -> Option<(Vec<PeerSeg>, Vec<PeerSeg>, PeerSeg, u64)> {
-    let split = |v: &[PeerSeg]| {
-        let mut v: Vec<PeerSeg> = v.iter().filter(|s| s.len > 0).copied().collect();
-        let last = v.last_mut()?;
-        last.len -= 1;
-        let byte = PeerSeg {
-            addr: last.addr + u64::from(last.len),
-            len: 1,
-            file: last.file,
-        };
-        if last.len == 0 {
-            v.pop();
-        }
-        Some((v, byte))
-    };
-    let ((s, last_src), (d, last_dst)) = (split(src)?, split(dst)?);
-    Some((s, d, last_src, last_dst.addr))
 }
 
 /// Smallest whole-page part of a region shared at registration: a peer
@@ -330,26 +269,41 @@ impl MrShares {
         maps.retain(|&(slot, g, _, _), _| live(slot) == Some(g));
     }
 
-    /// Copies the ranges `src` of process `pid` (the producer of lane
-    /// `slot`, incarnation `generation`) into our ranges `dst`: through
-    /// mappings of its shared regions where the ranges name one, the rest
-    /// with one `process_vm_readv`. Returns the bytes copied by mapping.
-    /// `dst_on_demand`: `dst` may be unmapped (on-demand paging), so all
-    /// of it is written by `process_vm_readv`, which reports that (`Fault`),
-    /// never by `memcpy`.
+    /// Copies the ranges `src` of the producer `from` of a lane into our
+    /// ranges `dst`: through mappings of its shared regions where the
+    /// ranges name one, the rest with one `process_vm_readv`. Returns the
+    /// bytes copied by mapping.
+    ///
+    /// The last byte of `dst` is stored last, by itself ([`store_last`]),
+    /// as every placement does: it first comes to a byte here with the
+    /// others (the pieces land in no set order: mapped pieces first, then
+    /// one `process_vm_readv`, whose kernel copy may be `rep movsb`).
+    /// Not with `dst_on_demand`: `dst` may be unmapped (on-demand paging),
+    /// so all of it is written by `process_vm_readv`, which reports that
+    /// (`Fault`), never by a store here.
     fn copy(
         &self,
-        slot: u8,
-        generation: u64,
-        pid: u32,
+        from: Producer,
         src: &[PeerSeg],
         dst: &[PeerSeg],
         dst_on_demand: bool,
     ) -> Result<u64, CopyError> {
+        let Producer {
+            slot,
+            generation,
+            pid,
+        } = from;
         let total = |v: &[PeerSeg]| v.iter().map(|s| u64::from(s.len)).sum::<u64>();
-        if total(src) != total(dst) {
+        let len = total(dst);
+        if total(src) != len {
             return Err(CopyError::Invalid);
         }
+        let hold = !dst_on_demand && len > 0;
+        let mut byte = 0u8;
+        let here = (&raw mut byte) as u64;
+        // Where the held byte goes, once every other one is in place.
+        let mut last_dst = None;
+        let mut done = 0u64;
         let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
         let (mut remote, mut local) = (Vec::new(), Vec::new());
         let mut mapped = 0u64;
@@ -386,23 +340,40 @@ impl MrShares {
                 let mut at = a;
                 while at < e {
                     let (d, n) = out.take(e - at).ok_or(CopyError::Invalid)?;
-                    if inside {
-                        let (Some(f), Some(m)) = (s.file, map_key.and_then(|k| maps.get(&k)))
-                        else {
-                            return Err(CopyError::Invalid);
-                        };
-                        // SAFETY: `d` is a piece of `dst`, which the
-                        // transport checked against our MR table (key, PD,
-                        // rights, bounds) under the endpoint lock this runs
-                        // under and deregistration takes; the engine holds no
-                        // Rust reference into registered memory.
-                        if !unsafe { m.copy_to(at - f.addr, d, n) } {
-                            return Err(CopyError::Fault);
-                        }
-                        mapped += n;
+                    done += n;
+                    // The piece, and the held byte if it ends `dst`.
+                    let body = if hold && done == len {
+                        last_dst = Some(d + n - 1);
+                        n - 1
                     } else {
-                        remote.push(Range { addr: at, len: n });
-                        local.push(Range { addr: d, len: n });
+                        n
+                    };
+                    for (from_at, to, k) in [(at, d, body), (at + body, here, n - body)] {
+                        if k == 0 {
+                            continue;
+                        }
+                        if inside {
+                            let (Some(f), Some(m)) = (s.file, map_key.and_then(|k| maps.get(&k)))
+                            else {
+                                return Err(CopyError::Invalid);
+                            };
+                            // SAFETY: `to` is a piece of `dst`, which the
+                            // transport checked against our MR table (key,
+                            // PD, rights, bounds) under the endpoint lock
+                            // this runs under and deregistration takes (the
+                            // engine holds no Rust reference into registered
+                            // memory), or `byte`.
+                            if !unsafe { m.copy_to(from_at - f.addr, to, k) } {
+                                return Err(CopyError::Fault);
+                            }
+                            mapped += k;
+                        } else {
+                            remote.push(Range {
+                                addr: from_at,
+                                len: k,
+                            });
+                            local.push(Range { addr: to, len: k });
+                        }
                     }
                     at += n;
                 }
@@ -410,8 +381,13 @@ impl MrShares {
         }
         drop(maps);
         if !remote.is_empty() {
-            // SAFETY: as for the mapped pieces: `local` are pieces of `dst`.
+            // SAFETY: as for the mapped pieces: `local` are pieces of `dst`
+            // or `byte`.
             unsafe { softrdma_shm::read_from(pid, &remote, &local) }?;
+        }
+        if let Some(at) = last_dst {
+            // SAFETY: `at` is the last byte of `dst`, checked as above.
+            unsafe { store_last(at, byte) };
         }
         Ok(mapped)
     }
@@ -425,6 +401,15 @@ impl Drop for MrShares {
             softrdma_shm::unshare(id);
         }
     }
+}
+
+/// The process a lane's peer-copy packet came from: the lane's slot, the
+/// producer's incarnation and its pid (from the registry).
+#[derive(Debug, Clone, Copy)]
+struct Producer {
+    slot: u8,
+    generation: u64,
+    pid: u32,
 }
 
 /// Walks a list of ranges in pieces.
@@ -544,40 +529,93 @@ impl Shared {
 mod tests {
     use super::*;
 
+    fn pattern(i: usize) -> u8 {
+        (i % 251) as u8 + 1
+    }
+
+    /// A copy from this process's own memory, as from a peer: whole pages
+    /// through the mapping of their memfd, the rest by `process_vm_readv`,
+    /// into pieces of `dst` whose last is one byte (the held byte).
     #[test]
-    fn the_last_byte_is_held_back_from_both_sides() {
-        let file = Some(PeerFile {
-            fd: 3,
-            ino: 9,
-            addr: 0x1000,
-            len: 0x1000,
-        });
+    fn a_copy_lands_whole_through_the_mapping_and_process_vm_readv() {
+        // SAFETY: no arguments to misuse.
+        let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = 5 * ps;
+        // SAFETY: a fresh private anonymous mapping.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: our mapping, `len` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, len) };
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = pattern(i);
+        }
+        let base = base as u64;
+        let shared = softrdma_shm::share(base, 4 * ps as u64, 0, u64::MAX).unwrap();
+        let file = Some(MrShares::file(&shared));
+        let shares = MrShares::new(true);
+        let from = Producer {
+            slot: 1,
+            generation: 7,
+            pid: std::process::id(),
+        };
+        let check = |src: &[PeerSeg], first: usize, n: usize, on_demand: bool| {
+            let mut out = vec![0u8; n + 9];
+            let o = out.as_mut_ptr() as u64;
+            let cut = (n / 3) as u32;
+            // Three pieces with gaps between them; the last one byte.
+            let dst = [
+                PeerSeg::private(o, cut),
+                PeerSeg::private(o + u64::from(cut) + 4, n as u32 - cut - 1),
+                PeerSeg::private(o + n as u64 + 7, 1),
+            ];
+            let mapped = shares.copy(from, src, &dst, on_demand).unwrap();
+            let want: Vec<u8> = (first..first + n).map(pattern).collect();
+            let c = cut as usize;
+            assert_eq!(out[..c], want[..c]);
+            assert_eq!(out[c..c + 4], [0; 4], "a gap stays untouched");
+            assert_eq!(out[c + 4..n + 3], want[c..n - 1]);
+            assert_eq!(out[n + 3..n + 7], [0; 4]);
+            assert_eq!(out[n + 7], want[n - 1], "the held byte");
+            assert_eq!(out[n + 8], 0);
+            mapped
+        };
+        // Shared pages then a private tail: the held byte comes by
+        // process_vm_readv.
+        let n = 4 * ps - 100 + 300;
         let src = [
-            PeerSeg::private(0x1000, 10),
             PeerSeg {
                 file,
-                ..PeerSeg::private(0x2000, 1)
+                ..PeerSeg::private(base + 100, (4 * ps - 100) as u32)
             },
-            PeerSeg::private(0x3000, 0),
+            PeerSeg::private(base + 4 * ps as u64, 300),
         ];
-        let dst = [PeerSeg::private(0x9000, 8), PeerSeg::private(0xA000, 3)];
-        let (s, d, ls, ld) = hold_back_last(&src, &dst).unwrap();
-        // The one-byte last piece of the source goes entirely; its file
-        // stays with the held-back byte (copied through the mapping).
-        assert_eq!(s, [PeerSeg::private(0x1000, 10)]);
-        assert_eq!(
-            ls,
-            PeerSeg {
-                file,
-                ..PeerSeg::private(0x2000, 1)
-            }
-        );
-        assert_eq!(
-            d,
-            [PeerSeg::private(0x9000, 8), PeerSeg::private(0xA000, 2)]
-        );
-        assert_eq!(ld, 0xA002);
-        assert_eq!(hold_back_last(&[PeerSeg::private(1, 0)], &dst), None);
-        assert_eq!(hold_back_last(&[], &[]), None);
+        assert_eq!(check(&src, 100, n, false), (4 * ps - 100) as u64);
+        // On-demand destination: everything by process_vm_readv.
+        assert_eq!(check(&src, 100, n, true), 0);
+        // Shared pages only: the held byte comes through the mapping.
+        let src = [PeerSeg {
+            file,
+            ..PeerSeg::private(base + 8, 2 * ps as u32)
+        }];
+        assert_eq!(check(&src, 8, 2 * ps, false), 2 * ps as u64);
+        // Lengths that differ: refused, nothing copied.
+        let one = [PeerSeg::private(base, 10)];
+        let two = [PeerSeg::private(base + 100, 11)];
+        assert!(matches!(
+            shares.copy(from, &one, &two, false),
+            Err(CopyError::Invalid)
+        ));
+        assert!(softrdma_shm::unshare(shared.id));
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(base as *mut libc::c_void, len) };
     }
 }
