@@ -152,11 +152,16 @@ fn send_to_waiter(a: &Side, b: &Side, ch: &Arc<softrdma_engine::CompChannel>, le
     assert_eq!(waiter.join().unwrap().unwrap(), b.cq);
 }
 
-fn rx_by_waiter(e: &Engine) -> u64 {
+/// The waiter counter `name` of `e` (0 if absent).
+fn waiter_counter(e: &Engine, name: &str) -> u64 {
     e.waiter_counters()
         .into_iter()
-        .find(|(n, _)| *n == "rx_by_waiter")
+        .find(|(n, _)| *n == name)
         .map_or(0, |(_, v)| v)
+}
+
+fn rx_by_waiter(e: &Engine) -> u64 {
+    waiter_counter(e, "rx_by_waiter")
 }
 
 /// Event mode costs one wake-up per completion: the thread blocked in
@@ -234,13 +239,6 @@ fn event_pingpong_side(s: &Side, ch: &softrdma_engine::CompChannel, first: bool,
     }
 }
 
-fn waits_spun(e: &Engine) -> u64 {
-    e.waiter_counters()
-        .into_iter()
-        .find(|(n, _)| *n == "waits_spun")
-        .map_or(0, |(_, v)| v)
-}
-
 /// An event-mode ping-pong: after the first waits (each slept: nothing
 /// came for a while before), the waiters poll before they sleep and
 /// messages find them awake (`policy::WaiterSpin`); every message arrives,
@@ -261,7 +259,10 @@ fn event_mode_ping_pong_finds_the_waiters_awake() {
             t.spawn(|| event_pingpong_side(&b, &ch_b, false, n));
             event_pingpong_side(&a, &ch_a, true, n);
         });
-        spun = (waits_spun(&a.e), waits_spun(&b.e));
+        spun = (
+            waiter_counter(&a.e, "waits_spun"),
+            waiter_counter(&b.e, "waits_spun"),
+        );
         if spun.0 > n as u64 / 4 && spun.1 > n as u64 / 4 {
             return;
         }

@@ -41,6 +41,20 @@ pub(super) enum Rx {
     Linger,
 }
 
+impl Rx {
+    /// Whether the burst sends the answers of what it processed at once
+    /// (a busy poller leaves them to its caller).
+    pub(super) fn sends_answers(self) -> bool {
+        self != Rx::Poller
+    }
+
+    /// Whether the burst reads the sockets only every
+    /// `policy::SOCKET_GAP_NS` while the lanes carry the traffic.
+    fn throttles_sockets(self) -> bool {
+        self != Rx::Progress
+    }
+}
+
 impl Shared {
     /// Receives what is waiting on the socket and processes it; returns
     /// datagrams handled. The answers are sent after each full batch, and
@@ -64,7 +78,7 @@ impl Shared {
         if shm > 0 {
             self.shm_rx_at.store(now, Ordering::Relaxed);
         }
-        if mode != Rx::Progress {
+        if mode.throttles_sockets() {
             let (socket_at, shm_at) = (
                 self.socket_read_at.load(Ordering::Relaxed),
                 self.shm_rx_at.load(Ordering::Relaxed),
@@ -154,7 +168,7 @@ impl Shared {
                 }
             }
             let more = rx.messages().len() >= BATCH;
-            if more || mode != Rx::Poller {
+            if more || mode.sends_answers() {
                 self.send_soon();
             } else {
                 self.set_pending(self.now().as_nanos());

@@ -452,7 +452,7 @@ impl Shared {
             return 0;
         }
         self.rx_requests.fetch_add(requests, Ordering::Relaxed);
-        if mode != super::rx::Rx::Poller {
+        if mode.sends_answers() {
             if let Some(shm) = &self.shm {
                 shm.rx_by_progress
                     .fetch_add(total as u64, Ordering::Relaxed);
