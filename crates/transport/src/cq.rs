@@ -1,6 +1,7 @@
 //! Completion queues and shared receive queues: plain bounded queues plus
 //! their notification state.
 
+use crate::Instant;
 use crate::mr::PdHandle;
 use crate::wr::{RecvWr, Wc};
 use std::collections::VecDeque;
@@ -32,6 +33,12 @@ pub(crate) struct Cq {
     /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: a completion that finds the CQ
     /// full is dropped without an error (no CQ_ERR, the QP carries on).
     pub(crate) ignore_overrun: bool,
+    /// The latest timestamp queued: each completion is stamped after it.
+    /// Callers pass in the time they read on entry, and one descheduled
+    /// before it took the engine would otherwise queue an older stamp after
+    /// a newer one (`ibv_rc_pingpong -t` then sees time run backwards); a
+    /// device's CQEs are written at distinct times.
+    last_stamp: Instant,
 }
 
 /// The CQ was full; the completion was lost.
@@ -46,14 +53,19 @@ impl Cq {
             arm: None,
             users: 0,
             ignore_overrun: false,
+            last_stamp: Instant::ZERO,
         }
     }
 
     /// Queues a completion; returns whether an armed notification fired.
-    pub(crate) fn push(&mut self, wc: Wc, solicited: bool) -> Result<bool, Overflow> {
+    pub(crate) fn push(&mut self, mut wc: Wc, solicited: bool) -> Result<bool, Overflow> {
         if self.entries.len() >= self.cqe as usize {
             return Err(Overflow);
         }
+        if wc.timestamp <= self.last_stamp && self.last_stamp != Instant::ZERO {
+            wc.timestamp = Instant::from_nanos(self.last_stamp.as_nanos() + 1);
+        }
+        self.last_stamp = wc.timestamp;
         self.entries.push_back(wc);
         let fire = match self.arm {
             Some(Arm::Next) => true,
@@ -89,4 +101,31 @@ pub(crate) struct XrcSrq {
     /// same domain may deliver to this SRQ.
     pub(crate) xrcd: u32,
     pub(crate) cq: CqHandle,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{WcOpcode, WcStatus};
+
+    fn stamped(ns: u64) -> Wc {
+        let mut wc = Wc::new(ns, WcStatus::Success, WcOpcode::Recv, 1);
+        wc.timestamp = Instant::from_nanos(ns);
+        wc
+    }
+
+    /// A completion queued after another with an older or equal time (its
+    /// thread read the clock, then waited) is stamped just after it.
+    #[test]
+    fn a_late_older_stamp_never_runs_the_queue_backwards() {
+        let mut cq = Cq::new(8);
+        for ns in [1_000, 5_000_000, 1_150_000, 5_000_000, 6_000_000] {
+            cq.push(stamped(ns), false).unwrap();
+        }
+        let stamps: Vec<u64> = cq.entries.iter().map(|w| w.timestamp.as_nanos()).collect();
+        assert_eq!(stamps, [1_000, 5_000_000, 5_000_001, 5_000_002, 6_000_000]);
+        // Only the stamp changed.
+        let ids: Vec<u64> = cq.entries.iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [1_000, 5_000_000, 1_150_000, 5_000_000, 6_000_000]);
+    }
 }

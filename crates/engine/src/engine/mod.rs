@@ -920,6 +920,23 @@ impl Shared {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Takes `m`, with the time to go on with: `now` (read by the caller
+    /// before) if the lock was free, else the time after the wait. What a
+    /// thread queues is stamped with its time (completion timestamps), and
+    /// a time from before a wait would be older than what the holder
+    /// stamped meanwhile; reading the clock only on contention keeps the
+    /// uncontended path at one clock read per poll.
+    fn lock_fresh<'a, T>(&self, m: &'a Mutex<T>, now: u64) -> (MutexGuard<'a, T>, u64) {
+        match m.try_lock() {
+            Ok(g) => (g, now),
+            Err(TryLockError::Poisoned(p)) => (p.into_inner(), now),
+            Err(TryLockError::WouldBlock) => {
+                let g = m.lock().unwrap_or_else(|p| p.into_inner());
+                (g, self.now().as_nanos())
+            }
+        }
+    }
+
     /// Whether this thread holds none of the locks the exit work takes.
     /// `exit(3)` may run in a signal handler (qperf's `SIGURG` handler
     /// exits) that interrupted this very thread inside the engine; waiting

@@ -72,8 +72,8 @@ impl Shared {
             Rx::Progress | Rx::Linger => usize::MAX,
         };
         let shm = {
-            let _rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
-            self.rx_shm(mode, now)
+            let (_rx, fresh) = self.lock_fresh(&self.rx, now);
+            self.rx_shm(mode, fresh)
         };
         if shm > 0 {
             self.shm_rx_at.store(now, Ordering::Relaxed);

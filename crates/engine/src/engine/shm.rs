@@ -432,13 +432,15 @@ impl Shared {
         if !self.shm.as_ref().is_some_and(|s| s.inbox.has_work()) {
             return 0;
         }
-        let now = softrdma_transport::Instant::from_nanos(now);
+        let mut now = now;
         let mut total = 0;
         let mut requests = 0;
         loop {
             let got = {
-                let mut core = self.lock();
-                let got = self.shm_poll_locked(&mut core, now, ACK_CHUNK_SHM, &mut requests);
+                let (mut core, fresh) = self.lock_fresh(&self.core, now);
+                now = fresh;
+                let t = softrdma_transport::Instant::from_nanos(now);
+                let got = self.shm_poll_locked(&mut core, t, ACK_CHUNK_SHM, &mut requests);
                 self.after(&mut core);
                 got
             };
@@ -459,7 +461,7 @@ impl Shared {
             }
             self.send_soon();
         } else {
-            self.set_pending(now.as_nanos());
+            self.set_pending(now);
         }
         total
     }

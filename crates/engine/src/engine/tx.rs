@@ -115,9 +115,11 @@ impl Shared {
             tx.dst.clear();
             tx.src.clear();
             tx.via.clear();
-            let now = self.now();
-            {
+            let now = {
                 let mut core = self.lock();
+                // Read under the lock: what this queues is stamped with it,
+                // and a CQ's stamps follow the lock's order.
+                let now = self.now();
                 let mut mem = HostMemory;
                 while tx.dst.len() < BATCH {
                     let Some((src, dst, pkt)) = core.gsi_out.pop_front() else {
@@ -143,7 +145,8 @@ impl Shared {
                     }
                 }
                 self.after(&mut core);
-            }
+                now
+            };
             let n = tx.dst.len();
             if n == 0 {
                 return;
