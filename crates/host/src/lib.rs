@@ -607,6 +607,21 @@ impl Registry {
         Some(rec.generation)
     }
 
+    /// The generation of slot `slot`'s holder while the slot is held; `None` if it is free,
+    /// never used, or its record cannot be read. One probe and, only for a held slot, one
+    /// record read: for a caller that asks about the few slots it deals with, where
+    /// [`Registry::members`] reads every slot file (up to [`MAX_SLOT`] of them, most
+    /// free after a while, at four system calls each).
+    pub fn live_generation(&self, slot: u8) -> Option<u64> {
+        if slot == 0 {
+            return None;
+        }
+        match fsutil::probe(&self.dir.join(format::slot_name(slot)), false) {
+            Probe::Alive(file) => Some(SlotRecord::parse(&fsutil::read_record(&file)?)?.generation),
+            Probe::Dead(_) | Probe::Missing => None,
+        }
+    }
+
     /// Live members, by slot. A live slot whose record cannot be read is left out.
     pub fn members(&self) -> io::Result<Vec<MemberInfo>> {
         let snap = self.snapshot()?;

@@ -311,9 +311,13 @@ fn slots_prefer_never_used_and_keep_generations() {
     assert!(!reg.is_alive(4) && !reg.is_alive(0));
     assert_eq!(reg.generation(2), Some(1));
     assert_eq!(reg.generation(4), None);
+    assert_eq!(reg.live_generation(2), Some(1));
+    assert_eq!(reg.live_generation(4), None);
+    assert_eq!(reg.live_generation(0), None);
 
     drop(m2);
     assert!(!reg.is_alive(2));
+    assert_eq!(reg.live_generation(2), None, "a freed slot has no holder");
     assert_eq!(
         reg.generation(2),
         Some(1),
