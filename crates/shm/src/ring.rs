@@ -77,6 +77,12 @@ pub struct Ring {
     /// Datagrams the producer wrote past `head` and has not published yet
     /// ([`Ring::stage`], [`Ring::publish`]); this process's, not shared.
     staged: AtomicU64,
+    /// The producer's last reading of `tail` (this process's): the slots
+    /// it counts free stay free, so it reads the consumer's counter again
+    /// only when this view says the lane is full. Reading it on every
+    /// push cost the sender a cache-line transfer per datagram, on the
+    /// message's path (the consumer wrote it at its last pop).
+    tail_seen: AtomicU64,
 }
 
 // SAFETY: the view is a pointer into shared memory whose every concurrent
@@ -100,6 +106,7 @@ impl Ring {
         Ring {
             base,
             staged: AtomicU64::new(0),
+            tail_seen: AtomicU64::new(0),
         }
     }
 
@@ -163,9 +170,14 @@ impl Ring {
             .counter(HEAD)
             .load(Ordering::Relaxed)
             .wrapping_add(staged);
-        let tail = self.counter(TAIL).load(Ordering::Acquire);
-        if head.wrapping_sub(tail) >= SLOTS {
-            return Err(PushError::Full);
+        // A stale view only undercounts the free slots (also across a
+        // reset, where the difference wraps to "full"): read afresh then.
+        if head.wrapping_sub(self.tail_seen.load(Ordering::Relaxed)) >= SLOTS {
+            let tail = self.counter(TAIL).load(Ordering::Acquire);
+            self.tail_seen.store(tail, Ordering::Relaxed);
+            if head.wrapping_sub(tail) >= SLOTS {
+                return Err(PushError::Full);
+            }
         }
         let slot = self.slot(head);
         let mut meta = [0u8; 40];
@@ -324,6 +336,28 @@ pub(crate) mod tests {
         r.pop(usize::MAX, |e| seen.push(e.data.to_vec()));
         assert_eq!(seen.len() as u64, SLOTS);
         assert_eq!(seen.last().unwrap(), b"last");
+    }
+
+    /// The producer reads the consumer's `tail` (a cache line the consumer
+    /// writes at every pop) only when its last reading says full: here the
+    /// counter is made to say "full" behind its back, and pushes go on
+    /// until its own view fills; then it reads it, and refuses.
+    #[test]
+    fn the_producer_reads_the_tail_only_when_its_view_says_full() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        r.push(src(), src().ip(), b"first").unwrap();
+        // As if the consumer had popped nothing and the lane were full.
+        r.counter(TAIL)
+            .store(1u64.wrapping_sub(SLOTS), Ordering::Release);
+        for i in 1..SLOTS {
+            r.push(src(), src().ip(), &i.to_le_bytes()).unwrap();
+        }
+        assert_eq!(r.push(src(), src().ip(), b"x"), Err(PushError::Full));
+        // The real tail back, one slot freed: the next push reads it again.
+        r.counter(TAIL).store(1, Ordering::Release);
+        r.push(src(), src().ip(), b"after").unwrap();
+        assert_eq!(r.push(src(), src().ip(), b"y"), Err(PushError::Full));
     }
 
     #[test]
