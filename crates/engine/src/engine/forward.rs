@@ -50,11 +50,15 @@ impl Pending {
 
 /// The datagram in an envelope (None for anything else).
 fn unwrap(envelope: &[u8]) -> Option<Datagram<'_>> {
-    forward::decode(envelope).map(|fw| Datagram {
+    forward::decode(envelope).map(datagram)
+}
+
+fn datagram(fw: forward::Forwarded<'_>) -> Datagram<'_> {
+    Datagram {
         src: fw.src,
         dst_ip: fw.dst_ip,
         payload: fw.payload,
-    })
+    }
 }
 
 impl Shared {
@@ -92,7 +96,8 @@ impl Shared {
         let (Some(f), Some(h)) = (&self.forward, &self.host) else {
             return;
         };
-        let mut here = Vec::new();
+        // Each owner's datagrams in their order, in as few bundles as fit.
+        let mut by_slot: Vec<(u8, Vec<Pending>)> = Vec::new();
         for p in pending {
             let slot = match p.to {
                 ForwardTo::Slot(s) => Some(s),
@@ -111,13 +116,22 @@ impl Shared {
             };
             // No listener yet: the port's holder has not called listen, and
             // the client's retransmission finds it once it has.
-            if let Some(s) = slot
-                && f.forward(&h.registry().forward_path(s), &p.envelope)
-                    .is_err()
-                && p.here_if_nobody
-            {
-                here.push(p.envelope);
+            let Some(s) = slot else { continue };
+            match by_slot.iter_mut().find(|(t, _)| *t == s) {
+                Some((_, v)) => v.push(p),
+                None => by_slot.push((s, vec![p])),
             }
+        }
+        let mut here = Vec::new();
+        for (s, ps) in by_slot {
+            let envelopes: Vec<&[u8]> = ps.iter().map(|p| &p.envelope[..]).collect();
+            let (done, _) = f.forward_all(&h.registry().forward_path(s), &envelopes);
+            here.extend(
+                ps.into_iter()
+                    .skip(done)
+                    .filter(|p| p.here_if_nobody)
+                    .map(|p| p.envelope),
+            );
         }
         if !here.is_empty() {
             self.deliver_here(&here);
@@ -148,21 +162,23 @@ impl Shared {
         let mut total = 0;
         let mut noticed = Noticed::default();
         let mut requests = 0;
-        while let Ok(Some(e)) = f.recv(&mut buf) {
-            let Some(dg) = unwrap(e) else {
-                continue;
-            };
+        while let Ok(Some(bundle)) = f.recv(&mut buf) {
             let mut core = self.lock();
             let now = self.now();
-            let mut one = RxOne {
-                noticed: &mut noticed,
-                requests: &mut requests,
-                forwards: None,
-            };
-            self.rx_one(&mut core, now, &dg, &mut one);
+            for dg in forward::envelopes(bundle).map(datagram) {
+                let mut one = RxOne {
+                    noticed: &mut noticed,
+                    requests: &mut requests,
+                    forwards: None,
+                };
+                self.rx_one(&mut core, now, &dg, &mut one);
+                total += 1;
+            }
             self.after(&mut core);
-            total += 1;
         }
+        f.stats()
+            .received
+            .fetch_add(total as u64, Ordering::Relaxed);
         if total > 0 {
             self.rx_requests.fetch_add(requests, Ordering::Relaxed);
             self.send_soon();
