@@ -26,7 +26,7 @@
 //! the kernel queues at most `net.unix.max_dgram_qlen` datagrams (10 by
 //! default) per socket, and a burst (a GRO batch of a send window) sent one
 //! envelope per datagram overflowed it whenever the owner's progress thread
-//! was not scheduled within [`ROOM_WAIT`] (the `forward` test under load:
+//! was not scheduled within 2 ms, `ROOM_WAIT` (the `forward` test under load:
 //! 4 runs in 20 lost datagrams).
 
 use std::io;
@@ -218,7 +218,7 @@ impl Forwarder {
     }
 
     /// Hands `envelopes` to the member bound at `to`, in order, as few
-    /// bundles as fit ([`BUNDLE_MAX`]). Returns how many were handed over
+    /// bundles as fit (64 KiB each). Returns how many were handed over
     /// (the first ones: after a bundle fails the rest are not tried) and the
     /// error that stopped it.
     pub fn forward_all(&self, to: &Path, envelopes: &[&[u8]]) -> (usize, Option<io::Error>) {

@@ -1,9 +1,11 @@
 //! What softrdma is measured against, and the idle waiter: the qperf TCP
-//! server and tests, a one-thread memcpy, and the CPU use of a process
-//! blocked on a completion channel.
+//! server and tests, a one-thread memcpy, a cache line's trip between two
+//! CPUs, and the CPU use of a process blocked on a completion channel.
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -82,6 +84,42 @@ pub(crate) fn memcpy_bw(size: usize) -> f64 {
         n += 16;
     }
     (n * size as u64) as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// One-way time, in µs, for a cache line one thread writes to reach another
+/// spinning on it: two threads ping-pong two counters on their own lines,
+/// unpinned like the benchmark's processes (two spinners take two CPUs).
+/// Every same-host latency, UCX's too, moves with it: on this VM it is
+/// ~0.06 µs or ~0.27 µs depending on where the host runs the vCPUs
+/// (BENCHMARKS.md, "The machine's two modes"). NaN on one CPU.
+pub(crate) fn cacheline_us() -> f64 {
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+    const TRIPS: u64 = 200_000;
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return f64::NAN;
+    }
+    let ping = Arc::new(Line(AtomicU64::new(0)));
+    let pong = Arc::new(Line(AtomicU64::new(0)));
+    let (pi, po) = (ping.clone(), pong.clone());
+    let peer = std::thread::spawn(move || {
+        for i in 1..=TRIPS {
+            while pi.0.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
+            po.0.store(i, Ordering::Release);
+        }
+    });
+    let t0 = Instant::now();
+    for i in 1..=TRIPS {
+        ping.0.store(i, Ordering::Release);
+        while pong.0.load(Ordering::Acquire) != i {
+            std::hint::spin_loop();
+        }
+    }
+    let took = t0.elapsed();
+    let _ = peer.join();
+    took.as_secs_f64() * 1e6 / (2 * TRIPS) as f64
 }
 
 /// CPU use (% of one CPU) and wake-ups per second of a process blocked on a

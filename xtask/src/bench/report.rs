@@ -539,6 +539,11 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
         ("ucx:tag_lat", "UCX `tag_lat -s 8` (one-way)"),
         ("ucx:ucp_put_lat", "UCX `ucp_put_lat -s 8` (one-way)"),
         ("tcp_lat", "TCP 8 B latency, qperf `tcp_lat -m 8` (one-way)"),
+        (
+            "cacheline",
+            "A cache line between two spinning threads (one-way; ~0.06 or ~0.27 µs on this VM, \
+             see BENCHMARKS.md, \"The machine's two modes\")",
+        ),
     ] {
         let (v, _, lo, hi) = stat(r, key);
         let _ = writeln!(

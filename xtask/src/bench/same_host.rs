@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use super::baselines::{Qperf, memcpy_bw};
+use super::baselines::{Qperf, cacheline_us, memcpy_bw};
 use super::procs::{free_tcp_port, run_pair, tail};
 use super::{Ctx, Sample, Setup, parse};
 use crate::Result;
@@ -288,6 +288,12 @@ pub(crate) fn one_rep(ctx: &mut Ctx, qperf: Option<&Qperf>, ucx: bool) {
             });
         ctx.record("tcp_lat", r);
     }
+    // The machine's mode, next to the latencies that depend on it.
+    let line = Sample {
+        v: cacheline_us(),
+        aux: f64::NAN,
+    };
+    ctx.record("cacheline", Ok(line));
     for (tool, events, test) in LAT_ROWS {
         if let (true, Some(t)) = (ucx, test) {
             let r = ctx.ucx_lat(t);
