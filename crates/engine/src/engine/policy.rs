@@ -114,6 +114,43 @@ pub(super) const SHM_ACTIVE_NS: u64 = 10_000_000;
 /// `cargo xtask bench --only same-host`.
 pub(super) const SOCKET_GAP_NS: u64 = 20_000;
 
+/// How long after an application thread left with completions, handing the
+/// socket back (`left_at`, see [`hand_back_on_leave`]), the progress thread
+/// holds the answers (ACKs) of the requests it processes: the application
+/// spins on memory for the data those requests bring (`ib_write_lat`) and
+/// posts next, and its post carries them. Sent at once, an ACK ends its
+/// requester's poll before the next request arrives, which then finds both
+/// applications away from the engine and lands through a wake-up (~30 µs
+/// here): a state that sustained itself, `ib_write_lat` 27–35 µs instead of
+/// 0.85 µs in 2 of 3 repetitions of one same-host run.
+///
+/// Chosen by issue 17 (`cargo xtask bench --only same-host`, `ib_write_lat`
+/// over the lanes; BENCHMARKS.md, "The machine's two modes"): one
+/// application round trip is a few µs, so a millisecond away is no longer
+/// a ping-pong.
+pub(super) const HOLD_WINDOW_NS: u64 = 1_000_000;
+/// The longest a held answer waits for the application's post: then the
+/// progress thread sends it (less than a wake-up costs here, 20–30 µs).
+///
+/// Chosen by issue 17, as [`HOLD_WINDOW_NS`].
+pub(super) const ANSWER_HOLD_NS: u64 = 20_000;
+
+/// Whether the progress thread holds the answers of what it receives at
+/// `now`, an application thread having left at `left_at` (0: it is back).
+pub(super) fn holds_answers(now: u64, left_at: u64) -> bool {
+    left_at != 0 && now.saturating_sub(left_at) < HOLD_WINDOW_NS
+}
+
+/// When the progress thread must be up to send held answers (`tx_pending`
+/// since `pending_since`); `u64::MAX`: nothing held.
+pub(super) fn held_answers_due(tx_pending: bool, pending_since: u64) -> u64 {
+    if tx_pending {
+        pending_since.saturating_add(ANSWER_HOLD_NS)
+    } else {
+        u64::MAX
+    }
+}
+
 /// How long after the last wait for a completion event the device socket
 /// stays in the waiting thread's epoll set (`receiving.rs`) while an
 /// application busy-polls. In any epoll set, the socket costs each datagram
@@ -386,15 +423,21 @@ impl Progress {
 
     /// After the wait (`now`): whether to send what a poller or a post left
     /// unsent (`tx_pending` since `pending_since`); in standby only what
-    /// waited a tick, since its owner may still be in the middle of a burst.
+    /// waited a tick, since its owner may still be in the middle of a burst;
+    /// `holding` ([`holds_answers`]) only what waited [`ANSWER_HOLD_NS`].
     pub(super) fn flush(
         &self,
         now: u64,
         watching: bool,
+        holding: bool,
         tx_pending: bool,
         pending_since: u64,
     ) -> bool {
-        watching || pending_older_than(tx_pending, pending_since, now, STANDBY_NS)
+        if holding {
+            pending_older_than(tx_pending, pending_since, now, ANSWER_HOLD_NS)
+        } else {
+            watching || pending_older_than(tx_pending, pending_since, now, STANDBY_NS)
+        }
     }
 
     /// After the wait (`now`): whether to fire the timers (always while

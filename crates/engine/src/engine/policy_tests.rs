@@ -263,13 +263,13 @@ fn after_the_wait_flushes_and_fires_timers() {
     let now = 20 * MS;
     p.sleep(now, true, 0, 25 * MS);
     // Watching: always.
-    assert!(p.flush(now, true, false, 0));
+    assert!(p.flush(now, true, false, false, 0));
     assert!(p.fire_timers(now, true));
     p.sleep(now, false, 0, 25 * MS);
     // Standby: what waited a tick, timers that are due.
-    assert!(!p.flush(now, false, false, 0));
-    assert!(!p.flush(now, false, true, now - STANDBY_NS + 1));
-    assert!(p.flush(now, false, true, now - STANDBY_NS));
+    assert!(!p.flush(now, false, false, false, 0));
+    assert!(!p.flush(now, false, false, true, now - STANDBY_NS + 1));
+    assert!(p.flush(now, false, false, true, now - STANDBY_NS));
     assert!(!p.fire_timers(25 * MS - 1, false));
     assert!(p.fire_timers(25 * MS, false));
     assert!(p.fire_timers(25 * MS + 1, false));
@@ -462,4 +462,22 @@ fn a_waiter_spins_after_a_short_wait_and_sleeps_after_a_long_one() {
     // The first wait, or one after an idle second: straight to sleep.
     assert!(!WaiterSpin::new(now, NONE).spins(now));
     assert!(!WaiterSpin::new(now, 1_000 * MS).spins(now));
+}
+
+#[test]
+fn answers_are_held_for_an_application_that_left_lately() {
+    let left = 50 * MS;
+    assert!(!holds_answers(left, 0), "the application is back");
+    assert!(holds_answers(left, left));
+    assert!(holds_answers(left + HOLD_WINDOW_NS - 1, left));
+    assert!(!holds_answers(left + HOLD_WINDOW_NS, left), "away too long");
+    // Held answers go once they waited ANSWER_HOLD_NS, watching or not,
+    // and the progress thread is up by then.
+    let p = Progress::new();
+    let since = left + 3 * US;
+    assert!(!p.flush(since + ANSWER_HOLD_NS - 1, true, true, true, since));
+    assert!(p.flush(since + ANSWER_HOLD_NS, true, true, true, since));
+    assert!(!p.flush(since, true, true, false, 0), "nothing held");
+    assert_eq!(held_answers_due(true, since), since + ANSWER_HOLD_NS);
+    assert_eq!(held_answers_due(false, since), u64::MAX);
 }

@@ -6,7 +6,7 @@
 
 use super::Shared;
 use super::events::earliest;
-use super::policy::{LingerStep, Lingering, LoadSample, LoadWindow, Missed, Progress};
+use super::policy::{self, LingerStep, Lingering, LoadSample, LoadWindow, Missed, Progress};
 use super::rx::Rx;
 use softrdma_udp::Poller;
 use std::fs::File;
@@ -59,10 +59,20 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
             .then(|| s.rx_requests.load(Ordering::Relaxed));
         // Watching, this thread is the inbox's reader: same-host senders
         // ring while it sleeps; if they pushed already, it does not sleep.
+        // Answers held for an application's post go out by their due time
+        // (`policy::held_answers_due`) if it does not post.
+        let held_due = if policy::holds_answers(now, s.left_at.load(Ordering::Relaxed)) {
+            policy::held_answers_due(
+                s.tx_pending.load(Ordering::Relaxed),
+                s.pending_since.load(Ordering::Relaxed),
+            )
+        } else {
+            u64::MAX
+        };
         let deadline = if watching && !s.shm_may_sleep() {
             now
         } else {
-            sleep.until
+            sleep.until.min(held_due)
         };
         s.sleeping_until.store(deadline, Ordering::SeqCst);
         let when =
@@ -79,8 +89,9 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         }
         let now = s.now().as_nanos();
         let notifies = s.notifies.load(Ordering::Relaxed);
+        let holding = policy::holds_answers(now, s.left_at.load(Ordering::Relaxed));
         let got = if watching {
-            let got = s.rx_burst(Rx::Progress, now);
+            let got = s.rx_burst(if holding { Rx::Held } else { Rx::Progress }, now);
             policy.received(now, got);
             if requests_before.is_some_and(|r| s.rx_requests.load(Ordering::Relaxed) > r) {
                 s.serve_until
@@ -96,6 +107,7 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         if policy.flush(
             now,
             attended,
+            holding && watching,
             s.tx_pending.load(Ordering::Relaxed),
             s.pending_since.load(Ordering::Relaxed),
         ) {
@@ -107,7 +119,9 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         s.shm_sweep();
         // A thread woken through a completion channel needs a CPU: leave it one.
         let woke_someone = s.notifies.load(Ordering::Relaxed) != notifies;
-        if Progress::linger(got, watching, woke_someone, s.linger) {
+        // Holding answers, the application is about to come back: a third
+        // spinner would take the CPU it needs.
+        if !holding && Progress::linger(got, watching, woke_someone, s.linger) {
             linger(s, &mut others);
         }
     }

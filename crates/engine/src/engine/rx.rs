@@ -39,19 +39,30 @@ pub(super) enum Rx {
     /// an empty `recvmmsg` was most of a lingering responder's loop
     /// (`perf record` of the `ib_read_bw` server, 64 KiB over the lanes).
     Linger,
+    /// The progress thread while an application that handed the socket
+    /// back is expected to post (`policy::holds_answers`): leaves the
+    /// answers for that post, as a poller does.
+    Held,
 }
 
 impl Rx {
     /// Whether the burst sends the answers of what it processed at once
-    /// (a busy poller leaves them to its caller).
+    /// (a busy poller, or the progress thread holding them, leaves them
+    /// to a post).
     pub(super) fn sends_answers(self) -> bool {
+        !matches!(self, Rx::Poller | Rx::Held)
+    }
+
+    /// Whether the progress thread (or a waiter standing in for it) runs
+    /// the burst.
+    pub(super) fn is_progress(self) -> bool {
         self != Rx::Poller
     }
 
     /// Whether the burst reads the sockets only every
     /// `policy::SOCKET_GAP_NS` while the lanes carry the traffic.
     fn throttles_sockets(self) -> bool {
-        self != Rx::Progress
+        matches!(self, Rx::Poller | Rx::Linger)
     }
 }
 
@@ -69,7 +80,7 @@ impl Shared {
     pub(super) fn rx_burst(&self, mode: Rx, now: u64) -> usize {
         let sockets = match mode {
             Rx::Poller => 1,
-            Rx::Progress | Rx::Linger => usize::MAX,
+            Rx::Progress | Rx::Linger | Rx::Held => usize::MAX,
         };
         let shm = {
             let (_rx, fresh) = self.lock_fresh(&self.rx, now);

@@ -455,11 +455,13 @@ impl Shared {
             return 0;
         }
         self.rx_requests.fetch_add(requests, Ordering::Relaxed);
+        if mode.is_progress()
+            && let Some(shm) = &self.shm
+        {
+            shm.rx_by_progress
+                .fetch_add(total as u64, Ordering::Relaxed);
+        }
         if mode.sends_answers() {
-            if let Some(shm) = &self.shm {
-                shm.rx_by_progress
-                    .fetch_add(total as u64, Ordering::Relaxed);
-            }
             self.send_soon();
         } else {
             self.set_pending(now);
