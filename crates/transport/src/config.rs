@@ -97,7 +97,7 @@ pub struct Config {
     pub verify_icrc: bool,
     /// Whether built packets carry their ICRC (default true). An engine
     /// that sends most packets through shared memory, whose receivers do
-    /// not check it, turns this off and fills it ([`crate::Endpoint::fill_icrc`])
+    /// not check it, turns this off and fills it ([`crate::fill_icrc_between`])
     /// for those that leave through a socket: ~580 instructions a packet
     /// (callgrind, `ib_send_lat` over the lanes).
     pub fill_icrc: bool,

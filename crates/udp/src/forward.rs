@@ -155,8 +155,7 @@ pub struct ForwardStats {
     /// Datagrams that could not be handed over (nobody bound there, the
     /// queue stayed full); the caller decides what becomes of them.
     pub failed: AtomicU64,
-    /// Envelopes received from other members (counted by the caller of
-    /// [`Forwarder::recv`], which splits the bundles).
+    /// Envelopes received from other members.
     pub received: AtomicU64,
 }
 
@@ -276,12 +275,17 @@ impl Forwarder {
 
     /// Receives one bundle into `buf` (resized to hold the largest);
     /// `Ok(None)` when none is waiting. The caller splits it with
-    /// [`envelopes`] (which rejects garbage) and counts them in
-    /// [`ForwardStats::received`].
+    /// [`envelopes`] (which rejects garbage).
     pub fn recv<'b>(&self, buf: &'b mut Vec<u8>) -> io::Result<Option<&'b [u8]>> {
         buf.resize(BUNDLE_MAX.max(HEADER_LEN + crate::MAX_UDP_PAYLOAD), 0);
         match self.inbox.recv(buf) {
-            Ok(n) => Ok(Some(&buf[..n])),
+            Ok(n) => {
+                let bundle = &buf[..n];
+                self.stats
+                    .received
+                    .fetch_add(envelopes(bundle).count() as u64, Ordering::Relaxed);
+                Ok(Some(bundle))
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),
         }
@@ -374,6 +378,7 @@ mod tests {
             got.extend(envelopes(bundle).map(|f| (f.src, f.payload.to_vec())));
         }
         assert_eq!(bundles, 4);
+        assert_eq!(b.stats().received.load(Ordering::Relaxed), 200);
         let want: Vec<_> = sent
             .iter()
             .map(|e| decode(e).map(|f| (f.src, f.payload.to_vec())).unwrap())
@@ -413,6 +418,7 @@ mod tests {
         a.forward(b.path(), &e).unwrap();
         assert_eq!(b.recv(&mut buf).unwrap(), Some(&e[..]));
         assert_eq!(a.stats().sent.load(Ordering::Relaxed), 1);
+        assert_eq!(b.stats().received.load(Ordering::Relaxed), 1);
 
         // The slot's next holder binds the same name: the link reconnects.
         drop(b);

@@ -176,9 +176,6 @@ impl Shared {
             }
             self.after(&mut core);
         }
-        f.stats()
-            .received
-            .fetch_add(total as u64, Ordering::Relaxed);
         if total > 0 {
             self.rx_requests.fetch_add(requests, Ordering::Relaxed);
             self.send_soon();

@@ -57,8 +57,6 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         let requests_before = sleep
             .count_requests
             .then(|| s.rx_requests.load(Ordering::Relaxed));
-        // Watching, this thread is the inbox's reader: same-host senders
-        // ring while it sleeps; if they pushed already, it does not sleep.
         // Answers held for an application's post go out by their due time
         // (`policy::held_answers_due`) if it does not post.
         let held_due = if policy::holds_answers(now, s.left_at.load(Ordering::Relaxed)) {
@@ -69,6 +67,8 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         } else {
             u64::MAX
         };
+        // Watching, this thread is the inbox's reader: same-host senders
+        // ring while it sleeps; if they pushed already, it does not sleep.
         let deadline = if watching && !s.shm_may_sleep() {
             now
         } else {

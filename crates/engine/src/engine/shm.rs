@@ -252,10 +252,10 @@ impl ShmPath {
         // Mappings of dead members' shared regions hold their memory.
         self.mr_share.forget_dead(live);
         if inbox {
-            // Asked afresh for each lane, after its owner is read: a member
-            // that joined after the snapshot above (forked children start
-            // together) may own a lane already, and wiping its lane would
-            // lose what it pushed.
+            // Asked afresh for each lane, after its owner is read, not from
+            // the readings above (`known`): a member that joined since
+            // (forked children start together) may own a lane already, and
+            // wiping its lane would lose what it pushed.
             self.inbox
                 .reclaim(|slot| self.registry.live_generation(slot));
         }
