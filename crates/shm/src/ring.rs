@@ -150,7 +150,10 @@ impl Ring {
     /// Producer: publishes every staged datagram at once (one release store
     /// of `head`): the consumer sees them together or not at all.
     pub fn publish(&self) {
-        let n = self.staged.swap(0, Ordering::Relaxed);
+        // One producer: a load and a store, not a swap (a locked
+        // instruction, which waits for the slot stores to leave this CPU).
+        let n = self.staged.load(Ordering::Relaxed);
+        self.staged.store(0, Ordering::Relaxed);
         if n > 0 {
             let head = self.counter(HEAD).load(Ordering::Relaxed);
             self.counter(HEAD)

@@ -1223,7 +1223,8 @@ impl Endpoint {
                 qp.scheduled = false;
             }
             // Sending arms the retransmission timer.
-            self.rearm(qpn);
+            let deadline = qp.next_timeout();
+            self.timers.set(qpn, deadline);
             if t.is_some() {
                 // More may follow: back of the line, for fairness between QPs.
                 self.ready.push_back(qpn);

@@ -28,13 +28,20 @@ impl TimerHeap {
     pub(crate) fn set(&mut self, qpn: Qpn, t: Option<Instant>) {
         match t {
             Some(t) => {
+                // Most calls (one per packet sent) leave the deadline as it
+                // was: one lookup then.
+                if self.armed.get(&qpn) == Some(&t) {
+                    return;
+                }
                 let old = self.armed.insert(qpn, t);
                 if old.is_none_or(|o| t < o) {
                     self.heap.push(Reverse((t, qpn)));
                 }
             }
             None => {
-                self.armed.remove(&qpn);
+                if self.armed.remove(&qpn).is_none() {
+                    return;
+                }
             }
         }
         self.fix_top();
@@ -109,6 +116,18 @@ mod tests {
         h.set(2, None);
         assert_eq!(h.earliest(), Some(at(100)));
         h.set(1, None);
+        assert_eq!(h.earliest(), None);
+    }
+
+    #[test]
+    fn setting_an_unchanged_deadline_or_disarming_an_unarmed_qp_changes_nothing() {
+        let mut h = TimerHeap::default();
+        h.set(1, Some(at(100)));
+        h.set(1, Some(at(100)));
+        h.set(2, None);
+        assert_eq!(h.heap.len(), 1, "no second entry for an unchanged deadline");
+        assert_eq!(h.earliest(), Some(at(100)));
+        assert_eq!(h.take_due(at(100)), vec![1]);
         assert_eq!(h.earliest(), None);
     }
 

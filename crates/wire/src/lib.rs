@@ -39,6 +39,6 @@ pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport, 
 pub use packet::{Headers, ICRC_LEN, Packet, emit, pad_for, xrc_srqn};
 pub use pcap::{PcapReader, PcapWriter};
 pub use peer::{
-    MAX_PEER_SEGS, PeerFile, PeerSeg, peer_payload_len, read_peer_segs, write_peer_segs,
+    MAX_PEER_SEGS, PeerFile, PeerSeg, PeerSegs, peer_payload_len, read_peer_segs, write_peer_segs,
 };
 pub use psn::Psn;

@@ -10,6 +10,7 @@ pub mod cq;
 mod cq_ex;
 pub mod device;
 pub mod dm;
+mod few;
 pub mod import;
 mod mw;
 pub(crate) mod objects;

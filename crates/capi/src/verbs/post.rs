@@ -3,6 +3,7 @@
 //! are inline in applications and call these slots.
 
 use super::conv::wc_to_c;
+use super::few::Few;
 use super::objects::{self as o, Ah, Cq, Kind, Qp, Srq};
 use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
@@ -164,7 +165,7 @@ pub(super) unsafe fn post_chain<T, W: Chained, R>(
     wr: *mut W,
     bad_wr: *mut *mut W,
     mut conv: impl FnMut(&T, &W) -> Result<R, c_int>,
-    post: impl FnOnce(&T, Vec<R>, &[*mut W]) -> Result<(), (usize, VerbsError)>,
+    post: impl FnOnce(&T, Few<R>, &[*mut W]) -> Result<(), (usize, VerbsError)>,
 ) -> c_int {
     ffi_guard(
         || ret::pos(libc::EIO),
@@ -181,8 +182,8 @@ pub(super) unsafe fn post_chain<T, W: Chained, R>(
                 return ret::pos(libc::EINVAL);
             };
             // Convert the whole chain first, then post it under one lock.
-            let mut ptrs = Vec::new();
-            let mut wrs = Vec::new();
+            let mut ptrs = Few::default();
+            let mut wrs = Few::default();
             let mut p = wr;
             let mut conv_err = None;
             while !p.is_null() {
@@ -200,7 +201,8 @@ pub(super) unsafe fn post_chain<T, W: Chained, R>(
                 }
                 p = w.next();
             }
-            if let Err((i, e)) = post(t, wrs, &ptrs) {
+            let ptrs = ptrs.as_slice();
+            if let Err((i, e)) = post(t, wrs, ptrs) {
                 set_bad(ptrs[i]);
                 return e.errno();
             }
@@ -279,7 +281,7 @@ unsafe extern "C" fn post_srq_recv(
 ) -> c_int {
     // SAFETY: each request's SGE list is readable (verbs contract).
     let conv = |s: &Srq, w: &ibv_recv_wr| unsafe { recv_wr(w, s.max_sge) };
-    let post = |s: &Srq, wrs: Vec<RecvWr>, _: &[_]| {
+    let post = |s: &Srq, wrs: Few<RecvWr>, _: &[_]| {
         let h = s.h;
         s.engine.post_srq_recv_many(h, wrs)
     };

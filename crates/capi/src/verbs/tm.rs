@@ -4,6 +4,7 @@
 //! CQ's (`cq_ex.rs`); the capabilities are `tm_caps` of
 //! `ibv_query_device_ex` ([`tm_caps`]).
 
+use super::few::Few;
 use super::objects::{self as o, Cq, Kind, Pd, Srq};
 use super::post::{Chained, post_chain, sges};
 use crate::ffi::*;
@@ -93,7 +94,7 @@ pub(crate) unsafe extern "C" fn vctx_post_srq_ops(
 ) -> c_int {
     // SAFETY: each operation's SGE list is readable (verbs contract).
     let conv = |_: &Srq, w: &ibv_ops_wr| unsafe { op(w) };
-    let post = |s: &Srq, wrs: Vec<SrqOp>, ptrs: &[*mut ibv_ops_wr]| {
+    let post = |s: &Srq, wrs: Few<SrqOp>, ptrs: &[*mut ibv_ops_wr]| {
         s.engine.post_srq_ops(s.h, wrs, |i, h| {
             // The application's chain, writable per the contract.
             let p: *mut ibv_ops_wr = ptrs[i];

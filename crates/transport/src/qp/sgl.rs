@@ -123,8 +123,8 @@ pub(crate) fn host_ranges(
     sgl: &[Sge],
     len: u32,
     need: Access,
-) -> Result<(Vec<crate::PeerSeg>, bool), ScatterError> {
-    let mut out = Vec::with_capacity(sgl.len());
+) -> Result<(softrdma_wire::PeerSegs, bool), ScatterError> {
+    let mut out = softrdma_wire::PeerSegs::new();
     let mut on_demand = false;
     let left = walk(mrs, pd, sgl, 0, len as usize, need, |host, r, lkey| {
         on_demand |= host.on_demand;

@@ -20,7 +20,7 @@
 //!   link went down) is dropped, not sent over UDP: RC retransmits it, and
 //!   a peer that stays gone ends in `IBV_WC_RETRY_EXC_ERR`.
 
-use super::ShmPath;
+use super::{ShmPath, add_locked};
 use crate::engine::Shared;
 use crate::memory::{HostMemory, store_last};
 use rustc_hash::FxHashMap as HashMap;
@@ -120,9 +120,10 @@ impl Memory for LaneMemory<'_> {
         // The packet's sender must be the lane's producer now: a
         // descriptor a dead member left in its lane is not copied from the
         // slot's next holder (as if the dead member's packet were lost).
+        // The counters below: under the engine lock, as all of this.
         let producer = self.shm.producer(self.slot).filter(|&(g, _)| g == from);
         let Some((generation, pid)) = producer else {
-            stats.failed.fetch_add(1, Ordering::Relaxed);
+            add_locked(&stats.failed, 1);
             return Err(PeerCopyError::Gone);
         };
         let from = Producer {
@@ -133,14 +134,14 @@ impl Memory for LaneMemory<'_> {
         let r = self.shm.mr_share.copy(from, src, dst, dst_on_demand);
         match r {
             Ok(mapped) => {
-                stats.copies.fetch_add(1, Ordering::Relaxed);
+                add_locked(&stats.copies, 1);
                 let n: u64 = dst.iter().map(|l| u64::from(l.len)).sum();
-                stats.bytes.fetch_add(n, Ordering::Relaxed);
-                stats.mapped_bytes.fetch_add(mapped, Ordering::Relaxed);
+                add_locked(&stats.bytes, n);
+                add_locked(&stats.mapped_bytes, mapped);
                 Ok(())
             }
             Err(e) => {
-                stats.failed.fetch_add(1, Ordering::Relaxed);
+                add_locked(&stats.failed, 1);
                 if std::env::var_os("SOFTRDMA_DEBUG").is_some() {
                     eprintln!("softrdma: peer copy from pid {pid} failed: {e:?}");
                 }
@@ -441,22 +442,23 @@ impl Cursor<'_> {
 impl ShmPath {
     /// The incarnation and pid of the process that pushes into lane `slot`:
     /// the registry's holder of the slot, if its incarnation is the lane's
-    /// (cached per incarnation; a file read when it changes).
+    /// (cached per incarnation; a file read when it changes). Under the
+    /// engine lock (as every use of the cache), so plain loads and stores.
     fn producer(&self, slot: u8) -> Option<(u64, u32)> {
         let owner = self.inbox.lane_owner(slot);
         if owner == 0 {
             return None;
         }
-        let mut cache = self.producers.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = &mut cache[usize::from(slot)];
-        if entry.0 != owner {
+        let (generation, pid) = &self.producers[usize::from(slot)];
+        if generation.load(Ordering::Relaxed) != owner {
             let info = self.registry.inbox(slot)?;
             if info.generation != owner {
                 return None;
             }
-            *entry = (owner, info.pid);
+            pid.store(info.pid, Ordering::Relaxed);
+            generation.store(owner, Ordering::Relaxed);
         }
-        Some(*entry)
+        Some((owner, pid.load(Ordering::Relaxed)))
     }
 }
 
