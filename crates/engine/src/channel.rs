@@ -13,13 +13,24 @@ use std::sync::{Arc, Mutex, Weak};
 /// a completion costs one wake-up (the packet's, of the thread that wants
 /// it) instead of two (the progress thread's, then the channel's).
 pub(crate) trait Receiver: Send + Sync + std::fmt::Debug {
-    /// Waits until `efd` is readable (without consuming it), receiving the
-    /// device's packets meanwhile. `Ok(false)`: this thread cannot receive
-    /// here (another one does, or this is a forked child): the caller
-    /// blocks in `read(2)` as before. A signal handler ends the wait with
+    /// A thread is about to block for an event; `receives`: it will try
+    /// [`Receiver::wait_receiving`] (its channel blocks). Otherwise the
+    /// progress thread must receive for it.
+    fn before_block(&self, receives: bool);
+    /// Waits until `efd`, of the channel numbered `channel`, is readable
+    /// (without consuming it), receiving the device's packets meanwhile.
+    /// `Ok(false)`: this thread cannot receive here (another one does, or
+    /// this is a forked child): the caller blocks in `read(2)` as before,
+    /// the progress thread receiving. A signal handler ends the wait with
     /// `Interrupted`.
-    fn wait_receiving(&self, efd: &EventFd) -> io::Result<bool>;
+    fn wait_receiving(&self, channel: u64, efd: &EventFd) -> io::Result<bool>;
+    /// The channel numbered `channel` goes away (its `efd` still open).
+    fn channel_closed(&self, channel: u64, efd: &EventFd);
 }
+
+/// Numbers channels for [`Receiver`]: an fd number may be reused by the
+/// next channel once one closes.
+static NEXT_CHANNEL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A queue whose eventfd (semaphore mode) counts what it holds: readable
 /// while an entry waits. Behind the CM's event channels and libibumad's MAD
@@ -91,6 +102,7 @@ impl<T> AsRawFd for EventQueue<T> {
 /// A completion channel: CQs armed with it queue themselves here when they fire.
 #[derive(Debug)]
 pub struct CompChannel {
+    id: u64,
     efd: EventFd,
     pending: Mutex<VecDeque<CqHandle>>,
     receiver: Option<Weak<dyn Receiver>>,
@@ -106,6 +118,7 @@ impl CompChannel {
     /// A channel whose blocking waits receive through `receiver`.
     pub(crate) fn with_receiver(receiver: Option<Weak<dyn Receiver>>) -> io::Result<CompChannel> {
         Ok(CompChannel {
+            id: NEXT_CHANNEL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             efd: EventFd::with_options(EventFdOptions::default().semaphore(true).blocking(true))?,
             pending: Mutex::new(VecDeque::new()),
             receiver,
@@ -122,13 +135,16 @@ impl CompChannel {
     /// A signal handler interrupting the wait ends it with `Interrupted`, as
     /// `ibv_get_cq_event` does.
     pub fn get_event(&self) -> io::Result<CqHandle> {
+        let receiver = self.receiver.as_ref().and_then(Weak::upgrade);
+        // Blocking (a non-blocking fd reads at once, or fails): the
+        // device's packets are received in this thread meanwhile.
+        let blocking = !self.efd.is_nonblocking()?;
+        if let Some(r) = &receiver {
+            r.before_block(blocking);
+        }
         loop {
-            // Blocking (a non-blocking fd reads at once, or fails): the
-            // device's packets are received in this thread meanwhile.
-            if let Some(r) = self.receiver.as_ref().and_then(Weak::upgrade)
-                && !self.efd.is_nonblocking()?
-            {
-                r.wait_receiving(&self.efd)?;
+            if blocking && let Some(r) = &receiver {
+                r.wait_receiving(self.id, &self.efd)?;
             }
             self.efd.read_interruptible()?;
             if let Some(cq) = self.pending.lock().expect("channel lock").pop_front() {
@@ -150,6 +166,14 @@ impl CompChannel {
     /// Makes `get_event` return `WouldBlock` instead of blocking (or back).
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         self.efd.set_nonblocking(on)
+    }
+}
+
+impl Drop for CompChannel {
+    fn drop(&mut self) {
+        if let Some(r) = self.receiver.as_ref().and_then(Weak::upgrade) {
+            r.channel_closed(self.id, &self.efd);
+        }
     }
 }
 

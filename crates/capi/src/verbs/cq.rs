@@ -191,11 +191,8 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         if cq.is_null() || cq_context.is_null() {
             return ret::neg(libc::EINVAL);
         }
+        // The wait tells the engine a thread blocks (`CompChannel::get_event`).
         let inner = ch.inner.clone();
-        // SAFETY: registry-checked; the channel's context is live while the channel is.
-        if let Some(c) = unsafe { o::ctx(ch.ch.context) } {
-            c.engine.before_block();
-        }
         loop {
             let h = match inner.get_event() {
                 Ok(h) => h,

@@ -672,17 +672,7 @@ impl Engine {
     /// Tells the engine an application thread is about to block (e.g. in a
     /// completion channel): the progress thread must watch the socket again.
     pub fn before_block(&self) {
-        self.shared.flush_pending();
-        self.shared.last_call.store(0, Ordering::Relaxed);
-        self.shared.last_poll.store(0, Ordering::Relaxed);
-        // Put the socket back into the progress thread's epoll set now (it
-        // may be in standby, ticking up to a millisecond apart).
-        self.shared.update_watch(&self.shared.poller);
-        // Same-host senders must ring from now on; what they pushed before
-        // is read at once.
-        if !self.shared.shm_may_sleep() {
-            let _ = self.shared.waker.wake();
-        }
+        crate::channel::Receiver::before_block(&*self.shared, false);
     }
 
     /// Attaches a UD QP to a multicast group (`ibv_attach_mcast`). Delivery on

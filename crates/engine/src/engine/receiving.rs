@@ -21,14 +21,20 @@
 //! [`policy::WAITER_SOCKET_NS`]: a socket in any epoll set costs each
 //! datagram a wake-up callback in the sender's kernel even while nobody
 //! sleeps in the set (BENCHMARKS.md, "Issue 16, outcome 6"), which a busy
-//! poller would pay on every packet.
+//! poller would pay on every packet. The channel's eventfd stays there too,
+//! until another channel waits or it closes; and a thread about to receive
+//! does not hand the socket to the progress thread first. Each wait took
+//! five `epoll_ctl`s before, most of an event-mode ping-pong's system calls
+//! (`strace -c` of `ib_send_lat -e`: 8 a round trip), and the hand-over
+//! raised the same-host doorbell flag for the moment between, so peers rang.
 
 use super::rx::Rx;
 use super::{KEY_SOCKET, Shared, policy};
 use crate::channel::Receiver;
 use softrdma_udp::{EventFd, Interest, Poller};
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 /// The channel's key in the waiter's epoll set.
@@ -40,44 +46,134 @@ const KEY_CHANNEL: u8 = 5;
 #[derive(Debug)]
 pub(super) struct WaiterPoller {
     poller: Poller,
-    /// The process that opened it: a forked child has the parent's engine
-    /// without its threads, and must not read its socket (nor change the
-    /// epoll set it shares with the parent).
-    pid: u32,
+    /// The channel whose eventfd is in the set: (number, fd); (0, _): none.
+    /// A channel takes itself out as it closes (`channel_closed`), so the
+    /// fd is that channel's while it is recorded here.
+    channel: Mutex<(u64, RawFd)>,
+    /// The process that opened it (`fork_generation`): a forked child has
+    /// the parent's engine without its threads, and must not read its
+    /// socket (nor change the epoll set it shares with the parent).
+    forks: u64,
 }
 
 impl WaiterPoller {
     pub(super) fn new() -> io::Result<WaiterPoller> {
         Ok(WaiterPoller {
             poller: Poller::new()?,
-            pid: std::process::id(),
+            channel: Mutex::new((0, -1)),
+            forks: softrdma_udp::fork_private::fork_generation(),
         })
     }
 
     /// This process's set (None in a forked child).
     fn ours(&self) -> Option<&Poller> {
-        (self.pid == std::process::id()).then_some(&self.poller)
+        (self.forks == softrdma_udp::fork_private::fork_generation()).then_some(&self.poller)
+    }
+
+    /// Puts channel `id`'s `efd` in the set, in place of another channel's.
+    fn watch_channel(&self, poller: &Poller, id: u64, efd: &EventFd) -> io::Result<()> {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        if ch.0 == id {
+            return Ok(());
+        }
+        if ch.0 != 0 {
+            // SAFETY: a recorded channel is open (it leaves the record
+            // before its eventfd closes), so `ch.1` is its eventfd.
+            let old = unsafe { BorrowedFd::borrow_raw(ch.1) };
+            let _ = poller.remove_fd(old, KEY_CHANNEL);
+            *ch = (0, -1);
+        }
+        poller.add_fd(efd.as_fd(), KEY_CHANNEL, Interest::Readable)?;
+        *ch = (id, efd.as_raw_fd());
+        Ok(())
+    }
+
+    /// Channel `id` closes: its eventfd leaves the set.
+    fn forget_channel(&self, id: u64, efd: &EventFd) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        if ch.0 == id {
+            if let Some(poller) = self.ours() {
+                let _ = poller.remove_fd(efd.as_fd(), KEY_CHANNEL);
+            }
+            *ch = (0, -1);
+        }
     }
 }
 
 impl Receiver for Shared {
-    fn wait_receiving(&self, efd: &EventFd) -> io::Result<bool> {
-        let Some(poller) = self.waiter_poller.as_ref().and_then(WaiterPoller::ours) else {
+    fn before_block(&self, receives: bool) {
+        self.flush_pending();
+        self.last_call.store(0, Ordering::Relaxed);
+        self.last_poll.store(0, Ordering::Relaxed);
+        // A thread about to receive reads the socket and the inbox as soon
+        // as it waits (see the module documentation).
+        if receives && self.waiter_can_receive() {
+            return;
+        }
+        self.hand_to_progress();
+    }
+
+    fn wait_receiving(&self, channel: u64, efd: &EventFd) -> io::Result<bool> {
+        let Some(wp) = self.waiter_poller.as_ref() else {
+            self.hand_to_progress();
+            return Ok(false);
+        };
+        let Some(poller) = wp.ours() else {
+            self.hand_to_progress();
             return Ok(false);
         };
         let Ok(mut socket_in) = self.waiter_lock.try_lock() else {
+            // Another thread receives.
+            self.hand_to_progress();
             return Ok(false);
         };
         if !*socket_in {
             if poller.add_socket(&self.socket, KEY_SOCKET).is_err() {
                 // Block in `read(2)` as before; the progress thread receives.
+                drop(socket_in);
+                self.hand_to_progress();
                 return Ok(false);
             }
             *socket_in = true;
         }
-        poller.add_fd(efd.as_fd(), KEY_CHANNEL, Interest::Readable)?;
-        let _taken = Taken::new(self, poller, efd);
+        if let Err(e) = wp.watch_channel(poller, channel, efd) {
+            drop(socket_in);
+            self.hand_to_progress();
+            return Err(e);
+        }
+        let _taken = Taken::new(self);
         self.receive_until_readable(poller).map(|()| true)
+    }
+
+    fn channel_closed(&self, channel: u64, efd: &EventFd) {
+        if let Some(wp) = &self.waiter_poller {
+            wp.forget_channel(channel, efd);
+        }
+    }
+}
+
+impl Shared {
+    /// Whether a thread about to wait for an event would receive itself:
+    /// this process's waiter set, with no other thread receiving. (If one
+    /// starts meanwhile, that one receives, and this thread's
+    /// `wait_receiving` hands over to the progress thread anyway.)
+    fn waiter_can_receive(&self) -> bool {
+        self.waiter_poller
+            .as_ref()
+            .and_then(WaiterPoller::ours)
+            .is_some()
+            && self.waiter_lock.try_lock().is_ok()
+    }
+
+    /// The progress thread receives from now on: the socket goes back into
+    /// its epoll set now (it may be in standby, ticking up to a millisecond
+    /// apart), and same-host senders must ring; what they pushed before is
+    /// read at once.
+    pub(super) fn hand_to_progress(&self) {
+        self.update_watch(&self.poller);
+        if !self.shm_may_sleep() {
+            let _ = self.waker.wake();
+        }
     }
 }
 
@@ -86,18 +182,16 @@ impl Receiver for Shared {
 /// `epoll_wait`, which unwinds).
 struct Taken<'a> {
     s: &'a Shared,
-    poller: &'a Poller,
-    efd: &'a EventFd,
 }
 
 impl<'a> Taken<'a> {
-    fn new(s: &'a Shared, poller: &'a Poller, efd: &'a EventFd) -> Taken<'a> {
+    fn new(s: &'a Shared) -> Taken<'a> {
         s.waiters.fetch_add(1, Ordering::SeqCst);
         s.waited_at.store(u64::MAX, Ordering::Relaxed);
         // The progress thread lets go of the socket (under the lock its own
         // updates take) before this thread sleeps on it.
         s.update_watch(&s.poller);
-        Taken { s, poller, efd }
+        Taken { s }
     }
 }
 
@@ -110,7 +204,6 @@ impl Drop for Taken<'_> {
         // Back to the progress thread; it is woken if datagrams wait in the
         // inbox (the doorbell flag stays raised: senders ring it).
         self.s.update_watch(&self.s.poller);
-        let _ = self.poller.remove_fd(self.efd.as_fd(), KEY_CHANNEL);
     }
 }
 

@@ -98,7 +98,7 @@ impl CompChannel {
     /// # }
     /// ```
     pub fn wait(&self) -> Result<CqId> {
-        self._ctx.before_block();
+        // `get_event` tells the engine this thread blocks.
         loop {
             match self.ch.get_event() {
                 Ok(id) => return Ok(id),
