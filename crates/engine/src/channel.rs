@@ -18,12 +18,20 @@ pub(crate) trait Receiver: Send + Sync + std::fmt::Debug {
     /// progress thread must receive for it.
     fn before_block(&self, receives: bool);
     /// Waits until `efd`, of the channel numbered `channel`, is readable
-    /// (without consuming it), receiving the device's packets meanwhile.
+    /// (without consuming it), receiving the device's packets meanwhile;
+    /// `ready`: whether the channel holds an event (its eventfd is
+    /// readable, or is about to be), asked while the thread spins instead
+    /// of an `epoll_wait`.
     /// `Ok(false)`: this thread cannot receive here (another one does, or
     /// this is a forked child): the caller blocks in `read(2)` as before,
     /// the progress thread receiving. A signal handler ends the wait with
     /// `Interrupted`.
-    fn wait_receiving(&self, channel: u64, efd: &EventFd) -> io::Result<bool>;
+    fn wait_receiving(
+        &self,
+        channel: u64,
+        efd: &EventFd,
+        ready: &dyn Fn() -> bool,
+    ) -> io::Result<bool>;
     /// The channel numbered `channel` goes away (its `efd` still open).
     fn channel_closed(&self, channel: u64, efd: &EventFd);
 }
@@ -144,7 +152,8 @@ impl CompChannel {
         }
         loop {
             if blocking && let Some(r) = &receiver {
-                r.wait_receiving(self.id, &self.efd)?;
+                let ready = || !self.pending.lock().expect("channel lock").is_empty();
+                r.wait_receiving(self.id, &self.efd, &ready)?;
             }
             self.efd.read_interruptible()?;
             if let Some(cq) = self.pending.lock().expect("channel lock").pop_front() {

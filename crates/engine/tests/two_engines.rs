@@ -274,6 +274,44 @@ fn event_mode_ping_pong_finds_the_waiters_awake() {
     );
 }
 
+/// After an event-mode ping-pong, whose waits end while polling, a waiter
+/// keeps the socket for its next wait (`policy::keeps_socket_after_wait`);
+/// when its thread then stops calling in, the progress thread takes the
+/// socket back at its next tick: a SEND that comes then is received.
+#[test]
+fn a_waiter_that_stops_waiting_after_a_ping_pong_leaves_the_socket_to_the_progress_thread() {
+    let (a, b) = pair(14);
+    let ch_a = a.e.create_comp_channel().unwrap();
+    let ch_b = b.e.create_comp_channel().unwrap();
+    a.e.set_cq_channel(a.cq, Some(Arc::clone(&ch_a)));
+    b.e.set_cq_channel(b.cq, Some(Arc::clone(&ch_b)));
+    for _ in 0..5 {
+        std::thread::scope(|t| {
+            t.spawn(|| event_pingpong_side(&b, &ch_b, false, 100));
+            event_pingpong_side(&a, &ch_a, true, 100);
+        });
+        if waiter_counter(&b.e, "waits_spun") > 0 {
+            break;
+        }
+    }
+    // The last ACKs land, and both CQs are emptied of the send completions.
+    std::thread::sleep(Duration::from_millis(20));
+    for s in [&a, &b] {
+        while s.e.poll_cq(s.cq, 16, |_| {}).unwrap() > 0 {}
+    }
+    // B's application thread calls in no more: only the progress thread
+    // can receive the SEND (then wait_wc's polls find it done).
+    let rx_before = b.e.stats().0.rx_packets;
+    send_one(&a, &b, 64);
+    let t0 = Instant::now();
+    while b.e.stats().0.rx_packets == rx_before {
+        assert!(t0.elapsed() < Duration::from_secs(10), "nobody received");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let w = wait_wc(&b, 1);
+    assert_eq!((w[0].status, w[0].byte_len), (WcStatus::Success, 64));
+}
+
 /// A signal ends a receiving wait with `Interrupted` (qperf's `SIGALRM`),
 /// and the progress thread has the socket again afterwards: a SEND arriving
 /// with nobody waiting completes.

@@ -192,7 +192,7 @@ impl WaiterSpin {
     /// A wait starting at `now`; the previous one lasted `last_wait` ns
     /// (`u64::MAX`: none yet).
     pub(super) fn new(now: u64, last_wait: u64) -> WaiterSpin {
-        let spin = if last_wait <= WAITER_SPIN_GAP_NS {
+        let spin = if waiter_spins(last_wait) {
             WAITER_SPIN_NS
         } else {
             0
@@ -205,6 +205,42 @@ impl WaiterSpin {
     /// Whether the waiter polls again at `now` rather than sleep.
     pub(super) fn spins(&self, now: u64) -> bool {
         now < self.until
+    }
+}
+
+/// Whether a thread waiting for a completion event, its previous wait
+/// having lasted `last_wait` ns (`u64::MAX`: none yet), polls before it
+/// sleeps ([`WaiterSpin`]): a peer that answers.
+pub(super) fn waiter_spins(last_wait: u64) -> bool {
+    last_wait <= WAITER_SPIN_GAP_NS
+}
+
+/// Whether a thread whose wait for a completion event ended while it still
+/// polled (`spun`: a ping-pong's) keeps the device socket and the inbox
+/// for its next wait, as a busy poller keeps them between polls: the
+/// progress thread, asleep until `sleeping_until` (0: awake), looks within
+/// two ticks ([`must_wake_for_pending`]), and takes them back then if the
+/// thread is neither waiting nor polling. Given back at every wait's end,
+/// they woke the progress thread at almost every message (a doorbell, or
+/// the socket back in its set with a datagram in it): 33 000–36 000
+/// wake-ups a second in `ib_send_lat -e` over the lanes, each taking the
+/// CPU from a polling waiter (2 vCPUs); kept, 1 400 (its ticks), and
+/// 13.6–13.8 µs one-way became 2.6–2.7 (BENCHMARKS.md, "Same-host path:
+/// which CPU copies").
+pub(super) fn keeps_socket_after_wait(spun: bool, sleeping_until: u64, now: u64) -> bool {
+    spun && !must_wake_for_pending(sleeping_until, now)
+}
+
+/// The latest the progress thread sleeps until at `now` while a thread that
+/// polls for its completion events (`spinning_waiter`) has the socket:
+/// a tick, so a socket that thread keeps between waits
+/// ([`keeps_socket_after_wait`]) comes back within it if the thread leaves.
+/// `u64::MAX`: no bound.
+pub(super) fn waiter_tick(now: u64, spinning_waiter: bool) -> u64 {
+    if spinning_waiter {
+        now.saturating_add(MAX_STANDBY_NS)
+    } else {
+        u64::MAX
     }
 }
 

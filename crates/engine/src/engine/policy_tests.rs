@@ -481,3 +481,28 @@ fn answers_are_held_for_an_application_that_left_lately() {
     assert_eq!(held_answers_due(true, since), since + ANSWER_HOLD_NS);
     assert_eq!(held_answers_due(false, since), u64::MAX);
 }
+
+#[test]
+fn a_wait_that_ended_polling_keeps_the_socket_if_the_progress_thread_looks_within_two_ticks() {
+    let now = 10 * MS;
+    // Awake: it decides with the thread's last call.
+    assert!(keeps_socket_after_wait(true, 0, now));
+    assert!(keeps_socket_after_wait(true, now + 2 * MAX_STANDBY_NS, now));
+    assert!(!keeps_socket_after_wait(
+        true,
+        now + 2 * MAX_STANDBY_NS + 1,
+        now
+    ));
+    assert!(!keeps_socket_after_wait(true, NONE, now), "asleep for good");
+    // A wait that slept hands them back.
+    assert!(!keeps_socket_after_wait(false, 0, now));
+}
+
+#[test]
+fn the_progress_thread_ticks_every_millisecond_while_a_waiter_polls() {
+    assert_eq!(waiter_tick(5 * MS, true), 5 * MS + MAX_STANDBY_NS);
+    assert_eq!(waiter_tick(5 * MS, false), NONE);
+    assert!(waiter_spins(WAITER_SPIN_GAP_NS));
+    assert!(!waiter_spins(WAITER_SPIN_GAP_NS + 1));
+    assert!(!waiter_spins(NONE), "no wait yet");
+}

@@ -69,10 +69,16 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         };
         // Watching, this thread is the inbox's reader: same-host senders
         // ring while it sleeps; if they pushed already, it does not sleep.
+        // A waiter that polls may keep the socket between its waits: this
+        // thread looks at least every tick then (`policy::waiter_tick`).
+        let spinning_waiter = waiter && policy::waiter_spins(s.last_wait.load(Ordering::Relaxed));
         let deadline = if watching && !s.shm_may_sleep() {
             now
         } else {
-            sleep.until.min(held_due)
+            sleep
+                .until
+                .min(held_due)
+                .min(policy::waiter_tick(now, spinning_waiter))
         };
         s.sleeping_until.store(deadline, Ordering::SeqCst);
         let when =

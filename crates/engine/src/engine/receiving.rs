@@ -113,7 +113,12 @@ impl Receiver for Shared {
         self.hand_to_progress();
     }
 
-    fn wait_receiving(&self, channel: u64, efd: &EventFd) -> io::Result<bool> {
+    fn wait_receiving(
+        &self,
+        channel: u64,
+        efd: &EventFd,
+        ready: &dyn Fn() -> bool,
+    ) -> io::Result<bool> {
         let Some(wp) = self.waiter_poller.as_ref() else {
             self.hand_to_progress();
             return Ok(false);
@@ -141,8 +146,13 @@ impl Receiver for Shared {
             self.hand_to_progress();
             return Err(e);
         }
-        let _taken = Taken::new(self);
-        self.receive_until_readable(poller).map(|()| true)
+        let mut taken = Taken::new(self);
+        taken.spun = self.receive_until_readable(poller, ready)?;
+        // What came into the inbox meanwhile is read here, not by the
+        // progress thread woken for it as the socket goes back (`Taken`'s
+        // drop). Not the socket: a `recvmmsg` more on every wait's path.
+        self.rx_inbox(Rx::Progress, self.now().as_nanos());
+        Ok(true)
     }
 
     fn channel_closed(&self, channel: u64, efd: &EventFd) {
@@ -182,6 +192,9 @@ impl Shared {
 /// `epoll_wait`, which unwinds).
 struct Taken<'a> {
     s: &'a Shared,
+    /// The wait ended while the thread still polled (it may keep the
+    /// socket for its next wait, `policy::keeps_socket_after_wait`).
+    spun: bool,
 }
 
 impl<'a> Taken<'a> {
@@ -191,7 +204,7 @@ impl<'a> Taken<'a> {
         // The progress thread lets go of the socket (under the lock its own
         // updates take) before this thread sleeps on it.
         s.update_watch(&s.poller);
-        Taken { s }
+        Taken { s, spun: false }
     }
 }
 
@@ -200,18 +213,34 @@ impl Drop for Taken<'_> {
         // The socket stays in the waiter's set for the next wait.
         let now = self.s.now().as_nanos().max(1);
         self.s.waited_at.store(now, Ordering::Relaxed);
+        let sleeping_until = self.s.sleeping_until.load(Ordering::SeqCst);
+        let keep = policy::keeps_socket_after_wait(self.spun, sleeping_until, now);
+        if keep {
+            // Busy with the device, as a poller: the progress thread takes
+            // the socket back only if this thread neither waits nor polls
+            // for a while (`policy::watch_socket`), at its next tick. The
+            // doorbell flag stays down.
+            self.s.last_call.store(now, Ordering::Relaxed);
+        }
         self.s.waiters.fetch_sub(1, Ordering::SeqCst);
-        // Back to the progress thread; it is woken if datagrams wait in the
-        // inbox (the doorbell flag stays raised: senders ring it).
-        self.s.update_watch(&self.s.poller);
+        if !keep {
+            // Back to the progress thread; it is woken if datagrams wait in
+            // the inbox (the doorbell flag stays raised: senders ring it).
+            self.s.update_watch(&self.s.poller);
+        }
     }
 }
 
 impl Shared {
     /// Receives until the channel in `poller` is readable: polling first
     /// while `policy::WaiterSpin` says so (its previous wait was short: a
-    /// peer answers, and finds this thread awake), then asleep.
-    fn receive_until_readable(&self, poller: &Poller) -> io::Result<()> {
+    /// peer answers, and finds this thread awake), then asleep. Returns
+    /// whether it ended while polling.
+    fn receive_until_readable(
+        &self,
+        poller: &Poller,
+        ready: &dyn Fn() -> bool,
+    ) -> io::Result<bool> {
         let start = self.now().as_nanos();
         let spin = policy::WaiterSpin::new(start, self.last_wait.load(Ordering::Relaxed));
         let ended = |now: u64, spun: bool| {
@@ -239,13 +268,14 @@ impl Shared {
             self.rx_by_waiter.fetch_add(got as u64, Ordering::Relaxed);
             self.flush_pending();
             if spinning {
-                // A channel was notified: this one, if it is readable.
+                // A channel was notified: this one, if it holds an event
+                // (asked in memory: an `epoll_wait` per event was a system
+                // call of each event-mode message).
                 if look || self.notifies.load(Ordering::Relaxed) != notifies {
                     look = false;
-                    let ev = poller.wait_interruptible(Some(std::time::Instant::now()))?;
-                    if ev.readable & (1 << KEY_CHANNEL) != 0 {
+                    if ready() {
                         ended(now, true);
-                        return Ok(());
+                        return Ok(true);
                     }
                 }
                 std::hint::spin_loop();
@@ -257,7 +287,7 @@ impl Shared {
             let ev = poller.wait_interruptible(deadline)?;
             if ev.readable & (1 << KEY_CHANNEL) != 0 {
                 ended(self.now().as_nanos(), false);
-                return Ok(());
+                return Ok(false);
             }
         }
     }

@@ -82,13 +82,7 @@ impl Shared {
             Rx::Poller => 1,
             Rx::Progress | Rx::Linger | Rx::Held => usize::MAX,
         };
-        let shm = {
-            let (_rx, fresh) = self.lock_fresh(&self.rx, now);
-            self.rx_shm(mode, fresh)
-        };
-        if shm > 0 {
-            self.shm_rx_at.store(now, Ordering::Relaxed);
-        }
+        let shm = self.rx_inbox(mode, now);
         if mode.throttles_sockets() {
             let (socket_at, shm_at) = (
                 self.socket_read_at.load(Ordering::Relaxed),
@@ -100,6 +94,19 @@ impl Shared {
             self.socket_read_at.store(now, Ordering::Relaxed);
         }
         shm + self.rx_sockets(mode, 0, sockets)
+    }
+
+    /// The same-host inbox's part of [`Shared::rx_burst`] (under the
+    /// receive lock, as every reader of the inbox).
+    pub(super) fn rx_inbox(&self, mode: Rx, now: u64) -> usize {
+        let shm = {
+            let (_rx, fresh) = self.lock_fresh(&self.rx, now);
+            self.rx_shm(mode, fresh)
+        };
+        if shm > 0 {
+            self.shm_rx_at.store(now, Ordering::Relaxed);
+        }
+        shm
     }
 
     /// The sockets of the other host addresses and the multicast groups:
