@@ -14,7 +14,11 @@
 //!
 //! A waiter whose previous wait was short polls for a while before it
 //! sleeps (`policy::WaiterSpin`): a ping-pong peer's answer then finds it
-//! awake, with the same-host doorbell flag down, and wakes nobody.
+//! awake, with the same-host doorbell flag down, and wakes nobody. A wait
+//! that ended while polling keeps the socket and the inbox for the thread's
+//! next wait (`policy::keeps_socket_after_wait`); the progress thread,
+//! ticking meanwhile (`policy::waiter_tick`), takes them back if the thread
+//! neither waits nor polls.
 //!
 //! The socket joins the waiter's epoll set at a wait and stays there between
 //! waits, until a busy poller finds its CQ empty with no wait for
