@@ -152,6 +152,9 @@ struct Shared {
     waiters: std::sync::atomic::AtomicUsize,
     waited_at: AtomicU64,
     rx_by_waiter: AtomicU64,
+    /// Times the progress thread woke (each a CPU taken from whoever ran:
+    /// in event mode, a polling waiter's).
+    progress_wakeups: AtomicU64,
     /// How long the last wait for a completion event lasted (ns; `u64::MAX`:
     /// none yet), and waits that ended while the thread still polled
     /// (`policy::WaiterSpin`).
@@ -416,6 +419,7 @@ impl Engine {
             waiters: std::sync::atomic::AtomicUsize::new(0),
             waited_at: AtomicU64::new(0),
             rx_by_waiter: AtomicU64::new(0),
+            progress_wakeups: AtomicU64::new(0),
             last_wait: AtomicU64::new(u64::MAX),
             waits_spun: AtomicU64::new(0),
             socket_read_at: AtomicU64::new(0),

@@ -85,6 +85,7 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
             (deadline != u64::MAX).then(|| s.epoch + std::time::Duration::from_nanos(deadline));
         let events = poller.wait(when);
         s.sleeping_until.store(0, Ordering::SeqCst);
+        s.progress_wakeups.fetch_add(1, Ordering::Relaxed);
         s.shm_awake_if_watching();
         let readable = events.map_or(0, |e| e.readable);
         if readable & (1 << super::KEY_ADDRS) != 0 {

@@ -326,11 +326,16 @@ impl Shared {
     }
 
     /// `rx_by_waiter`: datagrams (and lane datagrams) a thread blocked for
-    /// a completion event received itself.
-    pub(super) fn waiter_counters(&self) -> [(&'static str, u64); 2] {
+    /// a completion event received itself; `waits_spun`: waits that ended
+    /// while polling; `progress_wakeups`: times the progress thread woke.
+    pub(super) fn waiter_counters(&self) -> [(&'static str, u64); 3] {
         [
             ("rx_by_waiter", self.rx_by_waiter.load(Ordering::Relaxed)),
             ("waits_spun", self.waits_spun.load(Ordering::Relaxed)),
+            (
+                "progress_wakeups",
+                self.progress_wakeups.load(Ordering::Relaxed),
+            ),
         ]
     }
 }
