@@ -1222,7 +1222,8 @@ impl Endpoint {
             if t.is_none() {
                 qp.scheduled = false;
             }
-            // Sending arms the retransmission timer.
+            // Sending arms the retransmission timer (`rearm`, with the QP
+            // in hand rather than looked up again).
             let deadline = qp.next_timeout();
             self.timers.set(qpn, deadline);
             if t.is_some() {
