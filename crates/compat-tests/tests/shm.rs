@@ -6,8 +6,9 @@
 //! survivor with an error completion, never a hang.
 //!
 //! Large SENDs, RDMA WRITEs and READs on the path are peer copies (one
-//! copy by the destination's owner); with the path off,
-//! perftest keeps to UDP.
+//! copy by the destination's owner, or for a READ into shared pages by the
+//! responder under the requester's ticket); with the path off, perftest
+//! keeps to UDP.
 //!
 //! Which path ran is read from the counters each process writes at exit
 //! (`SOFTRDMA_STATS`): `shm_tx`/`shm_rx` count datagrams through lanes,
@@ -174,8 +175,9 @@ fn perftest_pair(program: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf
 }
 
 /// Every 1 MiB WRITE and 64 KiB SEND is one copy by the responder (the
-/// server), every 64 KiB READ one by the requester (the client); nothing
-/// fails.
+/// server), every 64 KiB READ one placement by the responder into the
+/// requester's shared pages, or with `SOFTRDMA_PLACE=0` one copy by the
+/// requester (the client); nothing fails.
 #[test]
 fn large_writes_and_reads_are_peer_copies() {
     require_compat_dir();
@@ -185,10 +187,18 @@ fn large_writes_and_reads_are_peer_copies() {
     let (ss, cs) = perftest_pair("ib_send_bw", &["-s", "65536", "-n", "1000"], &ON);
     assert!(counter(&ss, "shm_peer_copies").is_some_and(|n| n >= 1000));
     assert_eq!(counter(&cs, "shm_peer_copies"), Some(0));
-    let (ss, cs) = perftest_pair("ib_read_bw", &["-s", "65536", "-n", "1000"], &ON);
-    assert!(counter(&cs, "shm_peer_copies").is_some_and(|n| n >= 1000));
+    let read = ["-s", "65536", "-n", "1000"];
+    let (ss, cs) = perftest_pair("ib_read_bw", &read, &ON);
+    assert!(counter(&ss, "shm_peer_placed").is_some_and(|n| n >= 1000));
+    assert_eq!(counter(&ss, "shm_peer_place_refused"), Some(0));
+    assert_eq!(counter(&cs, "shm_peer_copies"), Some(0));
     assert_eq!(counter(&ss, "shm_peer_copies"), Some(0));
-    for f in [&ss, &cs] {
+    let mut files = vec![ss, cs];
+    let (ss, cs) = perftest_pair("ib_read_bw", &read, &[ON[0], ("SOFTRDMA_PLACE", "0")]);
+    assert!(counter(&cs, "shm_peer_copies").is_some_and(|n| n >= 1000));
+    assert_eq!(counter(&ss, "shm_peer_placed"), Some(0));
+    files.extend([ss, cs]);
+    for f in &files {
         assert_eq!(counter(f, "shm_peer_copy_failed"), Some(0));
         assert_eq!(counter(f, "shm_peer_dropped"), Some(0));
     }
@@ -242,9 +252,16 @@ enum Victim {
 /// a copy from the dead peer's memory), having used the lanes. A surviving
 /// client must fail with an error completion (its work requests fail);
 /// a surviving server learns of it from the control connection.
-/// `copier`: the side that makes peer copies (the destination's owner), if
-/// any, so the test checks they ran.
-fn peer_killed_during(program: &str, extra: &[&str], victim: Victim, copier: Option<Victim>) {
+/// `copier`: the side that makes peer copies (or placements) and the
+/// counter that says so, if any, so the test checks they ran; `env`: both
+/// sides'.
+fn peer_killed_during(
+    program: &str,
+    extra: &[&str],
+    victim: Victim,
+    copier: Option<(Victim, &str)>,
+    env: &[(&str, &str)],
+) {
     require_compat_dir();
     let bin = require_binary(program);
     let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
@@ -258,7 +275,7 @@ fn peer_killed_during(program: &str, extra: &[&str], victim: Victim, copier: Opt
     let mut args = vec!["-p", &ps, "--run_infinitely"];
     args.extend_from_slice(extra);
     let deadline = Instant::now() + TIMEOUT;
-    let mut scmd = server.command(&args);
+    let mut scmd = with_env(server.command(&args), env);
     scmd.env("SOFTRDMA_SHM", "1")
         .env("SOFTRDMA_STATS", &files[0]);
     let mut s = spawn(&mut scmd);
@@ -273,7 +290,7 @@ fn peer_killed_during(program: &str, extra: &[&str], victim: Victim, copier: Opt
     let saddr = server.addr.to_string();
     let mut cargs = args.clone();
     cargs.push(&saddr);
-    let mut cmd = client.command(&cargs);
+    let mut cmd = with_env(client.command(&cargs), env);
     cmd.env("SOFTRDMA_STATS", &files[1])
         .env("SOFTRDMA_SHM", "1");
     let mut c = spawn(&mut cmd);
@@ -323,9 +340,9 @@ fn peer_killed_during(program: &str, extra: &[&str], victim: Victim, copier: Opt
         "{program}: traffic went through shared memory: {:?}",
         std::fs::read_to_string(survivor_stats)
     );
-    if copier.is_some_and(|side| side != victim) {
+    if let Some((_, copies)) = copier.filter(|&(side, _)| side != victim) {
         assert!(
-            counter(survivor_stats, "shm_peer_copies").is_some_and(|n| n > 100),
+            counter(survivor_stats, copies).is_some_and(|n| n > 100),
             "{program}: the survivor copied from its peer's memory: {:?}",
             std::fs::read_to_string(survivor_stats)
         );
@@ -334,40 +351,81 @@ fn peer_killed_during(program: &str, extra: &[&str], victim: Victim, copier: Opt
 
 #[test]
 fn peer_killed_during_rdma_writes() {
-    let copier = Some(Victim::Responder);
-    peer_killed_during("ib_write_bw", &["-s", "65536"], Victim::Responder, copier);
+    let copier = Some((Victim::Responder, "shm_peer_copies"));
+    peer_killed_during(
+        "ib_write_bw",
+        &["-s", "65536"],
+        Victim::Responder,
+        copier,
+        &[],
+    );
 }
 
+/// The responder dies while it places READ data into the requester's
+/// memory: the requester's flush must not wait for it (a dead placer's
+/// ticket is taken back).
 #[test]
 fn peer_killed_during_rdma_reads() {
-    let copier = Some(Victim::Requester);
-    peer_killed_during("ib_read_bw", &["-s", "65536"], Victim::Responder, copier);
+    let copier = Some((Victim::Responder, "shm_peer_placed"));
+    peer_killed_during(
+        "ib_read_bw",
+        &["-s", "65536"],
+        Victim::Responder,
+        copier,
+        &[],
+    );
+}
+
+/// As above, with the requester copying READ data from the responder.
+#[test]
+fn peer_killed_during_rdma_reads_copied_by_the_requester() {
+    let copier = Some((Victim::Requester, "shm_peer_copies"));
+    let env = [("SOFTRDMA_PLACE", "0")];
+    peer_killed_during(
+        "ib_read_bw",
+        &["-s", "65536"],
+        Victim::Responder,
+        copier,
+        &env,
+    );
 }
 
 #[test]
 fn peer_killed_during_atomics() {
-    peer_killed_during("ib_atomic_bw", &[], Victim::Responder, None);
+    peer_killed_during("ib_atomic_bw", &[], Victim::Responder, None, &[]);
 }
 
 /// The requester dies while the responder copies its WRITEs out of the
 /// requester's memory.
 #[test]
 fn requester_killed_during_rdma_writes() {
-    let copier = Some(Victim::Responder);
-    peer_killed_during("ib_write_bw", &["-s", "65536"], Victim::Requester, copier);
+    let copier = Some((Victim::Responder, "shm_peer_copies"));
+    peer_killed_during(
+        "ib_write_bw",
+        &["-s", "65536"],
+        Victim::Requester,
+        copier,
+        &[],
+    );
 }
 
-/// The requester dies while it copies READ responses out of the responder's
+/// The requester dies while the responder places READ data into its
 /// memory; the responder must not notice anything but the end.
 #[test]
 fn requester_killed_during_rdma_reads() {
-    let copier = Some(Victim::Requester);
-    peer_killed_during("ib_read_bw", &["-s", "65536"], Victim::Requester, copier);
+    let copier = Some((Victim::Responder, "shm_peer_placed"));
+    peer_killed_during(
+        "ib_read_bw",
+        &["-s", "65536"],
+        Victim::Requester,
+        copier,
+        &[],
+    );
 }
 
 #[test]
 fn requester_killed_during_atomics() {
-    peer_killed_during("ib_atomic_bw", &[], Victim::Requester, None);
+    peer_killed_during("ib_atomic_bw", &[], Victim::Requester, None, &[]);
 }
 
 /// A capture on the same-host path: the capturing requester keeps its

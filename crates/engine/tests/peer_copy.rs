@@ -3,7 +3,8 @@
 //! byte, through the mapped memfds of regions shared at registration where
 //! the pages are whole and `process_vm_readv` for the rest; a bad rkey or a range out of bounds is
 //! `REM_ACCESS_ERR` with the target memory untouched; small messages keep
-//! to packets. (Between processes: compat-tests `shm.rs` and perftest.)
+//! to packets; a READ into the requester's shared pages is placed by the
+//! responder. (Between processes: compat-tests `shm.rs` and perftest.)
 
 mod common;
 
@@ -134,7 +135,8 @@ fn large_writes_and_reads_are_peer_copies_byte_for_byte() {
     assert_eq!(counter(&a, "shm_mr_shared"), 1);
     let mapped = counter(&b, "shm_peer_copy_mapped_bytes");
     assert!(mapped + 4096 >= u64::from(len) && mapped > 0, "{mapped}");
-    // READ: the requester copies from the responder's checked range.
+    // READ into a's shared pages: the responder places the data under a's
+    // ticket.
     post(
         &a,
         WrOpcode::RdmaRead,
@@ -145,7 +147,24 @@ fn large_writes_and_reads_are_peer_copies_byte_for_byte() {
     );
     assert_eq!(wait_wc(&a).status, WcStatus::Success);
     assert_eq!(&a.buf[600_000..600_000 + n], &b.buf[500_000..500_000 + n]);
+    assert_eq!(counter(&b, "shm_peer_placed"), 1, "the responder placed it");
+    assert_eq!(counter(&b, "shm_peer_placed_bytes"), u64::from(len));
+    assert_eq!(counter(&a, "shm_peer_copies"), 0);
+    // READ into a range reaching a's private head page: no offer, the
+    // requester copies from the responder's checked range.
+    post(
+        &a,
+        WrOpcode::RdmaRead,
+        a.addr() + 10,
+        len,
+        b.addr() + 200_000,
+        b.key,
+    );
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    assert_eq!(&a.buf[10..10 + n], &b.buf[200_000..200_000 + n]);
     assert_eq!(counter(&a, "shm_peer_copies"), 1, "the requester copied");
+    assert_eq!(counter(&b, "shm_peer_placed"), 1);
+    assert_eq!(counter(&b, "shm_peer_place_refused"), 0);
     // Small messages keep to packets.
     post(&a, WrOpcode::RdmaWrite, a.addr(), 4000, b.addr(), b.key);
     assert_eq!(wait_wc(&a).status, WcStatus::Success);

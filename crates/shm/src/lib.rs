@@ -33,6 +33,7 @@ mod inbox;
 mod peer;
 mod ring;
 mod share;
+mod ticket;
 mod vm;
 
 pub use inbox::{INBOX_BYTES, Inbox, Outlet, can_copy_from};
@@ -42,3 +43,4 @@ pub use share::{
     MAX_SHARED, PeerMap, Refused, Shared, interior, mapping_of, page_size, share, shared_count,
     unshare,
 };
+pub use ticket::{PeerTickets, TICKETS, Ticket, TicketBook};

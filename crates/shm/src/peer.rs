@@ -4,7 +4,8 @@
 //! Only reads are offered. Whoever owns the destination copies into it,
 //! under its own locks, after its own checks: nothing here ever writes into
 //! another process's memory, so a late copy can never land in memory its
-//! owner has deregistered. The kernel allows the read only to a process that
+//! owner has deregistered (the one write into a peer, a READ's placement,
+//! goes through a mapping under the peer's ticket: [`crate::TicketBook`]). The kernel allows the read only to a process that
 //! may ptrace-read the peer (same user, peer not undumpable), the rule the
 //! lanes already rely on (`/proc/<pid>/fd`).
 

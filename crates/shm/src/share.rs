@@ -493,21 +493,46 @@ pub fn shared_count() -> usize {
     REGIONS.lock().unwrap_or_else(|p| p.into_inner()).list.len()
 }
 
-/// A read-only mapping of a peer's shared region (see [`share`]).
+/// A mapping of a peer's shared region (see [`share`]): read-only to copy
+/// from, or writable to place a READ's data the peer asked for
+/// ([`crate::TicketBook`]).
 #[derive(Debug)]
 pub struct PeerMap {
     ptr: *mut u8,
     len: usize,
+    writable: bool,
 }
 
-// SAFETY: the mapping is plain read-only memory, valid until drop; nothing
-// in it is tied to a thread.
+// SAFETY: the mapping is plain memory, valid until drop; nothing in it is
+// tied to a thread.
 unsafe impl Send for PeerMap {}
 
 impl PeerMap {
-    /// Maps the memfd process `pid` holds at descriptor `fd`, if it is a
-    /// shared region's memfd (by name) with inode `ino` and size `len`.
+    /// Maps, read-only, the memfd process `pid` holds at descriptor `fd`, if
+    /// it is a shared region's memfd (by name) with inode `ino` and size
+    /// `len`.
     pub fn open(pid: u32, fd: u32, ino: u64, len: u64) -> Result<PeerMap, crate::CopyError> {
+        Self::open_as(pid, fd, ino, len, false)
+    }
+
+    /// As [`PeerMap::open`], writable: only to place data under a ticket
+    /// the region's owner armed.
+    pub fn open_writable(
+        pid: u32,
+        fd: u32,
+        ino: u64,
+        len: u64,
+    ) -> Result<PeerMap, crate::CopyError> {
+        Self::open_as(pid, fd, ino, len, true)
+    }
+
+    fn open_as(
+        pid: u32,
+        fd: u32,
+        ino: u64,
+        len: u64,
+        writable: bool,
+    ) -> Result<PeerMap, crate::CopyError> {
         use crate::CopyError;
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
@@ -517,18 +542,31 @@ impl PeerMap {
         if !name.starts_with(&format!("/memfd:{NAME}")) {
             return Err(CopyError::Fault);
         }
-        let file = std::fs::File::open(&path).map_err(|e| map_err(&e))?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(&path)
+            .map_err(|e| map_err(&e))?;
         let meta = file.metadata().map_err(|e| map_err(&e))?;
         if meta.ino() != ino || meta.len() != len || len == 0 {
             return Err(CopyError::Fault);
         }
         let size = usize::try_from(len).map_err(|_| CopyError::Invalid)?;
-        // A read-only shared mapping of a file we hold open; its size was
-        // just checked, and a region's memfd never shrinks (punched, never
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // A shared mapping of a file we hold open; its size was just
+        // checked, and a region's memfd never shrinks (punched, never
         // truncated), so no access within `len` faults.
-        let p = vm::map(size, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0)
+        let p = vm::map(size, prot, libc::MAP_SHARED, file.as_raw_fd(), 0)
             .ok_or_else(|| CopyError::Other(errno()))?;
-        Ok(PeerMap { ptr: p, len: size })
+        Ok(PeerMap {
+            ptr: p,
+            len: size,
+            writable,
+        })
     }
 
     /// Bytes mapped.
@@ -561,6 +599,31 @@ impl PeerMap {
         };
         true
     }
+    /// Copies `len` bytes at address `src` of this process to offset `off`
+    /// of the region. False if the range leaves the mapping or the mapping
+    /// is read-only.
+    ///
+    /// # Safety
+    ///
+    /// `[src, src + len)` must be memory of this process that may be read
+    /// now; the caller must hold the owner's ticket for this placement.
+    pub unsafe fn copy_from(&self, src: u64, off: u64, len: u64) -> bool {
+        let end = off.checked_add(len);
+        if !self.writable || end.is_none_or(|e| e > self.len as u64) {
+            return false;
+        }
+        // SAFETY: the destination lies inside our writable mapping
+        // (checked above); the caller promised the source; the mapping is
+        // a range of its own, distinct from `src`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src as *const u8,
+                self.ptr.add(off as usize),
+                len as usize,
+            )
+        };
+        true
+    }
 }
 
 impl Drop for PeerMap {
@@ -570,7 +633,7 @@ impl Drop for PeerMap {
     }
 }
 
-fn map_err(e: &io::Error) -> crate::CopyError {
+pub(crate) fn map_err(e: &io::Error) -> crate::CopyError {
     use crate::CopyError;
     match e.raw_os_error() {
         // The process is gone (its /proc directory with it).

@@ -994,6 +994,7 @@ impl Endpoint {
             next_pkt: 0,
             error: None,
             peer: false,
+            offer: None,
             tm: None,
         });
         if qp.state == QpState::Err {

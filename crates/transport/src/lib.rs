@@ -40,11 +40,12 @@ pub use cq::{CqHandle, SrqHandle};
 pub use endpoint::{Datagram, Endpoint, Event, Transmit};
 pub use error::VerbsError;
 pub use mr::{
-    AccessError, AtomicOp, Memory, Mr, PdHandle, PeerCopyError, PeerFile, PeerSeg, Unmapped,
+    AccessError, AtomicOp, Memory, Mr, PdHandle, PeerCopyError, PeerFile, PeerSeg, PlaceOffer,
+    PlacementTicket, TicketRef, Unmapped,
 };
 pub use mr_rereg::Rereg;
 pub use mw::{Mw, MwBind, MwType};
-pub use qp::{PEER_COPY_MIN, fill_icrc_between};
+pub use qp::{PEER_COPY_MIN, PLACE_MAX, fill_icrc_between};
 pub use rng::Rng;
 pub use stats::Stats;
 pub use time::Instant;

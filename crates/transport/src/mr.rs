@@ -4,7 +4,7 @@
 
 use crate::types::Access;
 use rustc_hash::FxHashMap as HashMap;
-pub use softrdma_wire::{PeerFile, PeerSeg};
+pub use softrdma_wire::{PeerFile, PeerSeg, PlaceOffer, TicketRef};
 use std::collections::VecDeque;
 
 /// Access to the memory behind registered regions, in the host address space.
@@ -72,6 +72,34 @@ pub trait Memory {
         let _ = (from, src, dst, dst_on_demand);
         Err(PeerCopyError::Unsupported)
     }
+    /// A ticket for a responder's placement of a same-host READ (`qp/peer.rs`,
+    /// `softrdma_shm::TicketBook`), if this memory offers placement and a
+    /// ticket is free.
+    fn arm_ticket(&mut self) -> Option<Box<dyn PlacementTicket>> {
+        None
+    }
+    /// The responder's side of a placement: takes the ticket of `offer` (made
+    /// by the process that sent the packet being handled, incarnation
+    /// `from`) and copies `offer.dst.len` bytes at host address `src` of this
+    /// process, which the transport checked under an rkey, into the
+    /// requester's range. False if the ticket could not be taken or the
+    /// range not reached: then nothing was written and the READ is answered
+    /// as without an offer. Memory with no peer refuses.
+    fn place_peer(&mut self, from: u64, offer: &PlaceOffer, src: u64) -> bool {
+        let _ = (from, offer, src);
+        false
+    }
+}
+
+/// A placement ticket a READ requester armed ([`Memory::arm_ticket`]).
+/// Dropping it revokes it: once the drop returns, no responder writes under
+/// it any more (it waits for one that is writing).
+pub trait PlacementTicket: std::fmt::Debug + Send {
+    /// The ticket as an offer names it.
+    fn offer(&self) -> TicketRef;
+    /// Ends the ticket as [`Drop`] does; true if a responder placed the
+    /// data (visible to this thread now).
+    fn settle(self: Box<Self>) -> bool;
 }
 
 /// An on-demand-paging region's memory is not mapped (or not with the

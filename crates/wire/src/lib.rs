@@ -39,6 +39,7 @@ pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport, 
 pub use packet::{Headers, ICRC_LEN, Packet, emit, pad_for, xrc_srqn};
 pub use pcap::{PcapReader, PcapWriter};
 pub use peer::{
-    MAX_PEER_SEGS, PeerFile, PeerSeg, PeerSegs, peer_payload_len, read_peer_segs, write_peer_segs,
+    MAX_PEER_SEGS, OFFER_LEN, PeerFile, PeerSeg, PeerSegs, PlaceOffer, TicketRef, peer_payload_len,
+    read_offer, read_peer_segs, write_offer, write_peer_segs,
 };
 pub use psn::Psn;

@@ -423,7 +423,8 @@ const fn peer_info(op: u8) -> Option<OpcodeInfo> {
             "SOFTRDMA_RC_RDMA_READ_REQUEST_PEER",
             O::ReadRequest,
             H::RETH,
-            false,
+            // Empty, or an offer of placement (`crate::peer::PlaceOffer`).
+            true,
         ),
         0xE3 => (
             "SOFTRDMA_RC_RDMA_READ_RESPONSE_ONLY_PEER",

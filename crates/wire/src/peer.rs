@@ -99,6 +99,77 @@ pub fn write_peer_segs(from: u64, segs: &[PeerSeg], out: &mut [u8]) {
 /// `ib_read_bw` client's instructions, callgrind).
 pub type PeerSegs = smallvec::SmallVec<[PeerSeg; 2]>;
 
+/// A ticket of the READ requester's page (`softrdma_shm::TicketBook`): the
+/// page's descriptor and inode in the requester, the word and its arming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TicketRef {
+    /// Descriptor of the ticket page in the requester.
+    pub fd: u32,
+    /// Its inode.
+    pub ino: u64,
+    /// The word.
+    pub index: u32,
+    /// Which arming of the word.
+    pub seq: u32,
+}
+
+/// What a peer-copy READ request may carry: the requester's offer to have
+/// the responder place the data itself into `dst` (one range inside a
+/// shared region of the requester's), under `ticket`. A request without it
+/// has an empty payload; a READ response listing no range says the data
+/// was placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlaceOffer {
+    /// Where the data goes, in the requester.
+    pub dst: PeerSeg,
+    /// The ticket the responder must take before writing.
+    pub ticket: TicketRef,
+}
+
+const TICKET_LEN: usize = 20;
+
+/// Bytes of a READ request payload carrying an offer.
+pub const OFFER_LEN: usize = HEAD_LEN + SEG_LEN + TICKET_LEN;
+
+/// Writes `offer` of the requester's incarnation `from` into `out`, which
+/// must be [`OFFER_LEN`] long.
+pub fn write_offer(from: u64, offer: &PlaceOffer, out: &mut [u8]) {
+    debug_assert_eq!(out.len(), OFFER_LEN);
+    let (segs, t) = out.split_at_mut(HEAD_LEN + SEG_LEN);
+    write_peer_segs(from, &[offer.dst], segs);
+    t[..4].copy_from_slice(&offer.ticket.fd.to_be_bytes());
+    t[4..12].copy_from_slice(&offer.ticket.ino.to_be_bytes());
+    t[12..16].copy_from_slice(&offer.ticket.index.to_be_bytes());
+    t[16..20].copy_from_slice(&offer.ticket.seq.to_be_bytes());
+}
+
+/// Reads a READ request's payload: `None` if empty (no offer), else the
+/// offer and the requester's incarnation. The range must name a shared
+/// region.
+pub fn read_offer(payload: &[u8]) -> Result<Option<(PlaceOffer, u64)>> {
+    if payload.is_empty() {
+        return Ok(None);
+    }
+    let bad = || Error::BadLength("placement offer");
+    if payload.len() != OFFER_LEN {
+        return Err(bad());
+    }
+    let (segs, t) = payload.split_at(HEAD_LEN + SEG_LEN);
+    let (segs, _, from) = read_peer_segs(segs)?;
+    let dst = match segs.as_slice() {
+        [d] if d.file.is_some() => *d,
+        _ => return Err(bad()),
+    };
+    let u32_at = |i: usize| u32::from_be_bytes(t[i..i + 4].try_into().unwrap_or_default());
+    let ticket = TicketRef {
+        fd: u32_at(0),
+        ino: u64::from_be_bytes(t[4..12].try_into().unwrap_or_default()),
+        index: u32_at(12),
+        seq: u32_at(16),
+    };
+    Ok(Some((PlaceOffer { dst, ticket }, from)))
+}
+
 /// Reads the ranges of a peer-copy payload; checks the count against the
 /// length and [`MAX_PEER_SEGS`], and returns the ranges with their total
 /// and the sender's incarnation.
@@ -138,6 +209,40 @@ pub fn read_peer_segs(payload: &[u8]) -> Result<(PeerSegs, u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offers_round_trip_and_name_a_shared_region() {
+        let offer = PlaceOffer {
+            dst: PeerSeg {
+                addr: 0x7f00_0000_2000,
+                len: 65536,
+                file: Some(PeerFile {
+                    fd: 9,
+                    ino: 77,
+                    addr: 0x7f00_0000_0000,
+                    len: 1 << 20,
+                }),
+            },
+            ticket: TicketRef {
+                fd: 11,
+                ino: 0xabcd,
+                index: 511,
+                seq: u32::MAX,
+            },
+        };
+        let mut b = vec![0u8; OFFER_LEN];
+        write_offer(5, &offer, &mut b);
+        assert_eq!(read_offer(&b).unwrap(), Some((offer, 5)));
+        assert_eq!(read_offer(&[]).unwrap(), None);
+        assert!(read_offer(&b[..OFFER_LEN - 1]).is_err());
+        // A private range cannot be placed into.
+        let private = PlaceOffer {
+            dst: PeerSeg::private(0x1000, 65536),
+            ..offer
+        };
+        write_offer(5, &private, &mut b);
+        assert!(read_offer(&b).is_err());
+    }
 
     #[test]
     fn round_trip_and_rejects() {

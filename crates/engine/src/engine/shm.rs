@@ -18,11 +18,14 @@
 //! progress thread, which then reads the inbox.
 
 mod peer_copy;
+mod place;
 
 use super::{ACK_CHUNK_SHM, Core, Shared};
 use crate::memory::HostMemory;
 pub(super) use peer_copy::MrShares;
 use peer_copy::{LaneMemory, PeerCopyStats, is_peer_packet};
+use place::Placements;
+pub(super) use place::TxMemory;
 use softrdma_host::Registry;
 use softrdma_shm::{Inbox, Outlet, PushError};
 use softrdma_transport::{Datagram, GSI_QPN, MULTICAST_QPN};
@@ -97,6 +100,8 @@ pub(crate) struct ShmPath {
     pub(crate) peer_stats: PeerCopyStats,
     /// Regions shared at registration, ours and peers' (`peer_copy.rs`).
     pub(crate) mr_share: MrShares,
+    /// Placement of READ data by responders (`place.rs`).
+    pub(crate) place: Placements,
 }
 
 /// The transmit path's links, one per member slot (used under the transmit lock).
@@ -169,6 +174,9 @@ impl ShmPath {
         let peer_copy_on = peer_copy::allowed() && !capturing;
         let inbox = Inbox::create()?;
         host.publish_inbox(inbox.fd())?;
+        // Peers may still copy from this process's memory.
+        let mr_share = MrShares::new(peer_copy::allowed());
+        let place = Placements::new(peer_copy_on && mr_share.enabled());
         Ok(ShmPath {
             inbox,
             registry: Arc::clone(host.registry()),
@@ -183,8 +191,8 @@ impl ShmPath {
             doorbells: AtomicU64::new(0),
             rx_by_progress: AtomicU64::new(0),
             peer_copy: peer_copy_on,
-            // Peers may still copy from this process's memory.
-            mr_share: MrShares::new(peer_copy::allowed()),
+            mr_share,
+            place,
             producers: (0..256)
                 .map(|_| (AtomicU64::new(0), AtomicU32::new(0)))
                 .collect(),
@@ -267,6 +275,7 @@ impl ShmPath {
         };
         // Mappings of dead members' shared regions hold their memory.
         self.mr_share.forget_dead(live);
+        self.place.forget_dead(live);
         if inbox {
             // Asked afresh for each lane, after its owner is read, not from
             // the readings above (`known`): a member that joined since
@@ -293,10 +302,17 @@ impl ShmPath {
     }
 
     /// Counters for `SOFTRDMA_STATS` and `softrdma perf`.
-    pub(crate) fn counters(&self) -> [(&'static str, u64); 13] {
+    pub(crate) fn counters(&self) -> [(&'static str, u64); 16] {
         let p = &self.peer_stats;
         let m = &self.mr_share;
+        let pl = &self.place;
         [
+            ("shm_peer_placed", pl.placed.load(Ordering::Relaxed)),
+            (
+                "shm_peer_placed_bytes",
+                pl.placed_bytes.load(Ordering::Relaxed),
+            ),
+            ("shm_peer_place_refused", pl.refused.load(Ordering::Relaxed)),
             ("shm_mr_shared", m.shared.load(Ordering::Relaxed)),
             ("shm_mr_share_refused", m.refused.load(Ordering::Relaxed)),
             (

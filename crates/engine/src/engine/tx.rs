@@ -4,7 +4,6 @@
 
 use super::shm::VIA_SHM;
 use super::{BATCH, Shared};
-use crate::memory::HostMemory;
 use softrdma_transport::SendWr;
 use softrdma_udp::{RoceSocket, Transmit};
 use std::net::SocketAddr;
@@ -120,7 +119,9 @@ impl Shared {
                 // Read under the lock: what this queues is stamped with it,
                 // and a CQ's stamps follow the lock's order.
                 let now = self.now();
-                let mut mem = HostMemory;
+                let mut mem = super::shm::TxMemory {
+                    place: self.shm.as_ref().map(|s| &s.place),
+                };
                 while tx.dst.len() < BATCH {
                     let Some((src, dst, pkt)) = core.gsi_out.pop_front() else {
                         break;

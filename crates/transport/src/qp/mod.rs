@@ -23,7 +23,7 @@ use softrdma_wire::{Bth, Headers, Psn, Syndrome, ip};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 
-pub use peer::PEER_COPY_MIN;
+pub use peer::{PEER_COPY_MIN, PLACE_MAX};
 pub(crate) use sgl::{gather, scatter};
 
 /// The parts of the endpoint a QP works against while it runs.
@@ -58,6 +58,10 @@ pub(crate) struct SendWqe {
     pub(crate) error: Option<WcStatus>,
     /// Carried as one peer-copy packet (`peer.rs`), decided when it started.
     pub(crate) peer: bool,
+    /// A peer-copy READ's offer of placement (`peer.rs`), made when its
+    /// request is first built; its ticket is revoked when dropped with the
+    /// WQE.
+    pub(crate) offer: Option<peer::Offer>,
     /// Issued by the device for tag matching (`responder/tm.rs`), not
     /// posted: no send completion.
     pub(crate) tm: Option<TmInternal>,
@@ -151,6 +155,9 @@ pub(crate) enum RespOut {
         msn: u32,
         /// Answered with one peer-copy response (`peer.rs`).
         peer: bool,
+        /// The responder placed the data into the requester's memory
+        /// (`peer.rs`): the response names no range.
+        placed: bool,
     },
 }
 

@@ -15,17 +15,40 @@
 //!   MR; the requester, its WQE still outstanding, copies from it into its
 //!   SGEs (lkeys checked for LOCAL_WRITE).
 //!
-//! No process writes into another's memory, so a copy that comes late (a
-//! peer killed, a QP flushed, memory deregistered) cannot land in memory
-//! its owner gave back. A message is one packet and one PSN whatever its
-//! length; retransmission, duplicates and ordering are the wire path's
-//! (a duplicate WRITE is re-ACKed, a duplicate READ re-answered and copied
-//! again).
+//! - READ placed by the responder: when the READ's SGEs are one range inside
+//!   a region shared at registration, the requester arms a placement ticket
+//!   ([`crate::Memory::arm_ticket`]) and offers it with the range in the
+//!   request (`softrdma_wire::PlaceOffer`). The responder, after the rkey
+//!   check, takes the ticket and copies into the requester's region itself
+//!   ([`crate::Memory::place_peer`]), then answers with a response naming
+//!   no range; the requester settles the ticket (which must say "placed")
+//!   and completes. The copy then runs on the responder's CPU, idle in a
+//!   READ benchmark, instead of after the requester's own engine work (a
+//!   64 KiB READ: ~0.47 µs each, BENCHMARKS.md). A responder that cannot
+//!   place answers as above.
+//!
+//! A process writes into another's memory only under a ticket that process
+//! armed and has not revoked: a response, a flush, a reset or a destroyed
+//! QP ends the ticket (dropping [`Offer`] waits for a placer that is
+//! copying), and a late or duplicate request cannot take it again. Every
+//! other copy reads from the peer, so one that comes late (a peer killed,
+//! a QP flushed, memory deregistered) cannot land in memory its owner gave
+//! back. A message is one packet and one PSN whatever its length;
+//! retransmission, duplicates and ordering are the wire path's (a duplicate
+//! WRITE is re-ACKed, a duplicate READ re-answered (never placed) and
+//! copied again).
 
 use super::{Ctx, Qp, SendWqe, bth, sgl};
-use crate::mr::PeerCopyError;
+use crate::mr::{PeerCopyError, PlacementTicket};
 use crate::types::{Access, QpType, SendFlags, WcStatus, WrOpcode};
-use softrdma_wire::{Headers, MAX_PEER_SEGS, Opcode, Packet, Psn, Reth};
+use softrdma_wire::{Headers, MAX_PEER_SEGS, Opcode, Packet, PeerSeg, PlaceOffer, Psn, Reth};
+
+/// A READ's offer of placement: where, and the ticket (revoked on drop).
+#[derive(Debug)]
+pub(crate) struct Offer {
+    dst: PeerSeg,
+    ticket: Box<dyn PlacementTicket>,
+}
 
 /// Smallest message sent by peer copy. `peer_copy` example of
 /// `softrdma-shm` (BENCHMARKS.md, "Issue 17, step 2"): one
@@ -33,6 +56,13 @@ use softrdma_wire::{Headers, MAX_PEER_SEGS, Opcode, Packet, Psn, Reth};
 /// the lanes' packet path moves about 5 GB/s (0.8 µs per 4 KiB packet), so
 /// peer copy pays from about 12 KiB on.
 pub const PEER_COPY_MIN: u32 = 16 * 1024;
+
+/// Longest READ offered for placement by its responder. Same-host
+/// `ib_read_bw` (2026-11-27, fast mode), placement against the requester's
+/// own copy: 64 KiB 84 against 63 GB/s, 256 KiB and 512 KiB even, 1 MiB
+/// 54–56 against 59–61 GB/s (copies past the caches; the requester's own
+/// copy also leaves the data in its cache).
+pub const PLACE_MAX: u32 = 512 * 1024;
 
 impl Qp {
     /// Whether the WQE about to start goes as one peer-copy packet. Not
@@ -62,8 +92,41 @@ impl Qp {
             && !sgl::any_on_demand(mrs, &w.wr.sgl)
     }
 
+    /// Arms a placement ticket for peer-copy READ `w` when its request is
+    /// first built, if its SGEs are one range inside a region shared at
+    /// registration (a retransmitted request offers the same ticket).
+    pub(super) fn offer_placement(
+        ctx: &Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pd: crate::PdHandle,
+        w: &mut SendWqe,
+    ) {
+        if w.wr.opcode != WrOpcode::RdmaRead
+            || w.offer.is_some()
+            || w.wr.sgl.len() != 1
+            || w.len > PLACE_MAX
+        {
+            return;
+        }
+        let dst = sgl::host_ranges(ctx.mrs, pd, &w.wr.sgl, w.len, Access::LOCAL_WRITE);
+        let Ok((segs, false)) = dst else {
+            return;
+        };
+        let [seg] = segs.as_slice() else {
+            return;
+        };
+        let end = seg.addr + u64::from(seg.len);
+        let inside = seg
+            .file
+            .is_some_and(|f| seg.addr >= f.addr && end <= f.addr.saturating_add(f.len));
+        if inside && let Some(ticket) = mem.arm_ticket() {
+            w.offer = Some(Offer { dst: *seg, ticket });
+        }
+    }
+
     /// The peer-copy request of WQE `w`: its headers and payload (for a
-    /// WRITE, the host ranges of its SGEs).
+    /// WRITE, the host ranges of its SGEs; for a READ, its offer of
+    /// placement, if any).
     pub(super) fn peer_request(
         ctx: &Ctx<'_>,
         pd: crate::PdHandle,
@@ -95,7 +158,16 @@ impl Qp {
             h.reth = Some(reth);
         }
         if op == WrOpcode::RdmaRead {
-            return Ok((h, Vec::new()));
+            let Some(o) = &w.offer else {
+                return Ok((h, Vec::new()));
+            };
+            let offer = PlaceOffer {
+                dst: o.dst,
+                ticket: o.ticket.offer(),
+            };
+            let mut p = vec![0; softrdma_wire::OFFER_LEN];
+            softrdma_wire::write_offer(ctx.config.peer_incarnation, &offer, &mut p);
+            return Ok((h, p));
         }
         match op {
             WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => h.imm = Some(w.wr.imm_data),
@@ -124,14 +196,32 @@ impl Qp {
         if !self.response_target(ctx, psn, false) {
             return;
         }
-        let w = &self.sq[0];
+        let w = &mut self.sq[0];
         let (src, from) = match softrdma_wire::read_peer_segs(pkt.payload) {
+            // Placed: the ticket must say so (then the bytes are here).
+            Ok((segs, _, _)) if segs.is_empty() && w.peer => {
+                let placed = w.offer.take().is_some_and(|o| o.ticket.settle());
+                if !placed {
+                    // Not ours to believe: the retry timer asks again
+                    // (with a new ticket).
+                    ctx.stats.drop_malformed += 1;
+                    return;
+                }
+                self.complete_front(ctx, WcStatus::Success);
+                self.progress(ctx, psn.add(1));
+                return;
+            }
             Ok((segs, total, from)) if w.peer && total == u64::from(w.len) => (segs, from),
             _ => {
                 ctx.stats.drop_malformed += 1;
                 return;
             }
         };
+        // Answered without placement: no responder may place it any more
+        // (a duplicate request could still take the ticket).
+        if let Some(o) = w.offer.take() {
+            o.ticket.settle();
+        }
         let dst = sgl::host_ranges(ctx.mrs, self.pd, &w.wr.sgl, w.len, Access::LOCAL_WRITE);
         let (dst, on_demand) = match dst {
             Ok(d) => d,

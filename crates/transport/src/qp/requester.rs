@@ -159,6 +159,9 @@ impl Qp {
         let qp_type = self.qp_type;
         let pd = self.pd;
         let idx = self.req.idx;
+        if self.sq[idx].peer {
+            Qp::offer_placement(ctx, mem, pd, &mut self.sq[idx]);
+        }
         let w = &self.sq[idx];
         let psn = self.req.psn;
         debug_assert_eq!(

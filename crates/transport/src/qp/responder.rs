@@ -282,7 +282,7 @@ impl Qp {
         match op {
             Operation::Send => self.exec_send(ctx, mem, pkt),
             Operation::Write => self.exec_write(ctx, mem, pkt),
-            Operation::ReadRequest => self.exec_read(ctx, pkt),
+            Operation::ReadRequest => self.exec_read(ctx, mem, pkt),
             Operation::AtomicWrite => self.exec_atomic_write(ctx, mem, pkt),
             _ => self.exec_atomic(ctx, mem, pkt),
         }
@@ -487,7 +487,12 @@ impl Qp {
         Ok(None)
     }
 
-    fn exec_read(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), Fail> {
+    fn exec_read(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> Result<(), Fail> {
         if self.attr.max_dest_rd_atomic == 0 {
             return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
         }
@@ -495,10 +500,11 @@ impl Qp {
         if reth.dma_len > ctx.config.limits.max_msg_sz {
             return Err(Fail::Nak(NakCode::InvalidRequest, WcStatus::RemInvReqErr));
         }
-        self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_READ)?;
+        let host = self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_READ)?;
         let mtu = self.mtu(ctx.config);
         // A peer-copy READ is answered by one packet (`qp/peer.rs`).
         let peer = pkt.info.peer;
+        let placed = peer && Self::place_read(ctx, mem, pkt.payload, host, reth.dma_len);
         let npkts = if peer {
             1
         } else {
@@ -522,6 +528,7 @@ impl Qp {
             next: 0,
             msn: self.resp.msn,
             peer,
+            placed,
         });
         self.resp.psn = psn.add(npkts);
         Ok(())
@@ -659,6 +666,9 @@ impl Qp {
                     next: 0,
                     msn: self.resp.msn,
                     peer,
+                    // A duplicate is never placed: its ticket ended with
+                    // the first answer, or the requester has moved on.
+                    placed: false,
                 });
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -770,11 +780,14 @@ impl Qp {
                 len,
                 msn,
                 peer: true,
+                placed,
                 ..
-            } => match self.peer_read_response(ctx, &path, psn, va, rkey, len, msn, buf) {
-                Some(t) => t?,
-                None => return self.poll_response(ctx, mem, buf),
-            },
+            } => {
+                match self.peer_read_response(ctx, &path, psn, (va, rkey, len), msn, placed, buf) {
+                    Some(t) => t?,
+                    None => return self.poll_response(ctx, mem, buf),
+                }
+            }
             RespOut::Read { .. } => match self.read_response_packet(ctx, mem, &path, out, buf) {
                 Some(t) => t?,
                 None => return self.poll_response(ctx, mem, buf),
@@ -807,6 +820,7 @@ impl Qp {
                 next,
                 msn,
                 peer: _,
+                placed: _,
             } => {
                 let mtu = self.mtu(ctx.config);
                 let off = u64::from(next) * u64::from(mtu);

@@ -1,13 +1,16 @@
 //! The harness of the peer-copy tests: two sans-IO endpoints whose
 //! packets a fake lane hands over, with a fake copier that reads the other
-//! endpoint's memory.
+//! endpoint's memory, and a fake ticket book and placer for READs placed
+//! by their responder.
 
 pub(crate) use softrdma_transport::{
     Access, AddressVector, AtomicOp, Config, CqHandle, Datagram, Endpoint, Instant, Memory, Mtu,
     PEER_COPY_MIN, PeerCopyError, PeerSeg, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState,
     QpType, Qpn, RecvWr, SendFlags, SendWr, Sge, Wc, WcStatus, WrOpcode,
 };
+pub(crate) use softrdma_transport::{PLACE_MAX, PeerFile, PlaceOffer, PlacementTicket, TicketRef};
 pub(crate) use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+pub(crate) use std::sync::{Arc, Mutex};
 pub(crate) use std::time::Duration;
 
 /// Flat memory: host addresses `base..base + buf.len()`.
@@ -36,13 +39,137 @@ impl Memory for Flat {
     }
 }
 
+/// A fake placement ticket's state (the engine's ticket word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ticket {
+    Armed,
+    Taken,
+    Placed,
+    Revoked,
+}
+
+/// What happened to a requester's tickets, in order (`Copy`: its `read_peer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ev {
+    Arm(u32),
+    Take(u32),
+    Settle(u32, bool),
+    Drop(u32),
+    Copy,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct BookState {
+    /// Per ticket index: state and arming seq.
+    pub(crate) tickets: Vec<(Ticket, u32)>,
+    pub(crate) log: Vec<Ev>,
+}
+
+/// A fake ticket book, shared by the test, the requester that arms and the
+/// responder that places (the engine's shared ticket page).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Book(pub(crate) Arc<Mutex<BookState>>);
+
+impl Book {
+    pub(crate) fn log(&self) -> Vec<Ev> {
+        self.0.lock().unwrap().log.clone()
+    }
+    pub(crate) fn state(&self, i: u32) -> Ticket {
+        self.0.lock().unwrap().tickets[i as usize].0
+    }
+    fn push(&self, e: Ev) {
+        self.0.lock().unwrap().log.push(e);
+    }
+}
+
+/// Seqs distinct from indexes, so a placer mixing them up refuses.
+const SEQ0: u32 = 1000;
+
+#[derive(Debug)]
+struct FakeTicket {
+    book: Book,
+    index: u32,
+    settled: bool,
+}
+
+impl FakeTicket {
+    /// Ends the ticket; whether it was placed.
+    fn end(&mut self) -> bool {
+        let mut b = self.book.0.lock().unwrap();
+        let t = &mut b.tickets[self.index as usize].0;
+        if *t != Ticket::Placed {
+            *t = Ticket::Revoked;
+        }
+        *t == Ticket::Placed
+    }
+}
+
+impl PlacementTicket for FakeTicket {
+    fn offer(&self) -> TicketRef {
+        TicketRef {
+            fd: 5,
+            ino: 55,
+            index: self.index,
+            seq: SEQ0 + self.index,
+        }
+    }
+    fn settle(mut self: Box<Self>) -> bool {
+        self.settled = true;
+        let placed = self.end();
+        self.book.push(Ev::Settle(self.index, placed));
+        placed
+    }
+}
+
+impl Drop for FakeTicket {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.end();
+            self.book.push(Ev::Drop(self.index));
+        }
+    }
+}
+
+/// How a responder answers `place_peer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placer {
+    /// Takes an armed ticket and writes, else refuses.
+    Honest,
+    Refuse,
+    /// Says "placed" without taking the ticket or writing.
+    Lie,
+}
+
+/// The other endpoint's memory as a lane reaches it.
+enum Peer<'a> {
+    None,
+    Read(&'a Flat),
+    /// Writable: placement into it.
+    Write(&'a mut Flat),
+}
+
+impl Peer<'_> {
+    fn flat(&self) -> &Flat {
+        match self {
+            Peer::Read(f) => f,
+            Peer::Write(f) => f,
+            Peer::None => panic!("no peer memory here"),
+        }
+    }
+}
+
 /// The receiver's memory plus a fake copier from the sender's: what the
-/// engine's `process_vm_readv` does, or the failure it is told to report.
+/// engine's `process_vm_readv` does, or the failure it is told to report;
+/// and the fake ticket book (arming with its own, placing with the peer's).
 pub(crate) struct Lane<'a> {
     me: &'a mut Flat,
-    peer: &'a Flat,
+    peer: Peer<'a>,
     pub(crate) fail: Option<PeerCopyError>,
     copies: &'a mut u32,
+    book: Option<&'a Book>,
+    peer_book: Option<&'a Book>,
+    placer: Placer,
+    places: &'a mut u32,
 }
 
 impl Memory for Lane<'_> {
@@ -63,12 +190,16 @@ impl Memory for Lane<'_> {
         _dst_on_demand: bool,
     ) -> Result<(), PeerCopyError> {
         *self.copies += 1;
+        if let Some(b) = self.book {
+            b.push(Ev::Copy);
+        }
         if let Some(e) = self.fail {
             return Err(e);
         }
+        let peer = self.peer.flat();
         let bytes: Vec<u8> = src
             .iter()
-            .flat_map(|s| self.peer.at(s.addr, s.len as usize).to_vec())
+            .flat_map(|s| peer.at(s.addr, s.len as usize).to_vec())
             .collect();
         let mut off = 0;
         for d in dst {
@@ -77,6 +208,43 @@ impl Memory for Lane<'_> {
         }
         assert_eq!(off, bytes.len(), "source and destination totals differ");
         Ok(())
+    }
+    fn arm_ticket(&mut self) -> Option<Box<dyn PlacementTicket>> {
+        let book = self.book?;
+        let mut b = book.0.lock().unwrap();
+        let index = b.tickets.len() as u32;
+        b.tickets.push((Ticket::Armed, SEQ0 + index));
+        b.log.push(Ev::Arm(index));
+        Some(Box::new(FakeTicket {
+            book: book.clone(),
+            index,
+            settled: false,
+        }))
+    }
+    fn place_peer(&mut self, _from: u64, offer: &PlaceOffer, src: u64) -> bool {
+        *self.places += 1;
+        match self.placer {
+            Placer::Refuse => return false,
+            Placer::Lie => return true,
+            Placer::Honest => {}
+        }
+        let Some(book) = self.peer_book else {
+            return false;
+        };
+        let mut b = book.0.lock().unwrap();
+        let i = offer.ticket.index;
+        match b.tickets.get_mut(i as usize) {
+            Some(t) if *t == (Ticket::Armed, offer.ticket.seq) => t.0 = Ticket::Taken,
+            _ => return false,
+        }
+        b.log.push(Ev::Take(i));
+        let bytes = self.me.at(src, offer.dst.len as usize).to_vec();
+        let Peer::Write(dst) = &mut self.peer else {
+            panic!("placement needs a writable requester (lane_mut)");
+        };
+        dst.write(offer.dst.addr, &bytes);
+        b.tickets[i as usize].0 = Ticket::Placed;
+        true
     }
 }
 
@@ -89,6 +257,11 @@ pub(crate) struct Node {
     pub(crate) key: u32,
     pub(crate) fail: Option<PeerCopyError>,
     pub(crate) copies: u32,
+    /// Arms placement tickets for its READs when set.
+    pub(crate) book: Option<Book>,
+    pub(crate) placer: Placer,
+    /// `place_peer` calls as a responder.
+    pub(crate) places: u32,
 }
 
 pub(crate) const LEN: usize = 1 << 20;
@@ -131,7 +304,21 @@ pub(crate) fn node(last_octet: u8, base: u64, fill: u8) -> Node {
         key: mr.lkey,
         fail: None,
         copies: 0,
+        book: None,
+        placer: Placer::Honest,
+        places: 0,
     }
+}
+
+/// Names a memfd (fake) holding `[addr, addr + len)` of `n`'s region.
+pub(crate) fn share(n: &mut Node, addr: u64, len: u64) {
+    let f = PeerFile {
+        fd: 3,
+        ino: 33,
+        addr,
+        len,
+    };
+    assert!(n.ep.set_mr_share(n.key, Some(f)));
 }
 
 pub(crate) fn connect(n: &mut Node, peer_ip: IpAddr, peer_qpn: Qpn) {
@@ -182,26 +369,52 @@ pub(crate) fn pair() -> (Node, Node) {
 pub(crate) fn drain(n: &mut Node, now: Instant) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut buf = Vec::new();
-    while let Some(t) = n.ep.poll_transmit(now, &mut n.mem, &mut buf) {
+    let mut mem = Lane {
+        me: &mut n.mem,
+        peer: Peer::None,
+        fail: n.fail,
+        copies: &mut n.copies,
+        book: n.book.as_ref(),
+        peer_book: None,
+        placer: n.placer,
+        places: &mut n.places,
+    };
+    while let Some(t) = n.ep.poll_transmit(now, &mut mem, &mut buf) {
         out.push(buf[..t.len].to_vec());
     }
     out
 }
 
-/// Hands `payload` from `from` to `to` as a lane does.
-pub(crate) fn lane(to: &mut Node, from: &Node, now: Instant, payload: &[u8]) {
+fn deliver(to: &mut Node, from: (IpAddr, Peer<'_>, Option<&Book>), now: Instant, payload: &[u8]) {
+    let (ip, peer, peer_book) = from;
     let d = Datagram {
-        src: SocketAddr::new(from.ip, 4791),
+        src: SocketAddr::new(ip, 4791),
         dst_ip: to.ip,
         payload,
     };
     let mut mem = Lane {
         me: &mut to.mem,
-        peer: &from.mem,
+        peer,
         fail: to.fail,
         copies: &mut to.copies,
+        book: to.book.as_ref(),
+        peer_book,
+        placer: to.placer,
+        places: &mut to.places,
     };
     to.ep.handle_datagram_unchecked_icrc(now, &d, &mut mem);
+}
+
+/// Hands `payload` from `from` to `to` as a lane does.
+pub(crate) fn lane(to: &mut Node, from: &Node, now: Instant, payload: &[u8]) {
+    let peer = (from.ip, Peer::Read(&from.mem), from.book.as_ref());
+    deliver(to, peer, now, payload);
+}
+
+/// [`lane`], `to` able to place into `from`'s memory.
+pub(crate) fn lane_mut(to: &mut Node, from: &mut Node, now: Instant, payload: &[u8]) {
+    let peer = (from.ip, Peer::Write(&mut from.mem), from.book.as_ref());
+    deliver(to, peer, now, payload);
 }
 
 /// Runs both ways over the lane until neither has anything to send.
@@ -212,10 +425,10 @@ pub(crate) fn run(a: &mut Node, b: &mut Node, now: Instant) {
             return;
         }
         for p in &to_b {
-            lane(b, a, now, p);
+            lane_mut(b, a, now, p);
         }
         for p in &to_a {
-            lane(a, b, now, p);
+            lane_mut(a, b, now, p);
         }
     }
 }

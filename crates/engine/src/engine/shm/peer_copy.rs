@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap as HashMap;
 use softrdma_shm::{CopyError, PeerMap, Range, Refused, Shared as SharedRegion};
 use softrdma_transport::{
     AtomicOp, GSI_QPN, MULTICAST_QPN, Memory, PEER_COPY_MIN, PeerCopyError, PeerFile, PeerSeg,
-    Unmapped,
+    PlaceOffer, Unmapped,
 };
 use softrdma_udp::steer::member_slot;
 use std::net::IpAddr;
@@ -107,6 +107,18 @@ impl Memory for LaneMemory<'_> {
         let len = u32::try_from(out.len()).map_err(|_| PeerCopyError::Unsupported)?;
         let dst = [PeerSeg::private(out.as_mut_ptr() as u64, len)];
         self.read_peer(from, src, &dst, false)
+    }
+
+    fn place_peer(&mut self, from: u64, offer: &PlaceOffer, src: u64) -> bool {
+        // The requester must be the lane's producer now, as for a copy.
+        match self.shm.producer(self.slot).filter(|&(g, _)| g == from) {
+            Some((generation, pid)) => {
+                self.shm
+                    .place
+                    .place((self.slot, generation, pid), offer, src)
+            }
+            None => false,
+        }
     }
 
     fn read_peer(
@@ -198,6 +210,11 @@ pub(crate) struct MrShares {
 }
 
 impl MrShares {
+    /// Whether regions are shared at registration.
+    pub(super) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     pub(super) fn new(peer_copy: bool) -> MrShares {
         let off = std::env::var("SOFTRDMA_MR_SHARE").is_ok_and(|v| v == "0");
         MrShares {

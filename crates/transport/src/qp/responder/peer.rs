@@ -5,7 +5,7 @@
 
 use super::{ACK, Fail, ScatterError};
 use crate::endpoint::Transmit;
-use crate::mr::PeerCopyError;
+use crate::mr::{Host, PeerCopyError};
 use crate::qp::{Ctx, InProgress, Path, Qp, bth, sgl};
 use crate::tm::RNDV_HDR_LEN;
 use crate::types::{Access, WcStatus};
@@ -133,36 +133,44 @@ impl Qp {
         Ok(())
     }
 
-    /// The answer to a peer-copy READ: the host range of `[va, va + len)`
-    /// under `rkey`, checked again now (the region may be gone). `None`: the
-    /// check failed and a NAK took the READ's place in the queue.
+    /// Places a peer-copy READ's data into the requester's memory if its
+    /// request offers it (`qp/peer.rs`): `host`, the checked start of the
+    /// `len` bytes asked for. False: answer with the range instead.
+    pub(super) fn place_read(
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        payload: &[u8],
+        host: Host,
+        len: u32,
+    ) -> bool {
+        match softrdma_wire::read_offer(payload) {
+            Ok(Some((offer, from))) if offer.dst.len == len && !host.on_demand && len > 0 => {
+                mem.place_peer(from, &offer, host.addr)
+            }
+            Ok(_) => false,
+            Err(_) => {
+                // The READ itself is sound; only its offer is not.
+                ctx.stats.drop_malformed += 1;
+                false
+            }
+        }
+    }
+
+    /// The answer to a peer-copy READ: if placed, a response naming no range;
+    /// else the host range of `[va, va + len)` under `rkey`, checked again
+    /// now (the region may be gone). `None`: the check failed and a NAK took
+    /// the READ's place in the queue.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn peer_read_response(
         &mut self,
         ctx: &mut Ctx<'_>,
         path: &Path,
         psn: Psn,
-        va: u64,
-        rkey: u32,
-        len: u32,
+        (va, rkey, len): (u64, u32, u32),
         msn: u32,
+        placed: bool,
         buf: &mut Vec<u8>,
     ) -> Option<Option<Transmit>> {
-        let (mrs, mws) = (ctx.mrs, &*ctx.mws);
-        let checked = crate::mw::check_remote(
-            mrs,
-            mws,
-            self.qpn,
-            self.pd,
-            rkey,
-            va,
-            u64::from(len),
-            Access::REMOTE_READ,
-        );
-        let Ok(host) = checked else {
-            self.nak_read(ctx, psn, msn);
-            return None;
-        };
         let dest = self.attr.dest_qp_num;
         let mut h = Headers::new(bth(
             Opcode::SOFTRDMA_RC_RDMA_READ_RESPONSE_ONLY_PEER,
@@ -170,16 +178,36 @@ impl Qp {
             psn,
         ));
         h.aeth = Some(Aeth { syndrome: ACK, msn });
-        // The region's memfd, if shared (a memory window's rkey names none:
-        // its bytes are copied from private memory).
-        let seg = [PeerSeg {
-            addr: host.addr,
-            len,
-            file: mrs.share_of(rkey),
-        }];
-        let plen = softrdma_wire::peer_payload_len(1);
+        let (mrs, mws) = (ctx.mrs, &*ctx.mws);
+        let seg = if placed {
+            None
+        } else {
+            let checked = crate::mw::check_remote(
+                mrs,
+                mws,
+                self.qpn,
+                self.pd,
+                rkey,
+                va,
+                u64::from(len),
+                Access::REMOTE_READ,
+            );
+            let Ok(host) = checked else {
+                self.nak_read(ctx, psn, msn);
+                return None;
+            };
+            // The region's memfd, if shared (a memory window's rkey names
+            // none: its bytes are copied from private memory).
+            Some(PeerSeg {
+                addr: host.addr,
+                len,
+                file: mrs.share_of(rkey),
+            })
+        };
+        let segs = seg.as_slice();
+        let plen = softrdma_wire::peer_payload_len(segs.len());
         let t = Qp::build::<()>(ctx.config, path, &h, plen, buf, |dst| {
-            softrdma_wire::write_peer_segs(ctx.config.peer_incarnation, &seg, dst);
+            softrdma_wire::write_peer_segs(ctx.config.peer_incarnation, segs, dst);
             Ok(())
         })
         .ok();

@@ -144,6 +144,7 @@ impl Qp {
             next_pkt: 0,
             error: None,
             peer: false,
+            offer: None,
             tm: Some(tm),
         });
     }
