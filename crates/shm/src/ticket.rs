@@ -25,7 +25,10 @@
 //! returns no placer holds the ticket and none can take it again (the next
 //! arming of the word uses a new `seq`), so no late or duplicate request
 //! writes into memory the application got back. A placer that died while
-//! busy is waited for only until `/proc` says it is gone.
+//! busy is waited for only until `/proc` says it is gone; one stopped
+//! mid-copy (`SIGSTOP`, a debugger) holds the revoking thread until it runs
+//! again (a copy is a few µs of its time; a flush that coincides with one
+//! is rare).
 //!
 //! Word: state in bits 56..64, the busy placer's pid in 32..56, `seq` in
 //! 0..32.
