@@ -20,11 +20,12 @@
 //! ```
 
 use crate::ring::{DATA_CAP, Entry, LANE_BYTES, PushError, Ring, SLOT_BYTES, SLOTS};
+use crate::vm::Map;
 use std::fs::File;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{Ordering, fence};
 
 const MAGIC: [u8; 8] = *b"SRDMAINB";
 const VERSION: u32 = 1;
@@ -41,56 +42,6 @@ const ACTIVE: usize = 64;
 const RESETTING: u64 = u64::MAX;
 const DOORBELL: usize = 128;
 
-/// A mapping that unmaps on drop.
-#[derive(Debug)]
-struct Map {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory; concurrent access goes through
-// atomics or the ring protocol (see `Ring`).
-unsafe impl Send for Map {}
-// SAFETY: as above.
-unsafe impl Sync for Map {}
-
-impl Map {
-    fn new(file: &File, offset: usize, len: usize) -> io::Result<Map> {
-        // A fresh shared mapping of `len` bytes of `file` at a page-aligned
-        // offset; the kernel picks the address.
-        let ptr = crate::vm::map(
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            offset as i64,
-        )
-        .ok_or_else(io::Error::last_os_error)?;
-        Ok(Map { ptr, len })
-    }
-
-    fn u32_at(&self, at: usize) -> &AtomicU32 {
-        assert!(at + 4 <= self.len && at.is_multiple_of(4));
-        // SAFETY: in bounds and aligned (checked); shared words are only
-        // ever accessed atomically.
-        unsafe { &*self.ptr.add(at).cast::<AtomicU32>() }
-    }
-
-    fn u64_at(&self, at: usize) -> &AtomicU64 {
-        assert!(at + 8 <= self.len && at.is_multiple_of(8));
-        // SAFETY: as `u32_at`.
-        unsafe { &*self.ptr.add(at).cast::<AtomicU64>() }
-    }
-}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `Map::new` mapped; no view outlives
-        // its `Map` (the rings below are owned alongside it).
-        unsafe { crate::vm::unmap(self.ptr, self.len) };
-    }
-}
-
 /// This process's inbox: where its peers' datagrams arrive.
 #[derive(Debug)]
 pub struct Inbox {
@@ -102,14 +53,7 @@ pub struct Inbox {
 impl Inbox {
     /// Creates an empty inbox (a memfd, closed on exec).
     pub fn create() -> io::Result<Inbox> {
-        // SAFETY: a NUL-terminated name; the flags are valid.
-        let fd = unsafe { libc::memfd_create(c"softrdma-inbox".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a new descriptor nobody else owns.
-        let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(INBOX_BYTES as u64)?;
+        let file = crate::vm::memfd(c"softrdma-inbox", INBOX_BYTES as u64)?;
         let map = Map::new(&file, 0, INBOX_BYTES)?;
         // SAFETY: the header page is ours alone until the fd is published.
         unsafe {

@@ -535,20 +535,8 @@ impl PeerMap {
     ) -> Result<PeerMap, crate::CopyError> {
         use crate::CopyError;
         use std::os::fd::AsRawFd;
-        use std::os::unix::fs::MetadataExt;
-        let path = format!("/proc/{pid}/fd/{fd}");
-        let link = std::fs::read_link(&path).map_err(|e| map_err(&e))?;
-        let name = link.to_string_lossy();
-        if !name.starts_with(&format!("/memfd:{NAME}")) {
-            return Err(CopyError::Fault);
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .open(&path)
-            .map_err(|e| map_err(&e))?;
-        let meta = file.metadata().map_err(|e| map_err(&e))?;
-        if meta.ino() != ino || meta.len() != len || len == 0 {
+        let file = open_peer_memfd(pid, fd, NAME, ino, len, writable)?;
+        if len == 0 {
             return Err(CopyError::Fault);
         }
         let size = usize::try_from(len).map_err(|_| CopyError::Invalid)?;
@@ -631,6 +619,39 @@ impl Drop for PeerMap {
         // SAFETY: our mapping, unmapped once.
         unsafe { vm::unmap(self.ptr, self.len) };
     }
+}
+
+/// Opens the memfd process `pid` holds at descriptor `fd` (read-only or
+/// read-write), if its name starts with `name` and it has inode `ino` and
+/// size `len`: what every mapping of a peer's memfd checks, the descriptor
+/// being the peer's word in a packet.
+pub(crate) fn open_peer_memfd(
+    pid: u32,
+    fd: u32,
+    name: &str,
+    ino: u64,
+    len: u64,
+    writable: bool,
+) -> Result<std::fs::File, crate::CopyError> {
+    use std::os::unix::fs::MetadataExt;
+    let path = format!("/proc/{pid}/fd/{fd}");
+    let link = std::fs::read_link(&path).map_err(|e| map_err(&e))?;
+    if !link
+        .to_string_lossy()
+        .starts_with(&format!("/memfd:{name}"))
+    {
+        return Err(crate::CopyError::Fault);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .open(&path)
+        .map_err(|e| map_err(&e))?;
+    let meta = file.metadata().map_err(|e| map_err(&e))?;
+    if meta.ino() != ino || meta.len() != len {
+        return Err(crate::CopyError::Fault);
+    }
+    Ok(file)
 }
 
 pub(crate) fn map_err(e: &io::Error) -> crate::CopyError {

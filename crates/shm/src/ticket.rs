@@ -34,9 +34,10 @@
 //! 0..32.
 
 use crate::CopyError;
+use crate::vm::Map;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,51 +70,18 @@ fn pid_of(w: u64) -> u32 {
     ((w >> 32) & 0xFF_FFFF) as u32
 }
 
-/// A shared mapping of a ticket page (ours or a peer's).
-#[derive(Debug)]
-struct Page {
-    ptr: *mut u8,
-}
-
-// SAFETY: plain shared memory, only ever accessed through atomics.
-unsafe impl Send for Page {}
-// SAFETY: as above.
-unsafe impl Sync for Page {}
-
-impl Page {
-    fn map(file: &File) -> io::Result<Page> {
-        let ptr = crate::vm::map(
-            BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-        .ok_or_else(io::Error::last_os_error)?;
-        Ok(Page { ptr })
-    }
-
-    /// Word `i`; `None` past the page (an index from a peer's packet).
-    fn at(&self, i: u32) -> Option<&AtomicU64> {
-        let i = usize::try_from(i).ok().filter(|&i| i < TICKETS)?;
-        // SAFETY: inside the mapping, 8-byte aligned (the mapping is page
-        // aligned); its words are only accessed atomically.
-        Some(unsafe { &*self.ptr.add(i * 8).cast::<AtomicU64>() })
-    }
-}
-
-impl Drop for Page {
-    fn drop(&mut self) {
-        // SAFETY: our mapping; nothing refers to it past its owner.
-        unsafe { crate::vm::unmap(self.ptr, BYTES) };
-    }
+/// Word `i` of a ticket page; `None` past the page (an index from a
+/// peer's packet).
+fn word_at(page: &Map, i: u32) -> Option<&AtomicU64> {
+    let i = usize::try_from(i).ok().filter(|&i| i < TICKETS)?;
+    Some(page.u64_at(i * 8))
 }
 
 #[derive(Debug)]
 struct Book {
     file: File,
     ino: u64,
-    page: Page,
+    page: Map,
     free: Mutex<Vec<u32>>,
 }
 
@@ -126,16 +94,9 @@ pub struct TicketBook {
 impl TicketBook {
     /// A new page, every ticket free (a memfd, closed on exec).
     pub fn create() -> io::Result<TicketBook> {
-        // SAFETY: a NUL-terminated name; valid flags.
-        let fd = unsafe { libc::memfd_create(c"softrdma-tickets".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor nobody else owns.
-        let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(BYTES as u64)?;
+        let file = crate::vm::memfd(c"softrdma-tickets", BYTES as u64)?;
         let ino = file.metadata()?.ino();
-        let page = Page::map(&file)?;
+        let page = Map::new(&file, 0, BYTES)?;
         let free = (0..TICKETS as u32).rev().collect();
         Ok(TicketBook {
             book: Arc::new(Book {
@@ -165,7 +126,7 @@ impl TicketBook {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop()?;
-        let w = self.book.page.at(index)?;
+        let w = word_at(&self.book.page, index)?;
         let seq = seq_of(w.load(Ordering::Relaxed)).wrapping_add(1);
         // Release: nothing to publish but the state; the offer reaches the
         // placer through a lane, which orders it after this store.
@@ -218,11 +179,8 @@ impl Ticket {
 
     fn end(&mut self) -> bool {
         self.settled = true;
-        let placed = self
-            .book
-            .page
-            .at(self.index)
-            .is_some_and(|w| end_word(w, self.seq, &mut gone));
+        let placed =
+            word_at(&self.book.page, self.index).is_some_and(|w| end_word(w, self.seq, &mut gone));
         self.book
             .free
             .lock()
@@ -300,31 +258,15 @@ fn gone(pid: u32) -> bool {
 /// A peer's ticket page, mapped to take and finish its tickets.
 #[derive(Debug)]
 pub struct PeerTickets {
-    page: Page,
+    page: Map,
 }
 
 impl PeerTickets {
     /// Maps the ticket page process `pid` holds at descriptor `fd`, if it
     /// is one (by name) with inode `ino`.
     pub fn open(pid: u32, fd: u32, ino: u64) -> Result<PeerTickets, CopyError> {
-        let path = format!("/proc/{pid}/fd/{fd}");
-        let link = std::fs::read_link(&path).map_err(|e| crate::share::map_err(&e))?;
-        if !link
-            .to_string_lossy()
-            .starts_with(&format!("/memfd:{NAME}"))
-        {
-            return Err(CopyError::Fault);
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| crate::share::map_err(&e))?;
-        let meta = file.metadata().map_err(|e| crate::share::map_err(&e))?;
-        if meta.ino() != ino || meta.len() != BYTES as u64 {
-            return Err(CopyError::Fault);
-        }
-        let page = Page::map(&file).map_err(|e| crate::share::map_err(&e))?;
+        let file = crate::share::open_peer_memfd(pid, fd, NAME, ino, BYTES as u64, true)?;
+        let page = Map::new(&file, 0, BYTES).map_err(|e| crate::share::map_err(&e))?;
         Ok(PeerTickets { page })
     }
 
@@ -332,7 +274,7 @@ impl PeerTickets {
     /// `pid` (this one): false if it is not armed so (revoked, placed
     /// already, or another arming), and then nothing may be written.
     pub fn take(&self, index: u32, seq: u32, pid: u32) -> bool {
-        self.page.at(index).is_some_and(|w| {
+        word_at(&self.page, index).is_some_and(|w| {
             w.compare_exchange(
                 word(ARMED, 0, seq),
                 word(BUSY, pid, seq),
@@ -345,7 +287,7 @@ impl PeerTickets {
 
     /// Marks a taken ticket done: the placement's bytes are all written.
     pub fn finish(&self, index: u32, seq: u32, pid: u32) {
-        if let Some(w) = self.page.at(index) {
+        if let Some(w) = word_at(&self.page, index) {
             // Release: the bytes before the mark. A CAS, not a store: the
             // owner may have found this process dead and freed the word.
             let _ = w.compare_exchange(

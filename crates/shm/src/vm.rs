@@ -10,7 +10,23 @@
 //! corrupted its heap (crates/cli/tests/ucx.rs, mpi.rs with the path on).
 //! The kernel does the same work either way; only the hooks are skipped.
 
-use std::os::fd::RawFd;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// A new memfd named `name` of `len` bytes, closed on exec.
+pub(crate) fn memfd(name: &std::ffi::CStr, len: u64) -> io::Result<File> {
+    // SAFETY: a NUL-terminated name; the flags are valid.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor nobody else owns.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(len)?;
+    Ok(file)
+}
 
 /// `mmap(NULL, len, prot, flags, fd, offset)`: the new mapping, or `None`
 /// (errno set).
@@ -63,4 +79,54 @@ pub(crate) unsafe fn move_over(from: *mut u8, len: usize, to: u64) -> bool {
         )
     };
     r != -1
+}
+
+/// A mapping that unmaps on drop.
+#[derive(Debug)]
+pub(crate) struct Map {
+    pub(crate) ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; concurrent access goes through
+// atomics or the ring protocol (see `crate::Ring`).
+unsafe impl Send for Map {}
+// SAFETY: as above.
+unsafe impl Sync for Map {}
+
+impl Map {
+    pub(crate) fn new(file: &File, offset: usize, len: usize) -> io::Result<Map> {
+        // A fresh shared mapping of `len` bytes of `file` at a page-aligned
+        // offset; the kernel picks the address.
+        let ptr = map(
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            offset as i64,
+        )
+        .ok_or_else(io::Error::last_os_error)?;
+        Ok(Map { ptr, len })
+    }
+
+    pub(crate) fn u32_at(&self, at: usize) -> &AtomicU32 {
+        assert!(at + 4 <= self.len && at.is_multiple_of(4));
+        // SAFETY: in bounds and aligned (checked); shared words are only
+        // ever accessed atomically.
+        unsafe { &*self.ptr.add(at).cast::<AtomicU32>() }
+    }
+
+    pub(crate) fn u64_at(&self, at: usize) -> &AtomicU64 {
+        assert!(at + 8 <= self.len && at.is_multiple_of(8));
+        // SAFETY: as `u32_at`.
+        unsafe { &*self.ptr.add(at).cast::<AtomicU64>() }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `Map::new` mapped; no view outlives
+        // its `Map` (views, such as rings, are owned alongside it).
+        unsafe { unmap(self.ptr, self.len) };
+    }
 }
