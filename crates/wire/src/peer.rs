@@ -37,6 +37,15 @@ impl PeerSeg {
             file: None,
         }
     }
+
+    /// Whether the whole range lies in its shared region (false without
+    /// one): where a READ's data may be placed.
+    pub fn in_file(&self) -> bool {
+        let end = self.addr.checked_add(u64::from(self.len));
+        self.file.is_some_and(|f| {
+            self.addr >= f.addr && end.is_some_and(|e| e <= f.addr.saturating_add(f.len))
+        })
+    }
 }
 
 /// A sender's memory region shared through a memfd: its descriptor in the
@@ -230,6 +239,14 @@ mod tests {
                 seq: u32::MAX,
             },
         };
+        assert!(offer.dst.in_file());
+        let past_end = PeerSeg {
+            addr: 0x7f00_0010_0000 - 4096,
+            len: 8192,
+            ..offer.dst
+        };
+        assert!(!past_end.in_file());
+        assert!(!PeerSeg::private(0x7f00_0000_2000, 64).in_file());
         let mut b = vec![0u8; OFFER_LEN];
         write_offer(5, &offer, &mut b);
         assert_eq!(read_offer(&b).unwrap(), Some((offer, 5)));

@@ -22,10 +22,10 @@ mod place;
 
 use super::{ACK_CHUNK_SHM, Core, Shared};
 use crate::memory::HostMemory;
+pub(super) use peer_copy::LaneMemory;
 pub(super) use peer_copy::MrShares;
-use peer_copy::{LaneMemory, PeerCopyStats, is_peer_packet};
+use peer_copy::{PeerCopyStats, is_peer_packet};
 use place::Placements;
-pub(super) use place::TxMemory;
 use softrdma_host::Registry;
 use softrdma_shm::{Inbox, Outlet, PushError};
 use softrdma_transport::{Datagram, GSI_QPN, MULTICAST_QPN};
@@ -560,7 +560,10 @@ impl Shared {
         if crate::cm::is_gsi(dg.payload) {
             self.handle_gsi(core, now, dg);
         } else if let (Some(slot), Some(shm)) = (lane, &self.shm) {
-            let mut mem = LaneMemory { shm, slot };
+            let mut mem = LaneMemory {
+                shm,
+                slot: Some(slot),
+            };
             core.ep.handle_datagram_unchecked_icrc(now, dg, &mut mem);
         } else {
             core.ep.handle_datagram(now, dg, &mut HostMemory);

@@ -4,6 +4,7 @@
 
 use super::shm::VIA_SHM;
 use super::{BATCH, Shared};
+use crate::memory::HostMemory;
 use softrdma_transport::SendWr;
 use softrdma_udp::{RoceSocket, Transmit};
 use std::net::SocketAddr;
@@ -119,8 +120,15 @@ impl Shared {
                 // Read under the lock: what this queues is stamped with it,
                 // and a CQ's stamps follow the lock's order.
                 let now = self.now();
-                let mut mem = super::shm::TxMemory {
-                    place: self.shm.as_ref().map(|s| &s.place),
+                // With the same-host path, READs can offer placement.
+                let mut host = HostMemory;
+                let mut lane;
+                let mem: &mut dyn softrdma_transport::Memory = match &self.shm {
+                    Some(shm) => {
+                        lane = super::shm::LaneMemory { shm, slot: None };
+                        &mut lane
+                    }
+                    None => &mut host,
                 };
                 while tx.dst.len() < BATCH {
                     let Some((src, dst, pkt)) = core.gsi_out.pop_front() else {
@@ -135,7 +143,7 @@ impl Shared {
                 }
                 while tx.dst.len() < BATCH {
                     let i = tx.dst.len();
-                    match core.ep.poll_transmit(now, &mut mem, &mut tx.bufs[i]) {
+                    match core.ep.poll_transmit(now, mem, &mut tx.bufs[i]) {
                         Some(t) => {
                             tx.bufs[i].truncate(t.len);
                             tx.dst.push(t.dst);

@@ -115,11 +115,9 @@ impl Qp {
         let [seg] = segs.as_slice() else {
             return;
         };
-        let end = seg.addr + u64::from(seg.len);
-        let inside = seg
-            .file
-            .is_some_and(|f| seg.addr >= f.addr && end <= f.addr.saturating_add(f.len));
-        if inside && let Some(ticket) = mem.arm_ticket() {
+        if seg.in_file()
+            && let Some(ticket) = mem.arm_ticket()
+        {
             w.offer = Some(Offer { dst: *seg, ticket });
         }
     }

@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap as HashMap;
 use softrdma_shm::{CopyError, PeerMap, Range, Refused, Shared as SharedRegion};
 use softrdma_transport::{
     AtomicOp, GSI_QPN, MULTICAST_QPN, Memory, PEER_COPY_MIN, PeerCopyError, PeerFile, PeerSeg,
-    PlaceOffer, Unmapped,
+    PlaceOffer, PlacementTicket, Unmapped,
 };
 use softrdma_udp::steer::member_slot;
 use std::net::IpAddr;
@@ -65,11 +65,29 @@ pub(super) fn allowed() -> bool {
     !off && yama == "0"
 }
 
-/// The memory a lane datagram is handled with: this process's, plus copies
-/// from the process that pushed it.
+/// The memory the same-host path works with: this process's, its tickets to
+/// offer READs' responders (`place.rs`), and, while a lane datagram is
+/// handled (`slot`: its lane), copies from and placements into the process
+/// that pushed it.
 pub(in crate::engine) struct LaneMemory<'a> {
     pub(in crate::engine) shm: &'a ShmPath,
-    pub(in crate::engine) slot: u8,
+    pub(in crate::engine) slot: Option<u8>,
+}
+
+impl LaneMemory<'_> {
+    /// The process that pushed the datagram being handled, if it is the
+    /// incarnation `from` the packet names: a descriptor a dead member left
+    /// in its lane is not acted on with the slot's next holder (as if the
+    /// dead member's packet were lost).
+    fn sender(&self, from: u64) -> Option<Producer> {
+        let slot = self.slot?;
+        let (generation, pid) = self.shm.producer(slot).filter(|&(g, _)| g == from)?;
+        Some(Producer {
+            slot,
+            generation,
+            pid,
+        })
+    }
 }
 
 impl Memory for LaneMemory<'_> {
@@ -109,16 +127,13 @@ impl Memory for LaneMemory<'_> {
         self.read_peer(from, src, &dst, false)
     }
 
+    fn arm_ticket(&mut self) -> Option<Box<dyn PlacementTicket>> {
+        self.shm.place.arm()
+    }
+
     fn place_peer(&mut self, from: u64, offer: &PlaceOffer, src: u64) -> bool {
-        // The requester must be the lane's producer now, as for a copy.
-        match self.shm.producer(self.slot).filter(|&(g, _)| g == from) {
-            Some((generation, pid)) => {
-                self.shm
-                    .place
-                    .place((self.slot, generation, pid), offer, src)
-            }
-            None => false,
-        }
+        self.sender(from)
+            .is_some_and(|p| self.shm.place.place(p, offer, src))
     }
 
     fn read_peer(
@@ -128,21 +143,16 @@ impl Memory for LaneMemory<'_> {
         dst: &[PeerSeg],
         dst_on_demand: bool,
     ) -> Result<(), PeerCopyError> {
+        if self.slot.is_none() {
+            return Err(PeerCopyError::Unsupported);
+        }
         let stats = &self.shm.peer_stats;
-        // The packet's sender must be the lane's producer now: a
-        // descriptor a dead member left in its lane is not copied from the
-        // slot's next holder (as if the dead member's packet were lost).
         // The counters below: under the engine lock, as all of this.
-        let producer = self.shm.producer(self.slot).filter(|&(g, _)| g == from);
-        let Some((generation, pid)) = producer else {
+        let Some(from) = self.sender(from) else {
             add_locked(&stats.failed, 1);
             return Err(PeerCopyError::Gone);
         };
-        let from = Producer {
-            slot: self.slot,
-            generation,
-            pid,
-        };
+        let pid = from.pid;
         let r = self.shm.mr_share.copy(from, src, dst, dst_on_demand);
         match r {
             Ok(mapped) => {
@@ -179,9 +189,9 @@ const SHARE_MIN: u64 = PEER_COPY_MIN as u64;
 /// 2"), so 1 GiB costs about 25 ms each way; larger regions keep private
 /// memory and `process_vm_readv`.
 const SHARE_MAX: u64 = 1 << 30;
-/// Peers' regions mapped at most at once (each a mapping and, while mapped,
-/// the memfd's inode); past it all are let go and mapped again on use.
-/// Not a tuning constant: a bound on address space.
+/// Peers' memfds mapped at most at once per cache (each a mapping and,
+/// while mapped, the memfd's inode); past it all are let go and mapped again
+/// on use. Not a tuning constant: a bound on address space.
 const MAX_PEER_MAPS: usize = 256;
 
 /// Regions shared at registration (issue 17, step 3; `softrdma_shm::share`):
@@ -204,7 +214,7 @@ const MAX_PEER_MAPS: usize = 256;
 pub(crate) struct MrShares {
     enabled: bool,
     by_key: Mutex<HashMap<u32, u64>>,
-    maps: Mutex<HashMap<(u8, u64, u64, u32), PeerMap>>,
+    maps: Mutex<HashMap<MapKey, PeerMap>>,
     pub(crate) shared: AtomicU64,
     pub(crate) refused: AtomicU64,
 }
@@ -346,13 +356,8 @@ impl MrShares {
             let map_key = s.file.map(|f| (slot, generation, f.ino, f.fd));
             if fe > fa
                 && let (Some(f), Some(k)) = (s.file, map_key)
-                && !maps.contains_key(&k)
             {
-                maps.retain(|&(sl, g, _, _), _| sl != slot || g == generation);
-                if maps.len() >= MAX_PEER_MAPS {
-                    maps.clear();
-                }
-                maps.insert(k, PeerMap::open(pid, f.fd, f.ino, f.len)?);
+                cached(&mut maps, k, || PeerMap::open(pid, f.fd, f.ino, f.len))?;
             }
             for (a, e, inside) in [(s.addr, fa, false), (fa, fe, true), (fe, end, false)] {
                 let mut at = a;
@@ -424,10 +429,32 @@ impl Drop for MrShares {
 /// The process a lane's peer-copy packet came from: the lane's slot, the
 /// producer's incarnation and its pid (from the registry).
 #[derive(Debug, Clone, Copy)]
-struct Producer {
-    slot: u8,
-    generation: u64,
-    pid: u32,
+pub(super) struct Producer {
+    pub(super) slot: u8,
+    pub(super) generation: u64,
+    pub(super) pid: u32,
+}
+
+/// A peer's memfd mapping, by (slot, incarnation, inode, descriptor).
+pub(super) type MapKey = (u8, u64, u64, u32);
+
+/// The mapping under `key`, opened with `open` if not cached (dropping the
+/// slot's mappings from older incarnations, and all past
+/// [`MAX_PEER_MAPS`]).
+pub(super) fn cached<T>(
+    maps: &mut HashMap<MapKey, T>,
+    key: MapKey,
+    open: impl FnOnce() -> Result<T, CopyError>,
+) -> Result<&T, CopyError> {
+    if !maps.contains_key(&key) {
+        let m = open()?;
+        maps.retain(|&(sl, g, _, _), _| sl != key.0 || g == key.1);
+        if maps.len() >= MAX_PEER_MAPS {
+            maps.clear();
+        }
+        maps.insert(key, m);
+    }
+    maps.get(&key).ok_or(CopyError::Invalid)
 }
 
 /// Walks a list of ranges in pieces.

@@ -2,8 +2,9 @@
 //! `qp/peer.rs`; `softrdma_shm::TicketBook` for the protocol).
 //!
 //! - **Requester.** This process's ticket page ([`Placements::tickets`]);
-//!   the transmit path's memory ([`TxMemory`]) arms a ticket for each
-//!   peer-copy READ whose SGE lies in a region shared at registration.
+//!   the same-host path's memory (`LaneMemory`, through [`Placements::arm`])
+//!   arms a ticket for each peer-copy READ whose SGE lies in a region
+//!   shared at registration.
 //! - **Responder.** A READ request offering a ticket is placed after the
 //!   transport's rkey check: the requester is the lane's producer (from the
 //!   registry, incarnation checked, as for every peer copy), its ticket
@@ -13,20 +14,12 @@
 //! - `SOFTRDMA_PLACE=0` turns offers off (the requester copies every READ,
 //!   as before).
 
-use crate::memory::HostMemory;
+use super::peer_copy::{MapKey, Producer, cached};
 use rustc_hash::FxHashMap as HashMap;
 use softrdma_shm::{PeerMap, PeerTickets, Ticket, TicketBook};
-use softrdma_transport::{AtomicOp, Memory, PlaceOffer, PlacementTicket, TicketRef, Unmapped};
+use softrdma_transport::{PlaceOffer, PlacementTicket, TicketRef};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-
-/// Peers' ticket pages and writable region mappings held at most at once;
-/// past it all are let go and mapped again on use. Not a tuning constant:
-/// a bound on address space.
-const MAX_MAPS: usize = 256;
-
-/// (slot, incarnation, inode, descriptor) of a peer's memfd.
-type Key = (u8, u64, u64, u32);
 
 /// Both sides of placement in this process.
 #[derive(Debug)]
@@ -35,8 +28,8 @@ pub(crate) struct Placements {
     tickets: Option<TicketBook>,
     /// The fork generation `tickets` belong to.
     forks: u64,
-    pages: Mutex<HashMap<Key, PeerTickets>>,
-    regions: Mutex<HashMap<Key, PeerMap>>,
+    pages: Mutex<HashMap<MapKey, PeerTickets>>,
+    regions: Mutex<HashMap<MapKey, PeerMap>>,
     /// READs this process placed into peers, and their bytes.
     pub(crate) placed: AtomicU64,
     pub(crate) placed_bytes: AtomicU64,
@@ -89,15 +82,28 @@ impl Placements {
         self.pid.load(Ordering::Relaxed)
     }
 
-    /// Places `offer` from the lane producer `(slot, generation, pid)`:
-    /// `len` bytes at our checked address `src`. False: nothing written.
-    pub(super) fn place(
-        &self,
-        (slot, generation, pid): (u8, u64, u32),
-        offer: &PlaceOffer,
-        src: u64,
-    ) -> bool {
-        let placed = self.try_place((slot, generation, pid), offer, src);
+    /// A ticket for one of our READs' offers, if we offer placement and one
+    /// is free.
+    pub(super) fn arm(&self) -> Option<Box<dyn PlacementTicket>> {
+        let book = self.tickets.as_ref()?;
+        let forks = softrdma_udp::fork_private::fork_generation();
+        if forks != self.forks {
+            // A forked child's READs are copied by the child.
+            return None;
+        }
+        let ticket = book.arm()?;
+        Some(Box::new(Armed {
+            ticket: Some(ticket),
+            fd: book.fd(),
+            ino: book.ino(),
+            forks,
+        }))
+    }
+
+    /// Places `offer` from the lane producer `from`: `len` bytes at our
+    /// checked address `src`. False: nothing written.
+    pub(super) fn place(&self, from: Producer, offer: &PlaceOffer, src: u64) -> bool {
+        let placed = self.try_place(from, offer, src);
         if placed {
             super::add_locked(&self.placed, 1);
             super::add_locked(&self.placed_bytes, u64::from(offer.dst.len));
@@ -107,37 +113,31 @@ impl Placements {
         placed
     }
 
-    fn try_place(
-        &self,
-        (slot, generation, pid): (u8, u64, u32),
-        offer: &PlaceOffer,
-        src: u64,
-    ) -> bool {
+    fn try_place(&self, from: Producer, offer: &PlaceOffer, src: u64) -> bool {
+        let Producer {
+            slot,
+            generation,
+            pid,
+        } = from;
         let (Some(f), t) = (offer.dst.file, offer.ticket) else {
             return false;
         };
-        let len = u64::from(offer.dst.len);
-        let inside = offer.dst.addr >= f.addr
-            && offer
-                .dst
-                .addr
-                .checked_add(len)
-                .is_some_and(|e| e <= f.addr.saturating_add(f.len));
-        if !inside {
+        if !offer.dst.in_file() {
             return false;
         }
+        let len = u64::from(offer.dst.len);
         let mut pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
         let page = cached(&mut pages, (slot, generation, t.ino, t.fd), || {
             PeerTickets::open(pid, t.fd, t.ino)
         });
-        let Some(page) = page else {
+        let Ok(page) = page else {
             return false;
         };
         let mut regions = self.regions.lock().unwrap_or_else(|p| p.into_inner());
         let region = cached(&mut regions, (slot, generation, f.ino, f.fd), || {
             PeerMap::open_writable(pid, f.fd, f.ino, f.len)
         });
-        let Some(region) = region else {
+        let Ok(region) = region else {
             return false;
         };
         let me = self.my_pid();
@@ -156,31 +156,13 @@ impl Placements {
     /// Lets go of peers' mappings from incarnations no longer alive
     /// (`live(slot)`: the slot's live incarnation).
     pub(super) fn forget_dead(&self, live: impl Fn(u8) -> Option<u64>) {
-        let keep = |&(slot, g, _, _): &Key| live(slot) == Some(g);
+        let keep = |&(slot, g, _, _): &MapKey| live(slot) == Some(g);
         let mut pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
         pages.retain(|k, _| keep(k));
         drop(pages);
         let mut regions = self.regions.lock().unwrap_or_else(|p| p.into_inner());
         regions.retain(|k, _| keep(k));
     }
-}
-
-/// The mapping under `key`, opened with `open` if not cached (dropping the
-/// slot's mappings from older incarnations, and all past [`MAX_MAPS`]).
-fn cached<T>(
-    maps: &mut HashMap<Key, T>,
-    key: Key,
-    open: impl FnOnce() -> Result<T, softrdma_shm::CopyError>,
-) -> Option<&T> {
-    if !maps.contains_key(&key) {
-        let m = open().ok()?;
-        maps.retain(|&(sl, g, _, _), _| sl != key.0 || g == key.1);
-        if maps.len() >= MAX_MAPS {
-            maps.clear();
-        }
-        maps.insert(key, m);
-    }
-    maps.get(&key)
 }
 
 /// A ticket of ours, as the transport holds it.
@@ -232,55 +214,6 @@ impl Drop for Armed {
     }
 }
 
-/// This process's memory as the transmit path builds packets from it, with
-/// its ticket page to offer placement.
-pub(in crate::engine) struct TxMemory<'a> {
-    pub(in crate::engine) place: Option<&'a Placements>,
-}
-
-impl Memory for TxMemory<'_> {
-    fn read(&mut self, addr: u64, dst: &mut [u8]) {
-        HostMemory.read(addr, dst);
-    }
-
-    fn write(&mut self, addr: u64, src: &[u8]) {
-        HostMemory.write(addr, src);
-    }
-
-    fn atomic(&mut self, addr: u64, op: AtomicOp) -> u64 {
-        HostMemory.atomic(addr, op)
-    }
-
-    fn read_on_demand(&mut self, addr: u64, dst: &mut [u8]) -> Result<(), Unmapped> {
-        HostMemory.read_on_demand(addr, dst)
-    }
-
-    fn write_on_demand(&mut self, addr: u64, src: &[u8]) -> Result<(), Unmapped> {
-        HostMemory.write_on_demand(addr, src)
-    }
-
-    fn atomic_on_demand(&mut self, addr: u64, op: AtomicOp) -> Result<u64, Unmapped> {
-        HostMemory.atomic_on_demand(addr, op)
-    }
-
-    fn arm_ticket(&mut self) -> Option<Box<dyn PlacementTicket>> {
-        let place = self.place?;
-        let book = place.tickets.as_ref()?;
-        let forks = softrdma_udp::fork_private::fork_generation();
-        if forks != place.forks {
-            // A forked child's READs are copied by the child.
-            return None;
-        }
-        let ticket = book.arm()?;
-        Some(Box::new(Armed {
-            ticket: Some(ticket),
-            fd: book.fd(),
-            ino: book.ino(),
-            forks,
-        }))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,8 +240,7 @@ mod tests {
             len: region.len,
         };
         let src: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
-        let mut tx = TxMemory { place: Some(&p) };
-        let armed = tx.arm_ticket().expect("a ticket");
+        let armed = p.arm().expect("a ticket");
         let offer = PlaceOffer {
             dst: PeerSeg {
                 addr: region.addr,
@@ -317,7 +249,11 @@ mod tests {
             },
             ticket: armed.offer(),
         };
-        let me = (1u8, 9u64, std::process::id());
+        let me = Producer {
+            slot: 1,
+            generation: 9,
+            pid: std::process::id(),
+        };
         assert!(p.place(me, &offer, src.as_ptr() as u64));
         // SAFETY: the region's first `len` bytes, ours, mapped.
         let got = unsafe { std::slice::from_raw_parts(region.addr as *const u8, len) };
@@ -326,7 +262,7 @@ mod tests {
         assert!(!p.place(me, &offer, src.as_ptr() as u64));
         assert!(armed.settle(), "the ticket says placed");
         // A revoked ticket takes nothing.
-        let armed = tx.arm_ticket().unwrap();
+        let armed = p.arm().unwrap();
         let offer = PlaceOffer {
             ticket: armed.offer(),
             ..offer
@@ -336,7 +272,7 @@ mod tests {
         assert!(!p.place(me, &offer, zeros.as_ptr() as u64));
         assert_eq!(got, &src[..], "nothing written after revocation");
         // A range outside the named region is refused.
-        let armed = tx.arm_ticket().unwrap();
+        let armed = p.arm().unwrap();
         let outside = PlaceOffer {
             dst: PeerSeg {
                 addr: region.addr + 4096,
@@ -355,7 +291,6 @@ mod tests {
     #[test]
     fn without_offers_no_ticket_is_armed() {
         let p = Placements::new(false);
-        assert!(TxMemory { place: Some(&p) }.arm_ticket().is_none());
-        assert!(TxMemory { place: None }.arm_ticket().is_none());
+        assert!(p.arm().is_none());
     }
 }
