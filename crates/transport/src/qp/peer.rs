@@ -195,7 +195,7 @@ impl Qp {
             return;
         }
         let w = &mut self.sq[0];
-        let (src, from) = match softrdma_wire::read_peer_segs(pkt.payload) {
+        match softrdma_wire::read_peer_segs(pkt.payload) {
             // Placed: the ticket must say so (then the bytes are here).
             Ok((segs, _, _)) if segs.is_empty() && w.peer => {
                 let placed = w.offer.take().is_some_and(|o| o.ticket.settle());
@@ -205,48 +205,63 @@ impl Qp {
                     ctx.stats.drop_malformed += 1;
                     return;
                 }
-                self.complete_front(ctx, WcStatus::Success);
-                self.progress(ctx, psn.add(1));
-                return;
             }
-            Ok((segs, total, from)) if w.peer && total == u64::from(w.len) => (segs, from),
+            Ok((segs, total, from)) if w.peer && total == u64::from(w.len) => {
+                // Answered without placement: no responder may place it
+                // any more (a duplicate request could still take the
+                // ticket).
+                if let Some(o) = w.offer.take() {
+                    o.ticket.settle();
+                }
+                if !self.copy_read_data(ctx, mem, &segs, from) {
+                    return;
+                }
+            }
             _ => {
                 ctx.stats.drop_malformed += 1;
-                return;
-            }
-        };
-        // Answered without placement: no responder may place it any more
-        // (a duplicate request could still take the ticket).
-        if let Some(o) = w.offer.take() {
-            o.ticket.settle();
-        }
-        let dst = sgl::host_ranges(ctx.mrs, self.pd, &w.wr.sgl, w.len, Access::LOCAL_WRITE);
-        let (dst, on_demand) = match dst {
-            Ok(d) => d,
-            Err(_) => {
-                self.fail_front(ctx, WcStatus::LocProtErr);
-                return;
-            }
-        };
-        match mem.read_peer(from, &src, &dst, on_demand) {
-            Ok(()) => {}
-            // The responder died: nothing came; the retry timer ends it
-            // (as a lost response on the wire would).
-            Err(PeerCopyError::Gone) => {
-                ctx.stats.drop_bad_state += 1;
-                return;
-            }
-            // Its memory went between its check and our copy.
-            Err(PeerCopyError::Fault) => {
-                self.fail_front(ctx, WcStatus::RemAccessErr);
-                return;
-            }
-            Err(PeerCopyError::Denied | PeerCopyError::Unsupported) => {
-                self.fail_front(ctx, WcStatus::RemOpErr);
                 return;
             }
         }
         self.complete_front(ctx, WcStatus::Success);
         self.progress(ctx, psn.add(1));
+    }
+
+    /// Copies the responder's ranges `src` (of incarnation `from`) into the
+    /// SGEs of the READ at the head of the queue; false if the READ did not
+    /// complete by it (failed, or left to the retry timer).
+    fn copy_read_data(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        src: &[PeerSeg],
+        from: u64,
+    ) -> bool {
+        let w = &self.sq[0];
+        let dst = sgl::host_ranges(ctx.mrs, self.pd, &w.wr.sgl, w.len, Access::LOCAL_WRITE);
+        let (dst, on_demand) = match dst {
+            Ok(d) => d,
+            Err(_) => {
+                self.fail_front(ctx, WcStatus::LocProtErr);
+                return false;
+            }
+        };
+        match mem.read_peer(from, src, &dst, on_demand) {
+            Ok(()) => true,
+            // The responder died: nothing came; the retry timer ends it
+            // (as a lost response on the wire would).
+            Err(PeerCopyError::Gone) => {
+                ctx.stats.drop_bad_state += 1;
+                false
+            }
+            // Its memory went between its check and our copy.
+            Err(PeerCopyError::Fault) => {
+                self.fail_front(ctx, WcStatus::RemAccessErr);
+                false
+            }
+            Err(PeerCopyError::Denied | PeerCopyError::Unsupported) => {
+                self.fail_front(ctx, WcStatus::RemOpErr);
+                false
+            }
+        }
     }
 }
