@@ -133,6 +133,12 @@ impl Endpoint {
         }
     }
 
+    /// Whether `qpn`'s send queue holds no work request (all completed or
+    /// flushed; true for an unknown QP).
+    pub fn send_queue_empty(&self, qpn: Qpn) -> bool {
+        self.qps.get(&qpn).is_none_or(|q| q.sq.is_empty())
+    }
+
     /// Whether some QP has a packet to send ([`Endpoint::poll_transmit`]
     /// would produce one): e.g. after a receive posted while an RNR NAK was
     /// held ([`Config::rnr_hold_ns`]).

@@ -11,20 +11,6 @@ use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 
 impl Shared {
-    /// Whether an application thread found a CQ empty lately
-    /// (`policy::app_spinner`): it spins on its CQ, and polls again after
-    /// whatever it does.
-    pub(super) fn app_spinner(&self, now: u64) -> bool {
-        policy::app_spinner(self.last_poll.load(Ordering::Relaxed), now)
-    }
-
-    /// Whether an application thread polled or posted lately
-    /// (`policy::app_spinning`): it reads the socket itself when its CQ runs
-    /// dry.
-    pub(super) fn app_spinning(&self, now: u64) -> bool {
-        policy::app_spinning(self.last_call.load(Ordering::Relaxed), now)
-    }
-
     /// An application thread that spins on a CQ posted or sent (at `now`):
     /// it is busy with the device, the progress thread stays in standby.
     pub(super) fn note_busy(&self, now: u64) {

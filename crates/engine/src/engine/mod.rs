@@ -120,6 +120,8 @@ struct Shared {
     notifies: AtomicU64,
     /// Bytes posted and not sent yet while `tx_pending` (see `doorbell`).
     deferred_bytes: std::sync::atomic::AtomicUsize,
+    /// A post came since the last `poll_cq` (`policy::defers_post`).
+    posted_since_poll: AtomicBool,
     async_events: AsyncChannel,
     capture: Option<crate::capture::Capture>,
     /// `SOFTRDMA_FAULTS` (tests): faults applied to every sent batch.
@@ -404,6 +406,7 @@ impl Engine {
             serve_until: AtomicU64::new(0),
             left_at: AtomicU64::new(0),
             deferred_bytes: std::sync::atomic::AtomicUsize::new(0),
+            posted_since_poll: AtomicBool::new(false),
             async_events,
             capture,
             faults,
@@ -546,14 +549,15 @@ impl Engine {
     /// Posts a send WR and transmits what it allows (see [`Engine::post_send_many`]).
     pub fn post_send(&self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
         let bytes = wr_bytes(&wr);
-        let (r, now) = {
+        let (r, now, idle) = {
             let mut core = self.lock();
             let now = self.now();
+            let idle = core.ep.send_queue_empty(qpn);
             let r = core.ep.post_send(now, qpn, wr);
             self.shared.after(&mut core);
-            (r, now)
+            (r, now, idle)
         };
-        self.shared.doorbell(bytes, now.as_nanos());
+        self.shared.doorbell(bytes, now.as_nanos(), idle);
         r
     }
 
@@ -573,9 +577,10 @@ impl Engine {
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> Result<(), (usize, VerbsError)> {
         let mut bytes = 0;
-        let (r, now) = {
+        let (r, now, idle) = {
             let mut core = self.lock();
             let now = self.now();
+            let idle = core.ep.send_queue_empty(qpn);
             let r = (|| {
                 for (i, wr) in wrs.into_iter().enumerate() {
                     bytes += wr_bytes(&wr);
@@ -584,9 +589,9 @@ impl Engine {
                 Ok(())
             })();
             self.shared.after(&mut core);
-            (r, now)
+            (r, now, idle)
         };
-        self.shared.doorbell(bytes, now.as_nanos());
+        self.shared.doorbell(bytes, now.as_nanos(), idle);
         r
     }
 
@@ -641,6 +646,11 @@ impl Engine {
         max: usize,
         mut f: impl FnMut(Wc),
     ) -> Result<usize, VerbsError> {
+        if self.shared.posted_since_poll.load(Ordering::Relaxed) {
+            self.shared
+                .posted_since_poll
+                .store(false, Ordering::Relaxed);
+        }
         self.shared.flush_pending();
         if !self.shared.busy_poll || max == 0 {
             return self.lock().ep.poll_cq(cq, max, &mut f);

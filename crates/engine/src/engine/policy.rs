@@ -266,6 +266,24 @@ pub(super) fn app_spinner(last_poll: u64, now: u64) -> bool {
     now.saturating_sub(last_poll) < POLLER_NS
 }
 
+/// Whether a post at `now` is gathered for the poller's next call rather than
+/// sent at once (`Shared::doorbell`): the application spins on a CQ
+/// (`app_spinning`, `app_spinner`) and the post is `behind` other work: it
+/// follows another post with no poll between them, or its QP still has
+/// requests in flight. A post to an idle QP right after a poll, as every
+/// post of a ping-pong, is sent at once: gathering it only delays it by the
+/// application's way from its post back into its poll, and no burst is
+/// there to gather.
+///
+/// Chosen by issue 17: `ib_send_lat -s 8` over the lanes, 0.91–0.93 µs
+/// one-way against 0.94–0.96 µs when every post of a spinning application
+/// was gathered (5 of 6 pairs, fast mode); `ib_send_bw -s 64` unchanged (3
+/// pairs). Re-measure with `cargo xtask bench --only same-host` and
+/// `--only perftest-bw`.
+pub(super) fn defers_post(last_call: u64, last_poll: u64, now: u64, behind: bool) -> bool {
+    behind && app_spinning(last_call, now) && app_spinner(last_poll, now)
+}
+
 /// Whether an application thread polled or posted (at `last_call`) within
 /// [`SPIN_WINDOW_NS`] of `now`: it reads the socket itself when its CQ runs
 /// dry, so the progress thread takes the socket out of its epoll set.

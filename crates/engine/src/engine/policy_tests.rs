@@ -28,6 +28,26 @@ fn spin_window_boundary() {
 }
 
 #[test]
+fn only_a_post_behind_other_work_of_a_spinning_application_is_gathered() {
+    let now = 10 * MS;
+    // Polled empty 2 µs ago, posted 1 µs ago: a burst's second post, or
+    // one behind requests in flight.
+    assert!(defers_post(now - US, now - 2 * US, now, true));
+    // The first post to an idle QP after a poll (a ping-pong's) goes at once.
+    assert!(!defers_post(now - US, now - 2 * US, now, false));
+    // Not spinning: the last call left the window, or no empty poll lately.
+    assert!(!defers_post(now - SPIN_WINDOW_NS, now - 2 * US, now, true));
+    assert!(defers_post(
+        now - SPIN_WINDOW_NS + 1,
+        now - 2 * US,
+        now,
+        true
+    ));
+    assert!(!defers_post(now - US, now - POLLER_NS, now, true));
+    assert!(defers_post(now - US, now - POLLER_NS + 1, now, true));
+}
+
+#[test]
 fn an_application_that_announced_it_blocks_gives_the_socket_back_at_once() {
     // `before_block` stores 0: any time past the window watches.
     assert!(watch_socket(0, SPIN_WINDOW_NS, false));

@@ -37,11 +37,24 @@ pub(super) struct Tx {
 impl Shared {
     /// After a post: sends what it queued now, or leaves it for a busy
     /// poller's next call (see [`Engine::post_send_many`](super::Engine::post_send_many)).
-    /// `now`: the post's time (see `Shared::rx_burst` on clock reads).
-    pub(super) fn doorbell(&self, bytes: usize, now: u64) {
+    /// `now`: the post's time (see `Shared::rx_burst` on clock reads);
+    /// `idle`: the QP's send queue was empty before the post.
+    pub(super) fn doorbell(&self, bytes: usize, now: u64, idle: bool) {
         // A burst of posts from a spinning application: the previous call
-        // was a moment ago, and the last empty poll not long before.
-        let burst = self.app_spinning(now) && self.app_spinner(now);
+        // was a post a moment ago, or the QP has requests in flight, and
+        // the last empty poll was not long before.
+        // Read before written: a store per post would move the line between
+        // the poster's and the progress thread's cores.
+        let follows_post = self.posted_since_poll.load(Ordering::Relaxed);
+        if !follows_post {
+            self.posted_since_poll.store(true, Ordering::Relaxed);
+        }
+        let burst = super::policy::defers_post(
+            self.last_call.load(Ordering::Relaxed),
+            self.last_poll.load(Ordering::Relaxed),
+            now,
+            follows_post || !idle,
+        );
         self.note_busy(now);
         if self.busy_poll && burst {
             let queued = self.deferred_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
