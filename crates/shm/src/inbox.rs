@@ -28,7 +28,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{Ordering, fence};
 
 const MAGIC: [u8; 8] = *b"SRDMAINB";
-const VERSION: u32 = 1;
+/// 2: lanes publish each slot by its own seq word (`ring.rs`); a process of
+/// another version takes the UDP path to this one.
+const VERSION: u32 = 2;
 const PAGE: usize = 4096;
 /// Lanes 0..=255, one per member slot (0 is never a slot; it stays unused).
 const LANES: usize = 256;

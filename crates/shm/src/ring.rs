@@ -5,25 +5,33 @@
 //! producer's and the consumer's counters never share a cache line):
 //!
 //! ```text
-//! 0     head: u64   datagrams ever pushed (written by the producer only)
+//! 0     head: u64   datagrams ever published (written by the producer only;
+//!                   its own bookkeeping, the consumer never reads it)
 //! 8     owner: u64  the producer's incarnation (its slot's generation), 0: none
 //! 64    tail: u64   datagrams ever popped (written by the consumer only)
-//! 128   slot 0, slot 1, ... slot SLOTS-1, each SLOT_BYTES:
-//!         0  len: u32      datagram length (<= DATA_CAP)
-//!         4  src_port: u16
-//!         6  flags: u16    bit 0: source is IPv6, bit 1: destination is IPv6
-//!         8  src_ip: [u8; 16]   (IPv4: the first 4 bytes)
-//!         24 dst_ip: [u8; 16]
-//!         64 data: [u8; DATA_CAP]
+//! 128   slot 0, slot 1, ... slot SLOTS-1, each SLOT_BYTES (128-byte aligned):
+//!         0  seq: u64      number of the datagram in the slot, plus one
+//!         8  len: u32      datagram length (<= DATA_CAP)
+//!         12 src_port: u16
+//!         14 flags: u16    bit 0: source is IPv6, bit 1: destination is IPv6
+//!         16 src_ip        4 bytes (IPv4) or 16 (IPv6)
+//!            dst_ip        likewise, right after
+//!            data          right after: at 24 for two IPv4 addresses
 //! ```
 //!
-//! The producer fills the slot at `head % SLOTS` and then publishes it with a
-//! release store of `head + 1`; the consumer reads `head` with acquire, reads
-//! the slot and then frees it with a release store of `tail + 1`. Nothing the
-//! peer writes can make either side touch memory outside the lane: indexes are
-//! taken modulo `SLOTS`, lengths are checked against `DATA_CAP`, and a `head`
-//! more than `SLOTS` ahead of `tail` is read as "full" by the producer and
-//! as `SLOTS` datagrams by the consumer.
+//! The producer fills the slot of datagram `n` (at `n % SLOTS`) and then
+//! publishes it with a release store of `seq = n + 1` in the slot itself; the
+//! consumer, at `tail`, reads the seq of slot `tail % SLOTS` with acquire,
+//! takes the slot if it reads `tail + 1`, and frees it with a release store
+//! of `tail + 1`. So the consumer's poll and the datagram share a cache
+//! line: a datagram of up to 40 bytes between IPv4 addresses (an ACK, an
+//! 8-byte SEND or WRITE) reaches the consumer in one line transfer, where
+//! a separate `head` counter and a 64-byte header cost two more on every
+//! message's path (issue 17; BENCHMARKS.md, "One line per datagram").
+//! Nothing the peer writes can make either side touch memory outside the
+//! lane: indexes are taken modulo `SLOTS`, lengths are checked against
+//! `DATA_CAP`, a pop takes at most `SLOTS` slots, and a seq other than the
+//! one expected reads as "empty".
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,12 +40,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// send window the engine uses towards loopback peers (1024 PSNs): with the
 /// consumer draining as it goes, `ib_write_bw` never found a lane full.
 pub const SLOTS: u64 = 512;
-/// Bytes per slot: a 64-byte header and the datagram.
+/// Bytes per slot: a header of 24 to 48 bytes and the datagram (a multiple
+/// of 128, so each slot starts a pair of cache lines).
 pub const SLOT_BYTES: usize = 4352;
 /// Largest datagram a slot holds: a 4096-byte MTU's payload and every RoCE
 /// header before it, with room to spare. Larger ones take the UDP path.
 pub const DATA_CAP: usize = SLOT_BYTES - SLOT_HEADER;
-const SLOT_HEADER: usize = 64;
+/// The longest slot header (two IPv6 addresses).
+const SLOT_HEADER: usize = 48;
+/// Where a slot's header (after `seq`) starts.
+const META: usize = 8;
+/// Where a slot's addresses start.
+const ADDRS: usize = 16;
 const HEAD: usize = 0;
 const OWNER: usize = 8;
 const TAIL: usize = 64;
@@ -128,16 +142,33 @@ impl Ring {
         self.counter(OWNER)
     }
 
-    /// Datagrams pushed and not popped yet (at most [`SLOTS`]).
+    /// Producer: datagrams published and not popped yet (at most
+    /// [`SLOTS`]).
     pub fn len(&self) -> u64 {
         let head = self.counter(HEAD).load(Ordering::Acquire);
         let tail = self.counter(TAIL).load(Ordering::Acquire);
         head.wrapping_sub(tail).min(SLOTS)
     }
 
-    /// Whether nothing waits in the lane.
+    /// Consumer: whether nothing waits in the lane (one load of the next
+    /// slot's seq, besides the consumer's own `tail`).
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        let tail = self.counter(TAIL).load(Ordering::Relaxed);
+        !self.published(tail)
+    }
+
+    /// The seq word of the slot datagram `n` uses.
+    fn seq(&self, n: u64) -> &AtomicU64 {
+        // SAFETY: a slot starts 128-byte aligned inside the lane (`slot`), so
+        // its first 8 bytes are an aligned u64 there; every access to it, in
+        // both processes, is atomic.
+        unsafe { &*self.slot(n).cast::<AtomicU64>() }
+    }
+
+    /// Consumer: whether datagram `n` is published (its slot's seq reads
+    /// `n + 1`, with acquire: the slot's bytes are then visible).
+    fn published(&self, n: u64) -> bool {
+        self.seq(n).load(Ordering::Acquire) == n.wrapping_add(1)
     }
 
     /// Producer: copies a datagram into the next free slot and publishes it.
@@ -147,15 +178,21 @@ impl Ring {
         Ok(())
     }
 
-    /// Producer: publishes every staged datagram at once (one release store
-    /// of `head`): the consumer sees them together or not at all.
+    /// Producer: publishes every staged datagram at once: the consumer
+    /// sees them together or not at all. Their seqs are stored last one
+    /// first, so the first one's (what the consumer reads first) comes after
+    /// all the others'.
     pub fn publish(&self) {
-        // One producer: a load and a store, not a swap (a locked
-        // instruction, which waits for the slot stores to leave this CPU).
+        // One producer: loads and stores, not swaps (a locked instruction
+        // waits for the slot stores to leave this CPU).
         let n = self.staged.load(Ordering::Relaxed);
         self.staged.store(0, Ordering::Relaxed);
         if n > 0 {
             let head = self.counter(HEAD).load(Ordering::Relaxed);
+            for k in (0..n).rev() {
+                let d = head.wrapping_add(k);
+                self.seq(d).store(d.wrapping_add(1), Ordering::Release);
+            }
             self.counter(HEAD)
                 .store(head.wrapping_add(n), Ordering::Release);
         }
@@ -183,19 +220,22 @@ impl Ring {
             }
         }
         let slot = self.slot(head);
-        let mut meta = [0u8; 40];
+        let mut meta = [0u8; SLOT_HEADER - META];
         meta[..4].copy_from_slice(&(data.len() as u32).to_ne_bytes());
         meta[4..6].copy_from_slice(&src.port().to_ne_bytes());
         let flags = u16::from(src.is_ipv6()) * SRC_V6 + u16::from(dst_ip.is_ipv6()) * DST_V6;
         meta[6..8].copy_from_slice(&flags.to_ne_bytes());
-        meta[8..24].copy_from_slice(&ip_bytes(src.ip()));
-        meta[24..40].copy_from_slice(&ip_bytes(dst_ip));
+        let at = ADDRS - META;
+        let at = put_ip(&mut meta, at, src.ip());
+        let at = put_ip(&mut meta, at, dst_ip);
         // SAFETY: the slot at `head` is free (head - tail < SLOTS): the
-        // consumer does not read it until `publish`'s release store, and we
-        // are the only producer. Both copies stay inside the slot.
+        // consumer does not read it until `publish`'s release store of its
+        // seq, and we are the only producer. Both copies stay inside the
+        // slot, after its seq word (the header is at most SLOT_HEADER bytes,
+        // the data at most DATA_CAP).
         unsafe {
-            std::ptr::copy_nonoverlapping(meta.as_ptr(), slot, meta.len());
-            std::ptr::copy_nonoverlapping(data.as_ptr(), slot.add(SLOT_HEADER), data.len());
+            std::ptr::copy_nonoverlapping(meta.as_ptr(), slot.add(META), at);
+            std::ptr::copy_nonoverlapping(data.as_ptr(), slot.add(META + at), data.len());
         }
         self.staged.store(staged + 1, Ordering::Relaxed);
         Ok(())
@@ -206,26 +246,28 @@ impl Ring {
     /// header is corrupt (a length over [`DATA_CAP`]) is skipped.
     pub fn pop(&self, max: usize, mut f: impl FnMut(Entry<'_>)) -> usize {
         let tail = self.counter(TAIL).load(Ordering::Relaxed);
-        let head = self.counter(HEAD).load(Ordering::Acquire);
-        let n = head.wrapping_sub(tail).min(SLOTS).min(max as u64);
-        for k in 0..n {
-            let slot = self.slot(tail.wrapping_add(k));
-            let mut meta = [0u8; 40];
-            // SAFETY: the slot was published (seq < head, read with acquire)
-            // and is not freed until the tail store below; the read stays
-            // inside the slot.
-            unsafe { std::ptr::copy_nonoverlapping(slot, meta.as_mut_ptr(), meta.len()) };
+        let limit = SLOTS.min(max as u64);
+        let mut n = 0;
+        while n < limit && self.published(tail.wrapping_add(n)) {
+            let slot = self.slot(tail.wrapping_add(n));
+            n += 1;
+            let mut meta = [0u8; SLOT_HEADER - META];
+            // SAFETY: the slot is published (its seq read with acquire) and
+            // is not freed until the tail store below; the read stays inside
+            // the slot.
+            unsafe { std::ptr::copy_nonoverlapping(slot.add(META), meta.as_mut_ptr(), meta.len()) };
             let len = u32::from_ne_bytes(meta[..4].try_into().unwrap_or_default()) as usize;
             if len > DATA_CAP {
                 continue;
             }
             let port = u16::from_ne_bytes([meta[4], meta[5]]);
             let flags = u16::from_ne_bytes([meta[6], meta[7]]);
-            let src = ip_from(&meta[8..24], flags & SRC_V6 != 0);
-            let dst_ip = ip_from(&meta[24..40], flags & DST_V6 != 0);
-            // SAFETY: as above: `len <= DATA_CAP` keeps the slice inside the
-            // slot, which nobody writes until we free it.
-            let data = unsafe { std::slice::from_raw_parts(slot.add(SLOT_HEADER), len) };
+            let (src, at) = get_ip(&meta, ADDRS - META, flags & SRC_V6 != 0);
+            let (dst_ip, at) = get_ip(&meta, at, flags & DST_V6 != 0);
+            // SAFETY: as above: the header is at most SLOT_HEADER bytes and
+            // `len <= DATA_CAP`, so the slice stays inside the slot, which
+            // nobody writes until we free it.
+            let data = unsafe { std::slice::from_raw_parts(slot.add(META + at), len) };
             f(Entry {
                 src: SocketAddr::new(src, port),
                 dst_ip,
@@ -240,24 +282,31 @@ impl Ring {
     }
 }
 
-fn ip_bytes(ip: IpAddr) -> [u8; 16] {
+/// Writes `ip` into `meta` at `at` (4 bytes for IPv4, 16 for IPv6);
+/// returns where the next field starts.
+fn put_ip(meta: &mut [u8], at: usize, ip: IpAddr) -> usize {
     match ip {
         IpAddr::V4(a) => {
-            let mut b = [0u8; 16];
-            b[..4].copy_from_slice(&a.octets());
-            b
+            meta[at..at + 4].copy_from_slice(&a.octets());
+            at + 4
         }
-        IpAddr::V6(a) => a.octets(),
+        IpAddr::V6(a) => {
+            meta[at..at + 16].copy_from_slice(&a.octets());
+            at + 16
+        }
     }
 }
 
-fn ip_from(b: &[u8], v6: bool) -> IpAddr {
+/// Reads the address `put_ip` wrote at `at`; returns it and where the next
+/// field starts.
+fn get_ip(meta: &[u8], at: usize, v6: bool) -> (IpAddr, usize) {
     if v6 {
         let mut o = [0u8; 16];
-        o.copy_from_slice(&b[..16]);
-        Ipv6Addr::from(o).into()
+        o.copy_from_slice(&meta[at..at + 16]);
+        (Ipv6Addr::from(o).into(), at + 16)
     } else {
-        Ipv4Addr::new(b[0], b[1], b[2], b[3]).into()
+        let b = &meta[at..at + 4];
+        (Ipv4Addr::new(b[0], b[1], b[2], b[3]).into(), at + 4)
     }
 }
 
@@ -400,11 +449,15 @@ pub(crate) mod tests {
         let r = lane.ring();
         r.push(src(), src().ip(), b"ok").unwrap();
         r.push(src(), src().ip(), b"bad").unwrap();
-        // A misbehaving peer scribbles a huge length into slot 1, and claims
-        // far more datagrams than the lane holds.
-        // SAFETY: slot 1's header lies inside the lane.
+        // A misbehaving peer scribbles a huge length into slot 1, and marks
+        // every other slot published: far more datagrams than were pushed,
+        // with `head` claiming more than the lane holds.
+        // SAFETY: slot 1's length field lies inside the lane.
         unsafe {
-            r.slot(1).cast::<u32>().write_unaligned(u32::MAX);
+            r.slot(1).add(META).cast::<u32>().write_unaligned(u32::MAX);
+        }
+        for n in 2..SLOTS {
+            r.seq(n).store(n + 1, Ordering::Release);
         }
         r.counter(HEAD).store(1 << 40, Ordering::Release);
         let mut seen = 0;
@@ -414,5 +467,72 @@ pub(crate) mod tests {
         });
         assert_eq!(n as u64, SLOTS, "at most a lane's worth");
         assert!(seen < n, "the corrupt slot was skipped");
+    }
+
+    /// The consumer takes a slot only when its seq names the datagram the
+    /// consumer expects next: a slot still holding the previous lap's
+    /// datagram, a forged seq, or `head` alone publish nothing.
+    #[test]
+    fn only_the_expected_seq_publishes_a_slot() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        for i in 0..SLOTS {
+            r.push(src(), src().ip(), &i.to_le_bytes()).unwrap();
+        }
+        assert_eq!(r.pop(usize::MAX, |_| {}) as u64, SLOTS);
+        // Slot 0 still holds datagram 0 (seq 1); the consumer waits for
+        // datagram SLOTS there.
+        assert!(r.is_empty());
+        // `head` is the producer's bookkeeping: it publishes nothing.
+        r.counter(HEAD).store(SLOTS + 5, Ordering::Release);
+        assert!(r.is_empty());
+        assert_eq!(r.pop(usize::MAX, |_| panic!("nothing was published")), 0);
+        // A seq from a later lap is not the one expected either.
+        r.seq(SLOTS).store(2 * SLOTS + 1, Ordering::Release);
+        assert!(r.is_empty());
+        // The expected one is.
+        r.seq(SLOTS).store(SLOTS + 1, Ordering::Release);
+        assert!(!r.is_empty());
+        assert_eq!(
+            r.pop(usize::MAX, |e| assert_eq!(e.data, 0u64.to_le_bytes())),
+            1
+        );
+    }
+
+    /// Between IPv4 addresses a 40-byte datagram (an 8-byte WRITE: BTH,
+    /// RETH, data) lies in its slot's first cache line, with the seq the
+    /// consumer polls.
+    #[test]
+    fn a_small_ipv4_datagram_shares_the_line_of_its_seq() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        let data: Vec<u8> = (1..=40).collect();
+        r.push(src(), src().ip(), &data).unwrap();
+        // SAFETY: the slot's first 64 bytes lie inside the lane.
+        let line = unsafe { std::slice::from_raw_parts(r.slot(0), 64) };
+        assert_eq!(&line[24..64], &data[..]);
+        assert_eq!(u64::from_ne_bytes(line[..8].try_into().unwrap()), 1);
+        r.pop(1, |e| assert_eq!(e.data, &data[..]));
+    }
+
+    /// A batch's seqs are stored last one first: stopped midway (as a
+    /// consumer on another core may see it), the first datagram is still
+    /// unpublished, so the consumer sees the batch whole or not at all.
+    #[test]
+    fn a_batch_is_published_first_datagram_last() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        r.stage(src(), src().ip(), b"request").unwrap();
+        r.stage(src(), src().ip(), b"ack").unwrap();
+        // What `publish` stores first: the batch's last seq.
+        r.seq(1).store(2, Ordering::Release);
+        assert!(r.is_empty(), "the last datagram alone is not visible");
+        r.seq(1).store(0, Ordering::Release);
+        r.publish();
+        assert_eq!(r.seq(0).load(Ordering::Acquire), 1);
+        assert_eq!(r.seq(1).load(Ordering::Acquire), 2);
+        let mut seen = Vec::new();
+        r.pop(usize::MAX, |e| seen.push(e.data.to_vec()));
+        assert_eq!(seen, vec![b"request".to_vec(), b"ack".to_vec()]);
     }
 }
