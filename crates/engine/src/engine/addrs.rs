@@ -7,6 +7,8 @@
 //! take a [`Sockets`] snapshot — one mutex acquisition and an `Arc` clone —
 //! and index into it, so a batch's socket indices stay valid whatever
 //! happens meanwhile, and nobody holds a lock while sending or receiving.
+//! The transmit path keeps its snapshot between batches while the list's
+//! generation (`more_gen`) is unchanged: one load per batch instead.
 //! An address that goes away empties its GID entry (the others keep their
 //! indices; a later address takes the first empty one), as rxe does, and
 //! this process leaves its group there.
@@ -14,6 +16,7 @@
 use super::{KEY_SOCKET, Shared, member_config, open_socket};
 use crate::host::HostMember;
 use softrdma_udp::RoceSocket;
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -26,7 +29,7 @@ pub(super) type More = Arc<Vec<(Arc<RoceSocket>, Arc<HostMember>)>>;
 pub(super) struct Sockets<'a> {
     dev: &'a RoceSocket,
     host: Option<&'a Arc<HostMember>>,
-    more: More,
+    more: Cow<'a, More>,
 }
 
 impl Sockets<'_> {
@@ -67,7 +70,29 @@ impl Shared {
         Sockets {
             dev: &self.socket,
             host: self.host.as_ref(),
-            more: Arc::clone(&self.more.lock().unwrap_or_else(|p| p.into_inner())),
+            more: Cow::Owned(Arc::clone(
+                &self.more.lock().unwrap_or_else(|p| p.into_inner()),
+            )),
+        }
+    }
+
+    /// [`Shared::sockets`] from `cached`, the transmit path's snapshot of
+    /// the list with its generation, taken afresh only when the list changed.
+    pub(super) fn sockets_cached<'a>(&'a self, cached: &'a mut Option<(u64, More)>) -> Sockets<'a> {
+        let generation = self.more_gen.load(std::sync::atomic::Ordering::Acquire);
+        if !matches!(cached, Some((g, _)) if *g == generation) {
+            // Read under the lock after the generation: a change after the
+            // load shows as a new generation next time.
+            *cached = None;
+        }
+        let (_, more) = cached.get_or_insert_with(|| {
+            let more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+            (generation, Arc::clone(&more))
+        });
+        Sockets {
+            dev: &self.socket,
+            host: self.host.as_ref(),
+            more: Cow::Borrowed(more),
         }
     }
 
@@ -102,6 +127,8 @@ impl Shared {
                 let mut next = Vec::clone(&more);
                 next.push((Arc::new(socket), Arc::new(member)));
                 *more = Arc::new(next);
+                self.more_gen
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
                 more.len()
             };
             let gid = {
@@ -134,6 +161,8 @@ impl Shared {
                 return;
             }
             *more = Arc::new(kept);
+            self.more_gen
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
             gone
         };
         for (socket, member) in gone {

@@ -136,6 +136,8 @@ struct Shared {
     /// The host device's other addresses (GID 1, 2, ...): a socket bound to
     /// each and this process's membership of its group (`addrs.rs`).
     more: Mutex<addrs::More>,
+    /// Bumped at every change of `more` (`Shared::sockets_cached`).
+    more_gen: AtomicU64,
     /// Address changes of the host (None: no host device, or no netlink).
     addr_watch: Option<softrdma_udp::AddrWatch>,
     /// The same-host path (None: off, or no host device).
@@ -380,6 +382,7 @@ impl Engine {
                 links: shm::Links::new(),
                 icrc_here,
                 pushed: Vec::new(),
+                sockets: None,
             }),
             rx: Mutex::new(rx),
             socket,
@@ -414,6 +417,7 @@ impl Engine {
             mcast: Mutex::new(HashMap::new()),
             host,
             more: Mutex::new(Arc::new(more)),
+            more_gen: AtomicU64::new(0),
             addr_watch,
             shm,
             forward,
@@ -549,15 +553,11 @@ impl Engine {
     /// Posts a send WR and transmits what it allows (see [`Engine::post_send_many`]).
     pub fn post_send(&self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
         let bytes = wr_bytes(&wr);
-        let (r, now, idle) = {
-            let mut core = self.lock();
-            let now = self.now();
-            let idle = core.ep.send_queue_empty(qpn);
-            let r = core.ep.post_send(now, qpn, wr);
-            self.shared.after(&mut core);
-            (r, now, idle)
-        };
-        self.shared.doorbell(bytes, now.as_nanos(), idle);
+        let mut core = self.lock();
+        let now = self.now();
+        let idle = core.ep.send_queue_empty(qpn);
+        let r = core.ep.post_send(now, qpn, wr);
+        self.shared.doorbell(core, bytes, now, idle);
         r
     }
 
@@ -577,21 +577,17 @@ impl Engine {
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> Result<(), (usize, VerbsError)> {
         let mut bytes = 0;
-        let (r, now, idle) = {
-            let mut core = self.lock();
-            let now = self.now();
-            let idle = core.ep.send_queue_empty(qpn);
-            let r = (|| {
-                for (i, wr) in wrs.into_iter().enumerate() {
-                    bytes += wr_bytes(&wr);
-                    core.ep.post_send(now, qpn, wr).map_err(|e| (i, e))?;
-                }
-                Ok(())
-            })();
-            self.shared.after(&mut core);
-            (r, now, idle)
-        };
-        self.shared.doorbell(bytes, now.as_nanos(), idle);
+        let mut core = self.lock();
+        let now = self.now();
+        let idle = core.ep.send_queue_empty(qpn);
+        let r = (|| {
+            for (i, wr) in wrs.into_iter().enumerate() {
+                bytes += wr_bytes(&wr);
+                core.ep.post_send(now, qpn, wr).map_err(|e| (i, e))?;
+            }
+            Ok(())
+        })();
+        self.shared.doorbell(core, bytes, now, idle);
         r
     }
 

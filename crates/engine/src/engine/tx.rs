@@ -3,11 +3,13 @@
 //! the receive path and the public API.
 
 use super::shm::VIA_SHM;
-use super::{BATCH, Shared};
+use super::{BATCH, Core, Shared};
 use crate::memory::HostMemory;
+use softrdma_transport::Instant;
 use softrdma_transport::SendWr;
 use softrdma_udp::{RoceSocket, Transmit};
 use std::net::SocketAddr;
+use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 
 /// Posted bytes a busy poller's next call may gather before they are sent anyway.
@@ -32,14 +34,29 @@ pub(super) struct Tx {
     /// (slot, destination, socket) of the lanes a batch pushed to (kept to
     /// spare an allocation per batch).
     pub(super) pushed: Vec<(u8, SocketAddr, usize)>,
+    /// The device's sockets as of the last batch, with their generation
+    /// (`Shared::sockets_cached`).
+    pub(super) sockets: Option<(u64, super::addrs::More)>,
 }
 
 impl Shared {
-    /// After a post: sends what it queued now, or leaves it for a busy
-    /// poller's next call (see [`Engine::post_send_many`](super::Engine::post_send_many)).
-    /// `now`: the post's time (see `Shared::rx_burst` on clock reads);
+    /// After a post, still under the engine lock (`core`, read at `now`):
+    /// sends what it queued now, or leaves it for a busy poller's next call
+    /// (see [`Engine::post_send_many`](super::Engine::post_send_many)).
     /// `idle`: the QP's send queue was empty before the post.
-    pub(super) fn doorbell(&self, bytes: usize, now: u64, idle: bool) {
+    ///
+    /// Sending now builds the packets in the same hold of the engine lock
+    /// when the transmit lock is free (the lock order is transmit, then
+    /// engine: only a try): one lock, clock read and `after` fewer on every
+    /// ping-pong message's path.
+    pub(super) fn doorbell(
+        &self,
+        mut core: MutexGuard<'_, Core>,
+        bytes: usize,
+        now: Instant,
+        idle: bool,
+    ) {
+        let ns = now.as_nanos();
         // A burst of posts from a spinning application: the previous call
         // was a post a moment ago, or the QP has requests in flight, and
         // the last empty poll was not long before.
@@ -52,19 +69,32 @@ impl Shared {
         let burst = super::policy::defers_post(
             self.last_call.load(Ordering::Relaxed),
             self.last_poll.load(Ordering::Relaxed),
-            now,
+            ns,
             follows_post || !idle,
         );
-        self.note_busy(now);
+        self.note_busy(ns);
         if self.busy_poll && burst {
             let queued = self.deferred_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
             if queued < DEFER_MAX_BYTES {
-                self.set_pending(now);
-                self.ensure_tick(now);
+                self.after(&mut core);
+                drop(core);
+                self.set_pending(ns);
+                self.ensure_tick(ns);
                 return;
             }
         }
-        self.send_soon();
+        match self.tx.try_lock() {
+            Ok(mut tx) => {
+                self.drain_tx_from(&mut tx, Some((core, now)));
+                drop(tx);
+                self.after_drain();
+            }
+            Err(_) => {
+                self.after(&mut core);
+                drop(core);
+                self.send_soon();
+            }
+        }
         // Sending a large batch takes a while: that was device work too.
         self.note_busy(self.now().as_nanos());
     }
@@ -91,9 +121,7 @@ impl Shared {
         let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         self.drain_tx(&mut tx);
         drop(tx);
-        if self.tx_again.load(Ordering::SeqCst) {
-            self.send_soon();
-        }
+        self.after_drain();
     }
 
     /// Builds and sends everything the endpoint wants to transmit, or, if
@@ -102,37 +130,84 @@ impl Shared {
     /// it: waiting costs a futex sleep and a context switch, and the packets
     /// would leave no sooner.
     pub(super) fn send_soon(&self) {
-        loop {
-            self.tx_again.store(true, Ordering::SeqCst);
+        let mut tx = match self.tx.try_lock() {
+            Ok(tx) => tx,
+            Err(_) => {
+                self.tx_again.store(true, Ordering::SeqCst);
+                // The holder sees `tx_again` after it releases the lock;
+                // or it released it already, before the flag went up.
+                let Ok(tx) = self.tx.try_lock() else {
+                    return;
+                };
+                tx
+            }
+        };
+        self.drain_tx(&mut tx);
+        drop(tx);
+        self.after_drain();
+    }
+
+    /// After a drain released the transmit lock: sends what threads that
+    /// found it taken left to it (`tx_again`).
+    fn after_drain(&self) {
+        while self.tx_again.load(Ordering::SeqCst) {
             let Ok(mut tx) = self.tx.try_lock() else {
-                // The holder sees `tx_again` after it releases the lock.
+                // Its holder looks at the flag after releasing it.
                 return;
             };
             self.drain_tx(&mut tx);
-            drop(tx);
-            if !self.tx_again.load(Ordering::SeqCst) {
-                return;
-            }
         }
     }
 
     /// The body of every flush, under the transmit lock.
     fn drain_tx(&self, tx: &mut Tx) {
+        self.drain_tx_from(tx, None);
+    }
+
+    /// [`Shared::drain_tx`], its first batch built under `held` (the engine
+    /// lock, taken at the time given) if the caller holds it already.
+    fn drain_tx_from(&self, tx: &mut Tx, mut held: Option<(MutexGuard<'_, Core>, Instant)>) {
         // Everything queued so far is sent below (whoever set these flags
-        // queued its packets before setting them).
-        self.tx_again.store(false, Ordering::SeqCst);
-        self.tx_pending.store(false, Ordering::Relaxed);
-        self.deferred_bytes.store(0, Ordering::Relaxed);
-        let sockets = self.sockets();
+        // queued its packets before setting them). Each is read before it is
+        // written: stores nobody needs would take the lines from the cores
+        // that read them.
+        if self.tx_again.load(Ordering::SeqCst) {
+            self.tx_again.store(false, Ordering::SeqCst);
+        }
+        if self.tx_pending.load(Ordering::Relaxed) {
+            self.tx_pending.store(false, Ordering::Relaxed);
+        }
+        if self.deferred_bytes.load(Ordering::Relaxed) != 0 {
+            self.deferred_bytes.store(0, Ordering::Relaxed);
+        }
+        let mut cached = tx.sockets.take();
+        self.drain_batches(tx, &mut held, &mut cached);
+        tx.sockets = cached;
+    }
+
+    /// [`Shared::drain_tx_from`]'s batches.
+    fn drain_batches(
+        &self,
+        tx: &mut Tx,
+        held: &mut Option<(MutexGuard<'_, Core>, Instant)>,
+        cached: &mut Option<(u64, super::addrs::More)>,
+    ) {
+        let sockets = self.sockets_cached(cached);
         loop {
             tx.dst.clear();
             tx.src.clear();
             tx.via.clear();
             let now = {
-                let mut core = self.lock();
-                // Read under the lock: what this queues is stamped with it,
-                // and a CQ's stamps follow the lock's order.
-                let now = self.now();
+                let (mut core, now) = match held.take() {
+                    Some(h) => h,
+                    None => {
+                        let core = self.lock();
+                        // Read under the lock: what this queues is stamped
+                        // with it, and a CQ's stamps follow the lock's order.
+                        let now = self.now();
+                        (core, now)
+                    }
+                };
                 // With the same-host path, READs can offer placement.
                 let mut host = HostMemory;
                 let mut lane;
