@@ -212,10 +212,16 @@ pub fn to_v6(a: IpAddr) -> Ipv6Addr {
 
 /// A GID as an address: IPv4-mapped GIDs become IPv4.
 pub fn from_gid(gid: [u8; 16]) -> IpAddr {
-    let v6 = Ipv6Addr::from(gid);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
+    // The ::ffff:a.b.c.d prefix compared as two words: every packet built
+    // asks for its destination this way.
+    let head = u64::from_be_bytes([
+        gid[0], gid[1], gid[2], gid[3], gid[4], gid[5], gid[6], gid[7],
+    ]);
+    let mid = u32::from_be_bytes([gid[8], gid[9], gid[10], gid[11]]);
+    if head == 0 && mid == 0xffff {
+        IpAddr::V4(Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(gid))
     }
 }
 
@@ -242,5 +248,20 @@ mod tests {
     fn gid_mapping() {
         let a = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
         assert_eq!(from_gid(to_v6(a).octets()), a);
+    }
+
+    proptest::proptest! {
+        /// The word comparison agrees with the standard library's reading
+        /// of an IPv4-mapped address, for any GID and for mapped ones.
+        #[test]
+        fn gid_mapping_agrees_with_std(gid: [u8; 16], v4: [u8; 4], mapped: bool) {
+            let mut g = gid;
+            if mapped {
+                g = Ipv4Addr::from(v4).to_ipv6_mapped().octets();
+            }
+            let v6 = Ipv6Addr::from(g);
+            let want = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+            proptest::prop_assert_eq!(from_gid(g), want);
+        }
     }
 }
