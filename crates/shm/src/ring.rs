@@ -26,8 +26,9 @@
 //! of `tail + 1`. So the consumer's poll and the datagram share a cache
 //! line: a datagram of up to 40 bytes between IPv4 addresses (an ACK, an
 //! 8-byte SEND or WRITE) reaches the consumer in one line transfer, where
-//! a separate `head` counter and a 64-byte header cost two more on every
-//! message's path (issue 17; BENCHMARKS.md, "One line per datagram").
+//! a separate `head` counter cost a second one on every message's path
+//! (issue 17: 0.27 µs in the VM's slow mode; BENCHMARKS.md, "One cache
+//! line per datagram").
 //! Nothing the peer writes can make either side touch memory outside the
 //! lane: indexes are taken modulo `SLOTS`, lengths are checked against
 //! `DATA_CAP`, a pop takes at most `SLOTS` slots, and a seq other than the
