@@ -1093,7 +1093,13 @@ impl Endpoint {
             self.stats.drop_bad_icrc += 1;
             return;
         }
-        let pkt = match Packet::parse(d.payload) {
+        // A lane (no ICRC to check) may carry ACKs on requests (`LaneAck`).
+        let parsed = if icrc {
+            Packet::parse(d.payload)
+        } else {
+            Packet::parse_lane(d.payload)
+        };
+        let pkt = match parsed {
             Ok(p) => p,
             Err(_) => {
                 self.stats.drop_malformed += 1;
@@ -1143,6 +1149,11 @@ impl Endpoint {
         if pkt.info.is_request() {
             let udp_len = d.payload.len();
             qp.handle_request(&mut ctx, mem, &pkt, d.src.ip(), d.dst_ip, udp_len);
+            // Then the ACK it carries, as the lane's next packet (only an RC
+            // request on an RC QP gets here with one: `parse_lane`, `ty_ok`).
+            if let Some(ack) = pkt.hdr.lane_ack.and_then(|a| crate::qp::ack_packet(qpn, a)) {
+                qp.handle_response(&mut ctx, mem, &ack);
+            }
         } else if matches!(qp.qp_type, QpType::Rc | QpType::XrcSend) {
             qp.handle_response(&mut ctx, mem, &pkt);
         } else {

@@ -36,7 +36,9 @@ pub use error::{Error, Result};
 pub use headers::{Aeth, AtomicEth, Bth, Deth, Feth, NakCode, Reth, Syndrome, rnr_timer_ns};
 pub use mad::MadHdr;
 pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport, opcode_for};
-pub use packet::{Headers, ICRC_LEN, Packet, emit, pad_for, xrc_srqn};
+pub use packet::{
+    Headers, ICRC_LEN, LANE_ACK, LaneAck, Packet, emit, lane_packets, pad_for, xrc_srqn,
+};
 pub use pcap::{PcapReader, PcapWriter};
 pub use peer::{
     MAX_PEER_SEGS, OFFER_LEN, PeerFile, PeerSeg, PeerSegs, PlaceOffer, TicketRef, peer_payload_len,

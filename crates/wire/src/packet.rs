@@ -40,7 +40,32 @@ pub struct Headers {
     pub imm: Option<u32>,
     /// IETH: the R_Key to invalidate.
     pub ieth: Option<u32>,
+    /// An acknowledgement this request carries for the other direction of
+    /// its connection ([`LaneAck`]): same-host lanes only, never a wire.
+    pub lane_ack: Option<LaneAck>,
 }
+
+/// An RC acknowledgement carried by a request going the other way on a
+/// same-host lane, where it would otherwise be a packet of its own: the
+/// PSN it acknowledges and its AETH, 8 bytes after the request's extension
+/// headers, announced by [`LANE_ACK`] in the BTH's reserved bits. Between
+/// softrdma processes of one host only: [`Packet::parse`] (the wire) keeps
+/// the bit reserved and ignores it; [`Packet::parse_lane`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneAck {
+    /// The PSN acknowledged (the ACK packet's BTH PSN).
+    pub psn: crate::Psn,
+    /// The ACK's AETH.
+    pub aeth: Aeth,
+}
+
+impl LaneAck {
+    /// Bytes on the lane.
+    pub const LEN: usize = 8;
+}
+
+/// The bit of the BTH's `resv7` that announces a [`LaneAck`].
+pub const LANE_ACK: u8 = 0x40;
 
 impl Headers {
     /// Headers with only a BTH set.
@@ -56,6 +81,7 @@ impl Headers {
             atomic_ack: None,
             imm: None,
             ieth: None,
+            lane_ack: None,
         }
     }
 
@@ -68,9 +94,17 @@ impl Headers {
             .ok_or(Error::UnknownOpcode(self.bth.opcode.0))
     }
 
-    /// Length of BTH plus extension headers.
+    /// Length of BTH plus extension headers (and a [`LaneAck`]).
     pub fn wire_len(&self) -> Result<usize> {
-        Ok(Bth::LEN + self.header_set()?.len())
+        Ok(Bth::LEN + self.header_set()?.len() + self.lane_ack_len())
+    }
+
+    fn lane_ack_len(&self) -> usize {
+        if self.lane_ack.is_some() {
+            LaneAck::LEN
+        } else {
+            0
+        }
     }
 
     /// Writes BTH and extension headers at the start of `b`, returning the bytes written.
@@ -78,14 +112,18 @@ impl Headers {
     /// A header the opcode requires but which is `None` is written as zeros.
     pub fn write(&self, b: &mut [u8]) -> Result<usize> {
         let set = self.header_set()?;
-        let total = Bth::LEN + set.len();
+        let total = Bth::LEN + set.len() + self.lane_ack_len();
         if b.len() < total {
             return Err(Error::Truncated {
                 need: total,
                 have: b.len(),
             });
         }
-        self.bth.write(b);
+        let mut bth = self.bth;
+        if self.lane_ack.is_some() {
+            bth.resv7 |= LANE_ACK;
+        }
+        bth.write(b);
         let mut off = Bth::LEN;
         if set.contains(HeaderSet::DETH) {
             self.deth.unwrap_or_default().write(&mut b[off..]);
@@ -127,6 +165,11 @@ impl Headers {
             b[off..off + 4].copy_from_slice(&self.ieth.unwrap_or(0).to_be_bytes());
             off += 4;
         }
+        if let Some(a) = self.lane_ack {
+            b[off..off + 4].copy_from_slice(&a.psn.get().to_be_bytes());
+            a.aeth.write(&mut b[off + 4..]);
+            off += LaneAck::LEN;
+        }
         debug_assert_eq!(off, total);
         Ok(total)
     }
@@ -158,8 +201,18 @@ pub struct Packet<'a> {
 impl<'a> Packet<'a> {
     /// Parses a UDP payload (BTH through ICRC).
     pub fn parse(buf: &'a [u8]) -> Result<Packet<'a>> {
+        Packet::parse_from(buf, false)
+    }
+
+    /// [`Packet::parse`] for a datagram from a same-host lane: also reads a
+    /// [`LaneAck`] the BTH announces (only an RC request may carry one).
+    pub fn parse_lane(buf: &'a [u8]) -> Result<Packet<'a>> {
+        Packet::parse_from(buf, true)
+    }
+
+    fn parse_from(buf: &'a [u8], lane: bool) -> Result<Packet<'a>> {
         need(buf, Bth::LEN + ICRC_LEN)?;
-        let bth = Bth::read(buf);
+        let mut bth = Bth::read(buf);
         if bth.tver != 0 {
             return Err(Error::BadTver(bth.tver));
         }
@@ -168,7 +221,16 @@ impl<'a> Packet<'a> {
             .info()
             .ok_or(Error::UnknownOpcode(bth.opcode.0))?;
         let set = info.headers;
-        let hdr_len = Bth::LEN + set.len();
+        let acked = lane && bth.resv7 & LANE_ACK != 0;
+        if acked {
+            if info.transport != crate::Transport::Rc || !info.is_request() {
+                return Err(Error::BadLength(
+                    "an ACK carried by a packet other than an RC request",
+                ));
+            }
+            bth.resv7 &= !LANE_ACK;
+        }
+        let hdr_len = Bth::LEN + set.len() + if acked { LaneAck::LEN } else { 0 };
         need(buf, hdr_len + ICRC_LEN)?;
         let body_end = buf.len() - ICRC_LEN;
         let avail = body_end - hdr_len;
@@ -220,6 +282,13 @@ impl<'a> Packet<'a> {
             hdr.ieth = Some(read_u32(&buf[off..]));
             off += 4;
         }
+        if acked {
+            hdr.lane_ack = Some(LaneAck {
+                psn: crate::Psn::new(read_u32(&buf[off..]) & 0x00FF_FFFF),
+                aeth: Aeth::read(&buf[off + 4..]),
+            });
+            off += LaneAck::LEN;
+        }
         debug_assert_eq!(off, hdr_len);
         let t = &buf[body_end..];
         let icrc = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
@@ -231,10 +300,36 @@ impl<'a> Packet<'a> {
         })
     }
 
-    /// Length of BTH plus extension headers.
+    /// Length of BTH plus extension headers (and a [`LaneAck`]).
     pub fn header_len(&self) -> usize {
-        Bth::LEN + self.info.headers.len()
+        Bth::LEN + self.info.headers.len() + self.hdr.lane_ack_len()
     }
+}
+
+/// The packets a lane datagram stands for, as a wire would carry them (each
+/// with a zero ICRC for [`crate::icrc::fill`]): a request carrying a
+/// [`LaneAck`] is the request without it, then the ACK (addressed to the
+/// request's destination QP); any other datagram is itself. For captures.
+pub fn lane_packets(datagram: &[u8]) -> Vec<Vec<u8>> {
+    let Ok(p) = Packet::parse_lane(datagram) else {
+        return vec![datagram.to_vec()];
+    };
+    let Some(ack) = p.hdr.lane_ack else {
+        return vec![datagram.to_vec()];
+    };
+    let mut req = p.hdr;
+    req.lane_ack = None;
+    let mut a = Headers::new(Bth::new(
+        crate::Opcode::RC_ACKNOWLEDGE,
+        p.hdr.bth.dest_qp,
+        ack.psn,
+    ));
+    a.aeth = Some(ack.aeth);
+    let (mut r, mut k) = (Vec::new(), Vec::new());
+    // Both header sets are known (parsed, or an ACK's): emit cannot fail.
+    let _ = emit(&req, p.payload, &mut r);
+    let _ = emit(&a, &[], &mut k);
+    vec![r, k]
 }
 
 /// Appends a complete packet to `out`: headers (with PadCnt set from the payload),
@@ -259,6 +354,75 @@ mod tests {
     use crate::headers::Syndrome;
     use crate::opcode::Opcode;
     use crate::psn::Psn;
+
+    /// A request carrying an ACK: the lane reads it back whole; the wire
+    /// keeps the bit reserved and reads the 8 bytes as payload, as any
+    /// receiver that knows nothing of it (rxe) would.
+    #[test]
+    fn a_lane_ack_rides_a_request_on_a_lane_only() {
+        let mut h = Headers::new(Bth::new(Opcode::RC_RDMA_WRITE_ONLY, 0x11, Psn::new(0x100)));
+        h.reth = Some(Reth {
+            va: 0x1000,
+            rkey: 7,
+            dma_len: 8,
+        });
+        let ack = LaneAck {
+            psn: Psn::new(0xFF_FFFE),
+            aeth: Aeth {
+                syndrome: Syndrome::Ack { credits: 0x1F },
+                msn: 0x12_3456,
+            },
+        };
+        h.lane_ack = Some(ack);
+        let mut out = Vec::new();
+        let n = emit(&h, b"8 bytes!", &mut out).unwrap();
+        assert_eq!(n, 12 + 16 + 8 + 8 + 4);
+        assert_eq!(out[8] & 0x7F, LANE_ACK);
+        let p = Packet::parse_lane(&out).unwrap();
+        assert_eq!(p.hdr.lane_ack, Some(ack));
+        assert_eq!(p.hdr.bth.resv7, 0);
+        assert_eq!((p.payload, p.header_len()), (&b"8 bytes!"[..], 36));
+        let w = Packet::parse(&out).unwrap();
+        assert_eq!((w.hdr.lane_ack, w.hdr.bth.resv7), (None, LANE_ACK));
+        assert_eq!(w.payload.len(), 16);
+        // Only an RC request carries one.
+        let mut a = Headers::new(Bth::new(Opcode::RC_ACKNOWLEDGE, 0x11, Psn::new(1)));
+        a.aeth = ack.aeth.into();
+        a.lane_ack = Some(ack);
+        let mut out = Vec::new();
+        emit(&a, b"", &mut out).unwrap();
+        assert!(Packet::parse_lane(&out).is_err());
+        // A capture splits it into the two packets it stands for.
+        let mut out = Vec::new();
+        emit(&h, b"8 bytes!", &mut out).unwrap();
+        let split = lane_packets(&out);
+        assert_eq!(split.len(), 2);
+        let r = Packet::parse(&split[0]).unwrap();
+        assert_eq!(
+            (r.hdr.bth.resv7, r.hdr.lane_ack, r.payload),
+            (0, None, &b"8 bytes!"[..])
+        );
+        assert_eq!(r.hdr.reth, h.reth);
+        let k = Packet::parse(&split[1]).unwrap();
+        assert_eq!(k.hdr.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+        assert_eq!(
+            (k.hdr.bth.psn, k.hdr.bth.dest_qp, k.hdr.aeth),
+            (ack.psn, 0x11, Some(ack.aeth))
+        );
+        let mut plain = Vec::new();
+        emit(
+            &Headers::new(Bth::new(Opcode::RC_SEND_ONLY, 3, Psn::new(4))),
+            b"x",
+            &mut plain,
+        )
+        .unwrap();
+        assert_eq!(lane_packets(&plain), vec![plain.clone()]);
+        let mut u = Headers::new(Bth::new(Opcode::UC_SEND_ONLY, 0x11, Psn::new(1)));
+        u.lane_ack = Some(ack);
+        let mut out = Vec::new();
+        emit(&u, b"x", &mut out).unwrap();
+        assert!(Packet::parse_lane(&out).is_err());
+    }
 
     #[test]
     fn send_only_roundtrip() {

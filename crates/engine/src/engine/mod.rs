@@ -122,6 +122,9 @@ struct Shared {
     deferred_bytes: std::sync::atomic::AtomicUsize,
     /// A post came since the last `poll_cq` (`policy::defers_post`).
     posted_since_poll: AtomicBool,
+    /// Part of `tx_pending` is posts gathered for the next poll (the rest,
+    /// answers a poller held, may wait for the application's next post).
+    posts_deferred: AtomicBool,
     async_events: AsyncChannel,
     capture: Option<crate::capture::Capture>,
     /// `SOFTRDMA_FAULTS` (tests): faults applied to every sent batch.
@@ -360,6 +363,9 @@ impl Engine {
         // Lane packets go without their ICRC (no receiver checks it, a
         // capture records packets whole): `Tx::icrc_here`.
         tcfg.fill_icrc = shm.is_none() || capture.is_some();
+        // A request may carry its QP's ACK on a lane, unless this process
+        // captures (the capture's packets are sent as built).
+        tcfg.lane_acks = shm.is_some() && capture.is_none();
         let icrc_here = !tcfg.fill_icrc;
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
@@ -410,6 +416,7 @@ impl Engine {
             left_at: AtomicU64::new(0),
             deferred_bytes: std::sync::atomic::AtomicUsize::new(0),
             posted_since_poll: AtomicBool::new(false),
+            posts_deferred: AtomicBool::new(false),
             async_events,
             capture,
             faults,
@@ -591,7 +598,8 @@ impl Engine {
         r
     }
 
-    /// Posts receive WRs in order under one lock; like [`Engine::post_send_many`].
+    /// Posts receive WRs in order under one lock; like [`Engine::post_send_many`]
+    /// (and like [`Engine::post_recv`], sends only what the posts queued).
     pub fn post_recv_many(
         &self,
         qpn: u32,
@@ -600,13 +608,14 @@ impl Engine {
         let (r, send) = {
             let mut core = self.lock();
             let now = self.now();
+            let before = core.ep.wants_transmit();
             let r = (|| {
                 for (i, wr) in wrs.into_iter().enumerate() {
                     core.ep.post_recv(now, qpn, wr).map_err(|e| (i, e))?;
                 }
                 Ok(())
             })();
-            (r, core.ep.wants_transmit())
+            (r, !before && core.ep.wants_transmit())
         };
         if send {
             self.shared.send_soon();
@@ -617,12 +626,20 @@ impl Engine {
     /// Posts a receive WR. Usually nothing to transmit; but a receive that
     /// ends a held RNR NAK (`SOFTRDMA_RNR_HOLD`) has the responder ask for
     /// the request again, at once.
+    ///
+    /// Only what the post itself queued is sent here. Answers queued before
+    /// it (a busy poller's held ACKs) are already some thread's to send,
+    /// and the application's next send carries them: a ping-pong re-posts
+    /// its receive between taking a message and replying, and sending the
+    /// ACK here cost each message a packet of its own where the reply could
+    /// carry it (`Config::lane_acks`).
     pub fn post_recv(&self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
         let (r, send) = {
             let mut core = self.lock();
             let now = self.now();
+            let before = core.ep.wants_transmit();
             let r = core.ep.post_recv(now, qpn, wr);
-            (r, core.ep.wants_transmit())
+            (r, !before && core.ep.wants_transmit())
         };
         if send {
             self.shared.send_soon();
@@ -647,9 +664,15 @@ impl Engine {
                 .posted_since_poll
                 .store(false, Ordering::Relaxed);
         }
-        self.shared.flush_pending();
         if !self.shared.busy_poll || max == 0 {
+            self.shared.flush_pending();
             return self.lock().ep.poll_cq(cq, max, &mut f);
+        }
+        // Gathered posts leave now; answers a poller held (ACKs) wait while
+        // the application takes completions: its next post carries them
+        // (`Config::lane_acks`), or its next empty poll sends them.
+        if self.shared.posts_deferred.load(Ordering::Relaxed) {
+            self.shared.flush_pending();
         }
         let now = self.now().as_nanos();
         self.shared.last_call.store(now, Ordering::Relaxed);
@@ -659,7 +682,8 @@ impl Engine {
             self.shared.leave(now);
             return Ok(n);
         }
-        // An empty CQ: this thread spins on it.
+        // An empty CQ: this thread spins on it, and whatever it held goes.
+        self.shared.flush_pending();
         self.shared.last_poll.store(now, Ordering::Relaxed);
         self.shared.waiter_lets_go(now);
         // Block on the receive lock rather than spin past it: on a small VM a

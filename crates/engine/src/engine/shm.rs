@@ -36,6 +36,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// Whether a datagram is a request carrying an ACK (`softrdma_wire::LaneAck`).
+fn carries_lane_ack(pkt: &[u8]) -> bool {
+    pkt.get(8)
+        .is_some_and(|&b| b & softrdma_wire::LANE_ACK != 0)
+}
+
 /// How often a link checks that its member still holds the slot (a file
 /// read): a dead member's inbox is let go, a new holder's attached.
 const LINK_CHECK_NS: u64 = 100_000_000;
@@ -372,11 +378,12 @@ impl Shared {
         // In the socket's order (requests before ACKs), for the same reason.
         for i in super::tx::requests_then_acks(&bufs[..n]) {
             let (dst, pkt) = (dsts[i], &bufs[i]);
-            // A peer-copy packet names memory of this host: it takes a lane
-            // or nothing (RC retransmits it; a peer gone for good ends in
-            // RETRY_EXC_ERR), never UDP.
+            // A peer-copy packet names memory of this host, and a request
+            // carrying an ACK (`Config::lane_acks`) is no RoCE packet: they
+            // take a lane or nothing (RC retransmits them; a peer gone for
+            // good ends in RETRY_EXC_ERR), never UDP.
             let no_lane = |via: &mut usize| {
-                if is_peer_packet(pkt) {
+                if is_peer_packet(pkt) || carries_lane_ack(pkt) {
                     shm.peer_stats.dropped.fetch_add(1, Ordering::Relaxed);
                     *via = VIA_SHM;
                 }
@@ -548,11 +555,13 @@ impl Shared {
         if let Some(c) = &self.capture {
             let dst = SocketAddr::new(dg.dst_ip, self.socket.local_addr().port());
             if lane.is_some() && dg.payload.len() >= 16 {
-                // Its sender left the ICRC out (`Config::fill_icrc`): the
-                // capture gets the packet as the wire would carry it.
-                let mut whole = dg.payload.to_vec();
-                softrdma_transport::fill_icrc_between(dg.src, dst, &mut whole);
-                c.record(dg.src, dst, &whole);
+                // Its sender left the ICRC out (`Config::fill_icrc`), and may
+                // have had it carry an ACK (`Config::lane_acks`): the capture
+                // gets the packets as the wire would carry them.
+                for mut whole in softrdma_wire::lane_packets(dg.payload) {
+                    softrdma_transport::fill_icrc_between(dg.src, dst, &mut whole);
+                    c.record(dg.src, dst, &whole);
+                }
             } else {
                 c.record(dg.src, dst, dg.payload);
             }

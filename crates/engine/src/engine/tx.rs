@@ -78,6 +78,9 @@ impl Shared {
             if queued < DEFER_MAX_BYTES {
                 self.after(&mut core);
                 drop(core);
+                if !self.posts_deferred.load(Ordering::Relaxed) {
+                    self.posts_deferred.store(true, Ordering::Relaxed);
+                }
                 self.set_pending(ns);
                 self.ensure_tick(ns);
                 return;
@@ -176,6 +179,9 @@ impl Shared {
         }
         if self.tx_pending.load(Ordering::Relaxed) {
             self.tx_pending.store(false, Ordering::Relaxed);
+        }
+        if self.posts_deferred.load(Ordering::Relaxed) {
+            self.posts_deferred.store(false, Ordering::Relaxed);
         }
         if self.deferred_bytes.load(Ordering::Relaxed) != 0 {
             self.deferred_bytes.store(0, Ordering::Relaxed);

@@ -4,10 +4,13 @@
 //! the flush (IBTA 10.3.1, 11.6.2).
 
 mod completer;
+mod lane_ack;
 mod peer;
 mod requester;
 mod responder;
 mod sgl;
+
+pub(crate) use lane_ack::ack_packet;
 
 use crate::attr::{AddressVector, QpAttr, QpCap};
 use crate::config::Config;
@@ -220,6 +223,8 @@ pub(crate) struct Qp {
     /// shared-memory lane that can copy from ours and we from its: large
     /// SENDs, WRITEs and READs go as one peer-copy packet (`peer.rs`).
     pub(crate) peer_copy: bool,
+    /// The ACK the request being built carries (`lane_ack.rs`).
+    pub(crate) riding: Option<softrdma_wire::LaneAck>,
     /// WQEs of `sq` the device issued itself (`TmInternal`): they take no
     /// room the application posted for.
     pub(crate) internal_wqes: usize,
@@ -269,6 +274,7 @@ impl Qp {
             scheduled: false,
             comm_est_sent: false,
             peer_copy: false,
+            riding: None,
             internal_wqes: 0,
             xrcd: None,
         }
@@ -515,6 +521,13 @@ impl Qp {
         mem: &mut dyn crate::Memory,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
+        // A lone ACK rides the next request if there is one (`lane_ack.rs`).
+        if matches!(self.state, QpState::Rts | QpState::Sqd)
+            && let Some(ack) = self.lone_lane_ack(ctx.config)
+            && let Some(t) = self.poll_request_carrying(ctx, mem, buf, ack)
+        {
+            return Some(t);
+        }
         if let Some(t) = self.poll_response(ctx, mem, buf) {
             return Some(t);
         }

@@ -296,6 +296,10 @@ impl Qp {
             hdr.bth.opcode = xrc_opcode(hdr.bth.opcode).ok_or(WcStatus::LocQpOpErr)?;
             hdr.xrceth = Some(w.wr.xrc_remote_srqn & 0x00FF_FFFF);
         }
+        // The responder's lone ACK rides along (`lane_ack.rs`), taken only
+        // once the packet is built.
+        hdr.lane_ack = self.riding;
+        let w = &self.sq[idx];
         let mrs = ctx.mrs;
         let inline = w.wr.inline.as_deref();
         let sgl = &w.wr.sgl;
@@ -314,6 +318,7 @@ impl Qp {
             }
         })
         .map_err(|_| WcStatus::LocProtErr)?;
+        self.riding = None;
 
         // Bookkeeping after a packet was built.
         if hdr.bth.ack_req {

@@ -269,8 +269,15 @@ pub(crate) const A_BASE: u64 = 0x10_0000;
 pub(crate) const B_BASE: u64 = 0x80_0000;
 
 pub(crate) fn node(last_octet: u8, base: u64, fill: u8) -> Node {
+    node_with(last_octet, base, fill, |_| {})
+}
+
+/// [`node`], its configuration changed by `tweak` first.
+pub(crate) fn node_with(last_octet: u8, base: u64, fill: u8, tweak: impl Fn(&mut Config)) -> Node {
     let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, last_octet));
-    let mut ep = Endpoint::new(Config::new(ip, u64::from(last_octet)));
+    let mut config = Config::new(ip, u64::from(last_octet));
+    tweak(&mut config);
+    let mut ep = Endpoint::new(config);
     let pd = ep.alloc_pd().unwrap();
     let (cq, _) = ep.create_cq(64).unwrap();
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
@@ -358,8 +365,13 @@ pub(crate) fn connect(n: &mut Node, peer_ip: IpAddr, peer_qpn: Qpn) {
 }
 
 pub(crate) fn pair() -> (Node, Node) {
-    let mut a = node(1, A_BASE, 0);
-    let mut b = node(2, B_BASE, 0x5A);
+    pair_with(|_| {})
+}
+
+/// [`pair`], both configurations changed by `tweak`.
+pub(crate) fn pair_with(tweak: impl Fn(&mut Config)) -> (Node, Node) {
+    let mut a = node_with(1, A_BASE, 0, &tweak);
+    let mut b = node_with(2, B_BASE, 0x5A, &tweak);
     let (a_ip, b_ip, a_qpn, b_qpn) = (a.ip, b.ip, a.qpn, b.qpn);
     connect(&mut a, b_ip, b_qpn);
     connect(&mut b, a_ip, a_qpn);
