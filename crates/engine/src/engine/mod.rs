@@ -651,8 +651,10 @@ impl Engine {
     /// pulls packets off the socket in this thread (no hand-off to the progress
     /// thread: the cross-core wake-up costs tens of µs on small VMs). When that
     /// produced completions, they are returned before the ACKs those packets
-    /// call for are sent: the application's next post or poll sends them
-    /// (after its own request), so a ping-pong's critical path carries no ACK.
+    /// call for are sent: the application's next post sends them (after its
+    /// own request, or in it on a lane: `Config::lane_acks`), or its next
+    /// poll that finds the CQ empty; so a ping-pong's critical path carries
+    /// no ACK packet.
     pub fn poll_cq(
         &self,
         cq: CqHandle,
