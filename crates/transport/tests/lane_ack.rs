@@ -21,6 +21,15 @@ fn send8(n: &Node, at: u64) -> SendWr {
     wr(WrOpcode::Send, n, at, 8, 0, 0)
 }
 
+/// A sends B an 8-byte SEND from `at` over the lane; returns its packet.
+fn send_to_b(a: &mut Node, b: &mut Node, at: u64) -> Vec<u8> {
+    a.ep.post_send(T0, a.qpn, send8(a, at)).unwrap();
+    let mut req = drain(a, T0);
+    assert_eq!(req.len(), 1);
+    lane(b, a, T0, &req[0]);
+    req.remove(0)
+}
+
 /// A ping-pong: B's reply carries the ACK of A's SEND; A completes its
 /// SEND from it and takes the reply; no ACK travels alone.
 #[test]
@@ -28,11 +37,8 @@ fn a_reply_carries_the_ack_of_the_request_it_answers() {
     let (mut a, mut b) = lane_acks();
     post_recv(&mut a, A_BASE + 4096, 64);
     post_recv(&mut b, B_BASE + 4096, 64);
-    a.ep.post_send(T0, a.qpn, send8(&a, A_BASE)).unwrap();
-    let req = drain(&mut a, T0);
-    assert_eq!(req.len(), 1);
-    assert!(!carries_ack(&req[0]), "A owes B nothing yet");
-    lane(&mut b, &a, T0, &req[0]);
+    let req = send_to_b(&mut a, &mut b, A_BASE);
+    assert!(!carries_ack(&req), "A owes B nothing yet");
     assert_eq!(wcs(&mut b).len(), 1, "B got the SEND");
     // B replies before anything sends its ACK (the engine holds it).
     b.ep.post_send(T0, b.qpn, send8(&b, B_BASE)).unwrap();
@@ -46,11 +52,8 @@ fn a_reply_carries_the_ack_of_the_request_it_answers() {
     assert_eq!(a.mem.at(A_BASE + 4096, 8), b.mem.at(B_BASE, 8));
     // A's next SEND carries the ACK of B's reply the same way.
     post_recv(&mut b, B_BASE + 8192, 64);
-    a.ep.post_send(T0, a.qpn, send8(&a, A_BASE + 8)).unwrap();
-    let next = drain(&mut a, T0);
-    assert_eq!(next.len(), 1);
-    assert!(carries_ack(&next[0]));
-    lane(&mut b, &a, T0, &next[0]);
+    let next = send_to_b(&mut a, &mut b, A_BASE + 8);
+    assert!(carries_ack(&next));
     let got = wcs(&mut b);
     assert_eq!(
         got.len(),
@@ -65,9 +68,7 @@ fn a_reply_carries_the_ack_of_the_request_it_answers() {
 fn without_lane_acks_the_ack_is_its_own_packet() {
     let (mut a, mut b) = pair();
     post_recv(&mut b, B_BASE + 4096, 64);
-    a.ep.post_send(T0, a.qpn, send8(&a, A_BASE)).unwrap();
-    let req = drain(&mut a, T0);
-    lane(&mut b, &a, T0, &req[0]);
+    send_to_b(&mut a, &mut b, A_BASE);
     b.ep.post_send(T0, b.qpn, send8(&b, B_BASE)).unwrap();
     let out = drain(&mut b, T0);
     assert_eq!(out.len(), 2);
@@ -78,9 +79,7 @@ fn without_lane_acks_the_ack_is_its_own_packet() {
 #[test]
 fn an_rnr_nak_never_rides() {
     let (mut a, mut b) = lane_acks();
-    a.ep.post_send(T0, a.qpn, send8(&a, A_BASE)).unwrap();
-    let req = drain(&mut a, T0);
-    lane(&mut b, &a, T0, &req[0]); // no receive posted at B
+    send_to_b(&mut a, &mut b, A_BASE); // no receive posted at B
     b.ep.post_send(T0, b.qpn, send8(&b, B_BASE)).unwrap();
     let out = drain(&mut b, T0);
     assert_eq!(out.len(), 2, "the RNR NAK and B's SEND: {out:?}");
@@ -94,9 +93,7 @@ fn an_rnr_nak_never_rides() {
 fn an_ack_is_not_lost_with_a_request_that_failed() {
     let (mut a, mut b) = lane_acks();
     post_recv(&mut b, B_BASE + 4096, 64);
-    a.ep.post_send(T0, a.qpn, send8(&a, A_BASE)).unwrap();
-    let req = drain(&mut a, T0);
-    lane(&mut b, &a, T0, &req[0]);
+    send_to_b(&mut a, &mut b, A_BASE);
     wcs(&mut b);
     let mut bad = send8(&b, B_BASE);
     bad.sgl[0].lkey ^= 0x55;

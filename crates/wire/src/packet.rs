@@ -62,6 +62,20 @@ pub struct LaneAck {
 impl LaneAck {
     /// Bytes on the lane.
     pub const LEN: usize = 8;
+
+    /// The headers of the ACK packet this stands for, addressed to QP
+    /// `dest_qp` (the carrying request's destination).
+    pub fn ack_headers(&self, dest_qp: u32) -> Headers {
+        let mut h = Headers::new(Bth::new(crate::Opcode::RC_ACKNOWLEDGE, dest_qp, self.psn));
+        h.aeth = Some(self.aeth);
+        h
+    }
+
+    /// Whether a datagram's BTH announces a carried ACK (the bit alone:
+    /// [`Packet::parse_lane`] checks the rest).
+    pub fn announced(datagram: &[u8]) -> bool {
+        datagram.get(8).is_some_and(|&b| b & LANE_ACK != 0)
+    }
 }
 
 /// The bit of the BTH's `resv7` that announces a [`LaneAck`].
@@ -319,12 +333,7 @@ pub fn lane_packets(datagram: &[u8]) -> Vec<Vec<u8>> {
     };
     let mut req = p.hdr;
     req.lane_ack = None;
-    let mut a = Headers::new(Bth::new(
-        crate::Opcode::RC_ACKNOWLEDGE,
-        p.hdr.bth.dest_qp,
-        ack.psn,
-    ));
-    a.aeth = Some(ack.aeth);
+    let a = ack.ack_headers(p.hdr.bth.dest_qp);
     let (mut r, mut k) = (Vec::new(), Vec::new());
     // Both header sets are known (parsed, or an ACK's): emit cannot fail.
     let _ = emit(&req, p.payload, &mut r);
@@ -378,6 +387,7 @@ mod tests {
         let n = emit(&h, b"8 bytes!", &mut out).unwrap();
         assert_eq!(n, 12 + 16 + 8 + 8 + 4);
         assert_eq!(out[8] & 0x7F, LANE_ACK);
+        assert!(LaneAck::announced(&out));
         let p = Packet::parse_lane(&out).unwrap();
         assert_eq!(p.hdr.lane_ack, Some(ack));
         assert_eq!(p.hdr.bth.resv7, 0);
@@ -417,6 +427,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(lane_packets(&plain), vec![plain.clone()]);
+        assert!(!LaneAck::announced(&plain));
         let mut u = Headers::new(Bth::new(Opcode::UC_SEND_ONLY, 0x11, Psn::new(1)));
         u.lane_ack = Some(ack);
         let mut out = Vec::new();

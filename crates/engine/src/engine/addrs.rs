@@ -96,6 +96,14 @@ impl Shared {
         }
     }
 
+    /// Replaces the list (`more`, under its lock) with `next`, and bumps
+    /// its generation so the transmit path's snapshot is taken afresh.
+    fn replace_more(&self, more: &mut More, next: Vec<(Arc<RoceSocket>, Arc<HostMember>)>) {
+        *more = Arc::new(next);
+        self.more_gen
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
     /// The netlink watch is readable: drains it, and if addresses changed,
     /// [`Shared::refresh_addrs`].
     pub(super) fn on_addr_change(&self) {
@@ -126,9 +134,7 @@ impl Shared {
                 let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
                 let mut next = Vec::clone(&more);
                 next.push((Arc::new(socket), Arc::new(member)));
-                *more = Arc::new(next);
-                self.more_gen
-                    .fetch_add(1, std::sync::atomic::Ordering::Release);
+                self.replace_more(&mut more, next);
                 more.len()
             };
             let gid = {
@@ -160,9 +166,7 @@ impl Shared {
             if gone.is_empty() {
                 return;
             }
-            *more = Arc::new(kept);
-            self.more_gen
-                .fetch_add(1, std::sync::atomic::Ordering::Release);
+            self.replace_more(&mut more, kept);
             gone
         };
         for (socket, member) in gone {

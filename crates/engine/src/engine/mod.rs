@@ -559,13 +559,8 @@ impl Engine {
 
     /// Posts a send WR and transmits what it allows (see [`Engine::post_send_many`]).
     pub fn post_send(&self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
-        let bytes = wr_bytes(&wr);
-        let mut core = self.lock();
-        let now = self.now();
-        let idle = core.ep.send_queue_empty(qpn);
-        let r = core.ep.post_send(now, qpn, wr);
-        self.shared.doorbell(core, bytes, now, idle);
-        r
+        self.post_send_many(qpn, std::iter::once(wr))
+            .map_err(|(_, e)| e)
     }
 
     /// Posts send WRs in order under one lock, then transmits; on the first
@@ -634,17 +629,8 @@ impl Engine {
     /// ACK here cost each message a packet of its own where the reply could
     /// carry it (`Config::lane_acks`).
     pub fn post_recv(&self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
-        let (r, send) = {
-            let mut core = self.lock();
-            let now = self.now();
-            let before = core.ep.wants_transmit();
-            let r = core.ep.post_recv(now, qpn, wr);
-            (r, !before && core.ep.wants_transmit())
-        };
-        if send {
-            self.shared.send_soon();
-        }
-        r
+        self.post_recv_many(qpn, std::iter::once(wr))
+            .map_err(|(_, e)| e)
     }
 
     /// Polls up to `max` completions. With busy polling on, an empty CQ first
@@ -661,11 +647,7 @@ impl Engine {
         max: usize,
         mut f: impl FnMut(Wc),
     ) -> Result<usize, VerbsError> {
-        if self.shared.posted_since_poll.load(Ordering::Relaxed) {
-            self.shared
-                .posted_since_poll
-                .store(false, Ordering::Relaxed);
-        }
+        set_flag(&self.shared.posted_since_poll, false, Ordering::Relaxed);
         if !self.shared.busy_poll || max == 0 {
             self.shared.flush_pending();
             return self.lock().ep.poll_cq(cq, max, &mut f);
@@ -1066,6 +1048,19 @@ fn os_seed() -> u64 {
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id())
     }
+}
+
+/// Sets `flag` to `value` (loads and stores with `order`), writing only if
+/// it changes; returns what it was. The engine's flags are read on every
+/// call by the other threads: a store that changes nothing would still take
+/// their cache line from the cores that read it (a flag cleared on every
+/// `poll_cq` cost `ib_send_bw -s 64` 5-8 %, issue 17).
+fn set_flag(flag: &AtomicBool, value: bool, order: Ordering) -> bool {
+    let was = flag.load(order);
+    if was != value {
+        flag.store(value, order);
+    }
+    was
 }
 
 #[cfg(test)]

@@ -36,12 +36,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Whether a datagram is a request carrying an ACK (`softrdma_wire::LaneAck`).
-fn carries_lane_ack(pkt: &[u8]) -> bool {
-    pkt.get(8)
-        .is_some_and(|&b| b & softrdma_wire::LANE_ACK != 0)
-}
-
 /// How often a link checks that its member still holds the slot (a file
 /// read): a dead member's inbox is let go, a new holder's attached.
 const LINK_CHECK_NS: u64 = 100_000_000;
@@ -383,7 +377,7 @@ impl Shared {
             // take a lane or nothing (RC retransmits them; a peer gone for
             // good ends in RETRY_EXC_ERR), never UDP.
             let no_lane = |via: &mut usize| {
-                if is_peer_packet(pkt) || carries_lane_ack(pkt) {
+                if is_peer_packet(pkt) || softrdma_wire::LaneAck::announced(pkt) {
                     shm.peer_stats.dropped.fetch_add(1, Ordering::Relaxed);
                     *via = VIA_SHM;
                 }

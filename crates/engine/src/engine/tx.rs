@@ -3,7 +3,7 @@
 //! the receive path and the public API.
 
 use super::shm::VIA_SHM;
-use super::{BATCH, Core, Shared};
+use super::{BATCH, Core, Shared, set_flag};
 use crate::memory::HostMemory;
 use softrdma_transport::Instant;
 use softrdma_transport::SendWr;
@@ -60,12 +60,7 @@ impl Shared {
         // A burst of posts from a spinning application: the previous call
         // was a post a moment ago, or the QP has requests in flight, and
         // the last empty poll was not long before.
-        // Read before written: a store per post would move the line between
-        // the poster's and the progress thread's cores.
-        let follows_post = self.posted_since_poll.load(Ordering::Relaxed);
-        if !follows_post {
-            self.posted_since_poll.store(true, Ordering::Relaxed);
-        }
+        let follows_post = set_flag(&self.posted_since_poll, true, Ordering::Relaxed);
         let burst = super::policy::defers_post(
             self.last_call.load(Ordering::Relaxed),
             self.last_poll.load(Ordering::Relaxed),
@@ -78,9 +73,7 @@ impl Shared {
             if queued < DEFER_MAX_BYTES {
                 self.after(&mut core);
                 drop(core);
-                if !self.posts_deferred.load(Ordering::Relaxed) {
-                    self.posts_deferred.store(true, Ordering::Relaxed);
-                }
+                set_flag(&self.posts_deferred, true, Ordering::Relaxed);
                 self.set_pending(ns);
                 self.ensure_tick(ns);
                 return;
@@ -169,25 +162,18 @@ impl Shared {
 
     /// [`Shared::drain_tx`], its first batch built under `held` (the engine
     /// lock, taken at the time given) if the caller holds it already.
-    fn drain_tx_from(&self, tx: &mut Tx, mut held: Option<(MutexGuard<'_, Core>, Instant)>) {
+    fn drain_tx_from(&self, tx: &mut Tx, held: Option<(MutexGuard<'_, Core>, Instant)>) {
         // Everything queued so far is sent below (whoever set these flags
-        // queued its packets before setting them). Each is read before it is
-        // written: stores nobody needs would take the lines from the cores
-        // that read them.
-        if self.tx_again.load(Ordering::SeqCst) {
-            self.tx_again.store(false, Ordering::SeqCst);
-        }
-        if self.tx_pending.load(Ordering::Relaxed) {
-            self.tx_pending.store(false, Ordering::Relaxed);
-        }
-        if self.posts_deferred.load(Ordering::Relaxed) {
-            self.posts_deferred.store(false, Ordering::Relaxed);
-        }
+        // queued its packets before setting them). Each is written only if
+        // set (`set_flag`).
+        set_flag(&self.tx_again, false, Ordering::SeqCst);
+        set_flag(&self.tx_pending, false, Ordering::Relaxed);
+        set_flag(&self.posts_deferred, false, Ordering::Relaxed);
         if self.deferred_bytes.load(Ordering::Relaxed) != 0 {
             self.deferred_bytes.store(0, Ordering::Relaxed);
         }
         let mut cached = tx.sockets.take();
-        self.drain_batches(tx, &mut held, &mut cached);
+        self.drain_batches(tx, held, &mut cached);
         tx.sockets = cached;
     }
 
@@ -195,7 +181,7 @@ impl Shared {
     fn drain_batches(
         &self,
         tx: &mut Tx,
-        held: &mut Option<(MutexGuard<'_, Core>, Instant)>,
+        mut held: Option<(MutexGuard<'_, Core>, Instant)>,
         cached: &mut Option<(u64, super::addrs::More)>,
     ) {
         let sockets = self.sockets_cached(cached);

@@ -13,7 +13,7 @@
 use super::{Qp, RespOut};
 use crate::config::Config;
 use crate::types::{QpType, Qpn};
-use softrdma_wire::{Aeth, Bth, Headers, LaneAck, Opcode, Packet, Syndrome};
+use softrdma_wire::{Aeth, LaneAck, Opcode, Packet, Syndrome};
 
 impl Qp {
     /// The ACK a request of this QP may carry now, if any.
@@ -67,10 +67,8 @@ impl Qp {
 /// The ACK packet `ack` stands for, addressed to QP `qpn`, as the
 /// completer takes it.
 pub(crate) fn ack_packet(qpn: Qpn, ack: LaneAck) -> Option<Packet<'static>> {
-    let mut hdr = Headers::new(Bth::new(Opcode::RC_ACKNOWLEDGE, qpn, ack.psn));
-    hdr.aeth = Some(ack.aeth);
     Some(Packet {
-        hdr,
+        hdr: ack.ack_headers(qpn),
         info: Opcode::RC_ACKNOWLEDGE.info()?,
         payload: &[],
         icrc: 0,
