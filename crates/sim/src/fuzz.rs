@@ -512,7 +512,11 @@ impl World {
                 self.deliver_at(0);
                 continue;
             }
-            let next = self.nodes.iter().filter_map(|n| n.ep.poll_timeout()).min();
+            let next = self
+                .nodes
+                .iter_mut()
+                .filter_map(|n| n.ep.poll_timeout())
+                .min();
             match next {
                 Some(t) if t <= limit => {
                     if t > self.now {
@@ -850,7 +854,12 @@ impl World {
                 let _ = self.nodes[node].ep.modify_qp(now, qpn, &a, M::STATE);
             }
             1 => {
-                if let Some(t) = self.nodes.iter().filter_map(|n| n.ep.poll_timeout()).min() {
+                if let Some(t) = self
+                    .nodes
+                    .iter_mut()
+                    .filter_map(|n| n.ep.poll_timeout())
+                    .min()
+                {
                     if t > self.now {
                         self.now = t;
                     }

@@ -378,9 +378,13 @@ impl Net {
     }
 
     /// The next moment something happens: a delivery or a timer.
-    pub fn next_time(&self) -> Option<Instant> {
+    pub fn next_time(&mut self) -> Option<Instant> {
         let pkt = self.heap.peek().map(|p| p.at.0);
-        let timer = self.nodes.iter().filter_map(|n| n.ep.poll_timeout()).min();
+        let timer = self
+            .nodes
+            .iter_mut()
+            .filter_map(|n| n.ep.poll_timeout())
+            .min();
         match (pkt, timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -1049,8 +1049,13 @@ impl Endpoint {
 
     /// Records `qpn`'s timers after something ran on it.
     fn rearm(&mut self, qpn: Qpn) {
-        let t = self.qps.get(&qpn).and_then(Qp::next_timeout);
-        self.timers.set(qpn, t);
+        match self.qps.get_mut(&qpn) {
+            Some(qp) => {
+                let t = qp.next_timeout();
+                self.timers.tell(qpn, &mut qp.timer_told, t);
+            }
+            None => self.timers.set(qpn, None),
+        }
     }
 
     /// Queues `qpn` to transmit, after something ran on it (its timers may
@@ -1243,7 +1248,7 @@ impl Endpoint {
             // Sending arms the retransmission timer (`rearm`, with the QP
             // in hand rather than looked up again).
             let deadline = qp.next_timeout();
-            self.timers.set(qpn, deadline);
+            self.timers.tell(qpn, &mut qp.timer_told, deadline);
             if t.is_some() {
                 // More may follow: back of the line, for fairness between QPs.
                 self.ready.push_back(qpn);
@@ -1254,7 +1259,7 @@ impl Endpoint {
     }
 
     /// The earliest timer deadline, if any.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
         let t = self.timers.earliest();
         // Every path that moves a QP's timers must tell the heap: checked by
         // the simulator's tests, which run with debug assertions.
@@ -1262,11 +1267,21 @@ impl Endpoint {
         t
     }
 
+    /// A time no later than [`Endpoint::poll_timeout`] (`None`: no timer is
+    /// armed), read without putting the timers in order: `Some(t)` may be an
+    /// old deadline since moved or disarmed. For a driver that only asks
+    /// whether a timer may be due before it next looks, on every call.
+    pub fn timeout_bound(&self) -> Option<Instant> {
+        self.timers.bound()
+    }
+
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         for qpn in self.timers.take_due(now) {
             let (qps, mut ctx) = split!(self, now);
             if let Some(qp) = qps.get_mut(&qpn) {
+                // The heap let go of it.
+                qp.timer_told = None;
                 qp.handle_timeout(&mut ctx);
             }
             self.schedule(qpn);

@@ -2,53 +2,92 @@
 //! driver's "when is the next timer?" ([`crate::Endpoint::poll_timeout`]) and
 //! "which QPs are due?" cost O(log n) instead of a scan of every QP.
 //!
-//! A QP's deadline moves often (every ACK that makes progress pushes the
-//! retransmission timer out), so the heap is lazy: `armed` holds each QP's
-//! true deadline and the heap holds, for every armed QP, at least one entry
-//! no later than it. A deadline that moves later pushes nothing; only the
-//! heap's top is kept exact, so [`TimerHeap::earliest`] is always the true
-//! earliest deadline.
+//! A QP's deadline moves on every message (a request arms the
+//! retransmission timer, its ACK disarms it), so the heap is lazy both ways:
+//! each QP's [`Slot`] holds its true deadline and the time of its earliest
+//! entry in the heap, and the heap holds, for every armed QP, an entry no
+//! later than its deadline. Moving a deadline later or disarming it pushes
+//! and pops nothing (one map lookup); entries that no longer match are
+//! dropped or moved when they reach the top, which [`TimerHeap::earliest`]
+//! and [`TimerHeap::take_due`] do. Before this, the top was kept exact on
+//! every change: two heap operations and four lookups a message of a
+//! ping-pong (`ib_send_lat`, callgrind: BENCHMARKS.md, "Fewer instructions a
+//! message").
 
 use crate::time::Instant;
 use crate::types::Qpn;
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::collections::hash_map::Entry;
 
 /// Deadlines by QP (see the module documentation).
 #[derive(Debug, Default)]
 pub(crate) struct TimerHeap {
     heap: BinaryHeap<Reverse<(Instant, Qpn)>>,
-    armed: HashMap<Qpn, Instant>,
+    slots: HashMap<Qpn, Slot>,
+}
+
+/// One QP's part of the heap.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    /// The QP's earliest armed timer.
+    armed: Option<Instant>,
+    /// Its earliest entry in the heap, if known (`None` once that entry
+    /// left; later ones of the QP may remain, and are dropped in turn).
+    queued: Option<Instant>,
 }
 
 impl TimerHeap {
     /// `qpn`'s earliest armed timer is now `t` (`None`: none armed, or the
     /// QP is gone).
     pub(crate) fn set(&mut self, qpn: Qpn, t: Option<Instant>) {
-        match t {
-            Some(t) => {
-                // Most calls (one per packet sent) leave the deadline as it
-                // was: one lookup then.
-                if self.armed.get(&qpn) == Some(&t) {
-                    return;
+        match self.slots.entry(qpn) {
+            Entry::Occupied(mut e) => {
+                let slot = e.get_mut();
+                slot.armed = t;
+                if let Some(t) = t
+                    && slot.queued.is_none_or(|q| t < q)
+                {
+                    slot.queued = Some(t);
+                    self.heap.push(Reverse((t, qpn)));
+                } else if t.is_none() && slot.queued.is_none() {
+                    e.remove();
                 }
-                let old = self.armed.insert(qpn, t);
-                if old.is_none_or(|o| t < o) {
+            }
+            Entry::Vacant(e) => {
+                if let Some(t) = t {
+                    e.insert(Slot {
+                        armed: Some(t),
+                        queued: Some(t),
+                    });
                     self.heap.push(Reverse((t, qpn)));
                 }
             }
-            None => {
-                if self.armed.remove(&qpn).is_none() {
-                    return;
-                }
-            }
         }
-        self.fix_top();
+    }
+
+    /// [`TimerHeap::set`] for a QP whose last deadline given here is
+    /// `told`: nothing to do (no lookup) if it is still `t`. A QP the heap
+    /// returned from [`TimerHeap::take_due`] has none (its `told` must be
+    /// cleared then).
+    pub(crate) fn tell(&mut self, qpn: Qpn, told: &mut Option<Instant>, t: Option<Instant>) {
+        if *told != t {
+            *told = t;
+            self.set(qpn, t);
+        }
     }
 
     /// The earliest deadline of any QP.
-    pub(crate) fn earliest(&self) -> Option<Instant> {
+    pub(crate) fn earliest(&mut self) -> Option<Instant> {
+        self.fix_top();
+        self.heap.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// A time no later than the earliest deadline (the heap's top, which may
+    /// be an entry that no longer counts): cheap, for a caller that only
+    /// asks whether anything may be due before some time.
+    pub(crate) fn bound(&self) -> Option<Instant> {
         self.heap.peek().map(|Reverse((t, _))| *t)
     }
 
@@ -56,37 +95,51 @@ impl TimerHeap {
     /// caller fires them and [`TimerHeap::set`]s their next deadline.
     pub(crate) fn take_due(&mut self, now: Instant) -> Vec<Qpn> {
         let mut due = Vec::new();
-        while let Some(&Reverse((t, q))) = self.heap.peek() {
-            if t > now {
-                break;
-            }
-            self.heap.pop();
-            match self.armed.get(&q) {
-                Some(&a) if a <= now => {
-                    self.armed.remove(&q);
+        loop {
+            self.fix_top();
+            match self.heap.peek() {
+                Some(&Reverse((t, q))) if t <= now => {
+                    // Exact after `fix_top`: the QP's deadline is `t`, and
+                    // this was its earliest entry (later ones are dropped
+                    // when they reach the top).
+                    self.heap.pop();
+                    self.slots.remove(&q);
                     due.push(q);
                 }
-                Some(&a) => self.heap.push(Reverse((a, q))),
-                None => {}
+                _ => break,
             }
         }
-        self.fix_top();
         due
     }
 
-    /// Makes the top entry exact: stale entries (a QP disarmed, or armed
-    /// later than the entry says) are dropped or moved to the true deadline.
+    /// Drops or moves top entries until the top is a QP's true deadline.
     fn fix_top(&mut self) {
         while let Some(&Reverse((t, q))) = self.heap.peek() {
-            match self.armed.get(&q) {
-                Some(&a) if a == t => break,
-                Some(&a) => {
-                    self.heap.pop();
-                    self.heap.push(Reverse((a, q)));
+            let armed = self.slots.get(&q).and_then(|s| s.armed);
+            if armed == Some(t) {
+                break;
+            }
+            self.pop_top();
+            if let Some(a) = armed {
+                self.heap.push(Reverse((a, q)));
+                if let Some(s) = self.slots.get_mut(&q) {
+                    s.queued = Some(a);
                 }
-                None => {
-                    self.heap.pop();
-                }
+            }
+        }
+    }
+
+    /// Pops the top entry: its QP's earliest entry (the top is the least of
+    /// all), so the QP has no known entry left; a disarmed QP with none is
+    /// forgotten.
+    fn pop_top(&mut self) {
+        let Some(Reverse((_, q))) = self.heap.pop() else {
+            return;
+        };
+        if let Entry::Occupied(mut e) = self.slots.entry(q) {
+            e.get_mut().queued = None;
+            if e.get().armed.is_none() {
+                e.remove();
             }
         }
     }
@@ -129,6 +182,31 @@ mod tests {
         assert_eq!(h.earliest(), Some(at(100)));
         assert_eq!(h.take_due(at(100)), vec![1]);
         assert_eq!(h.earliest(), None);
+    }
+
+    #[test]
+    fn a_ping_pong_moves_one_entry_and_forgets_a_quiet_qp() {
+        // Each message arms the retransmission timer and its ACK disarms it.
+        let mut h = TimerHeap::default();
+        for i in 0..1_000 {
+            h.set(7, Some(at(1_000 + i)));
+            assert_eq!(h.earliest(), Some(at(1_000 + i)));
+            h.set(7, None);
+            assert!(h.heap.len() <= 1, "stale entries do not pile up");
+        }
+        assert_eq!(h.earliest(), None);
+        assert!(h.heap.is_empty() && h.slots.is_empty());
+        // Without `earliest` between them, only the first arming pushes.
+        for i in 0..1_000 {
+            h.set(7, Some(at(5_000 + i)));
+            h.set(7, None);
+        }
+        assert_eq!(h.heap.len(), 1);
+        h.set(7, Some(at(9_000)));
+        assert_eq!(h.take_due(at(8_999)), Vec::<Qpn>::new());
+        assert_eq!(h.earliest(), Some(at(9_000)));
+        assert_eq!(h.take_due(at(9_000)), [7]);
+        assert!(h.heap.is_empty() && h.slots.is_empty());
     }
 
     #[test]

@@ -47,9 +47,11 @@ impl Shared {
             }
         }
         self.dispatch_cm(core);
-        if let Some(t) = earliest(core)
-            && t.as_nanos() < self.sleeping_until.load(Ordering::SeqCst)
-        {
+        // The transport's cheap bound first: the exact deadline puts its
+        // timers in order, which a ping-pong's every message would pay for.
+        let sleeping_until = self.sleeping_until.load(Ordering::SeqCst);
+        let sooner = |t: Option<Instant>| t.is_some_and(|t| t.as_nanos() < sleeping_until);
+        if sooner(earliest_with(core, core.ep.timeout_bound())) && sooner(earliest(core)) {
             let _ = self.waker.wake();
         }
     }
@@ -163,14 +165,20 @@ const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The earliest deadline of the transport, the CM, the MAD agents and the
 /// keepalive.
-pub(super) fn earliest(core: &Core) -> Option<Instant> {
+pub(super) fn earliest(core: &mut Core) -> Option<Instant> {
+    let ep = core.ep.poll_timeout();
+    earliest_with(core, ep)
+}
+
+/// [`earliest`] with `ep` for the transport's deadline.
+fn earliest_with(core: &Core, ep: Option<Instant>) -> Option<Instant> {
     // Compared as integers with "never" for None: `flatten().min()` over the
     // options compiles (inlined here) to a branch on a None's unset payload,
     // which valgrind's memcheck, run on the C ABI in CI, reports as a use of
     // uninitialised memory.
     const NEVER: u64 = u64::MAX;
     let t = [
-        core.ep.poll_timeout(),
+        ep,
         core.cm.poll_timeout(),
         core.mad.poll_timeout(),
         core.keepalive_at,

@@ -12,6 +12,7 @@
 use crate::channel::{AsyncChannel, CompChannel};
 use crate::cm::{CmChannel, EpQps};
 use crate::config::EngineConfig;
+use padded::Padded;
 use softrdma_cm::{Cm, CmConfig, CmError, IdHandle, PortSpace};
 use softrdma_transport::{
     Config, CqHandle, Endpoint, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
@@ -33,6 +34,7 @@ mod forward;
 mod mad_ops;
 mod membership;
 mod ops;
+mod padded;
 mod policy;
 mod progress;
 mod receiving;
@@ -74,22 +76,22 @@ pub(crate) struct Core {
 
 #[derive(Debug)]
 struct Shared {
-    core: Mutex<Core>,
-    tx: Mutex<Tx>,
-    rx: Mutex<RecvBatch>,
+    core: Padded<Mutex<Core>>,
+    tx: Padded<Mutex<Tx>>,
+    rx: Padded<Mutex<RecvBatch>>,
     socket: RoceSocket,
     waker: Waker,
-    epoch: std::time::Instant,
-    /// Where `epoch` lies on the device clock (completion timestamps).
+    /// The transport's clock: where its epoch (time zero) lies on the device
+    /// clock (completion timestamps), and `now`.
     clock: crate::clock::DeviceClock,
     /// Device memory (`ibv_alloc_dm`), under its own lock.
     dm: crate::dm::DmTable,
-    /// The deadline (ns since `epoch`) the progress thread sleeps until; u64::MAX: none.
-    sleeping_until: AtomicU64,
+    /// The deadline (transport time, ns) the progress thread sleeps until; u64::MAX: none.
+    sleeping_until: Padded<AtomicU64>,
     shutdown: AtomicBool,
     busy_poll: bool,
     linger: crate::Linger,
-    /// When an application thread last found its CQ empty (ns since `epoch`;
+    /// When an application thread last found its CQ empty (transport time, ns;
     /// 0: it announced it blocks): it spins on the CQ, so its next poll comes
     /// soon and sends what a post left unsent.
     last_poll: AtomicU64,
@@ -103,10 +105,10 @@ struct Shared {
     tx_pending: AtomicBool,
     /// Whether the socket is in the progress thread's epoll set (changed only
     /// under this lock, by `update_watch`).
-    watching: Mutex<bool>,
+    watching: Padded<Mutex<bool>>,
     /// Request packets (not ACKs or responses) received so far.
     rx_requests: AtomicU64,
-    /// Until when (ns since `epoch`) a poller leaving with completions hands
+    /// Until when (transport time, ns) a poller leaving with completions hands
     /// the socket back to the progress thread at once (see `leave`).
     serve_until: AtomicU64,
     /// When a poller last handed the socket back (0: not since its last poll).
@@ -114,7 +116,7 @@ struct Shared {
     /// A thread found the transmit lock taken and left its packets to the
     /// holder (see `send_soon`).
     tx_again: AtomicBool,
-    /// When `tx_pending` was last set from clear (ns since `epoch`).
+    /// When `tx_pending` was last set from clear (transport time, ns).
     pending_since: AtomicU64,
     /// Completion channel notifications so far (a thread is about to wake).
     notifies: AtomicU64,
@@ -152,7 +154,7 @@ struct Shared {
     /// completion event (`receiving.rs`; None if it could not be made), the
     /// lock that lets one thread at a time do so (it holds whether the
     /// device socket is in that set), how many do (0 or 1), and when the
-    /// last wait ended with the socket left in the set (ns since `epoch`;
+    /// last wait ended with the socket left in the set (transport time, ns;
     /// `u64::MAX` during a wait, 0 while the socket is not in the set).
     waiter_poller: Option<receiving::WaiterPoller>,
     waiter_lock: Mutex<bool>,
@@ -161,14 +163,14 @@ struct Shared {
     rx_by_waiter: AtomicU64,
     /// Times the progress thread woke (each a CPU taken from whoever ran:
     /// in event mode, a polling waiter's).
-    progress_wakeups: AtomicU64,
+    progress_wakeups: Padded<AtomicU64>,
     /// How long the last wait for a completion event lasted (ns; `u64::MAX`:
     /// none yet), and waits that ended while the thread still polled
     /// (`policy::WaiterSpin`).
     last_wait: AtomicU64,
     waits_spun: AtomicU64,
     /// When a busy poller last read the device socket, and when the inbox
-    /// last delivered (ns since `epoch`; `policy::poller_reads_socket`).
+    /// last delivered (transport time, ns; `policy::poller_reads_socket`).
     socket_read_at: AtomicU64,
     shm_rx_at: AtomicU64,
     /// Itself, for the threads it starts (a reconciliation).
@@ -370,7 +372,7 @@ impl Engine {
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
-            core: Mutex::new(Core {
+            core: Padded::new(Mutex::new(Core {
                 ep: Endpoint::new(tcfg),
                 channels: HashMap::new(),
                 cm,
@@ -379,8 +381,8 @@ impl Engine {
                 gsi_psn: (seed as u32) & 0xFF_FFFF,
                 keepalive_at: None,
                 mad,
-            }),
-            tx: Mutex::new(Tx {
+            })),
+            tx: Padded::new(Mutex::new(Tx {
                 bufs: (0..BATCH).map(|_| Vec::with_capacity(4200)).collect(),
                 dst: Vec::with_capacity(BATCH),
                 src: Vec::with_capacity(BATCH),
@@ -389,14 +391,13 @@ impl Engine {
                 icrc_here,
                 pushed: Vec::new(),
                 sockets: None,
-            }),
-            rx: Mutex::new(rx),
+            })),
+            rx: Padded::new(Mutex::new(rx)),
             socket,
             waker,
-            epoch: std::time::Instant::now(),
             clock: crate::clock::DeviceClock::new(std::time::Duration::ZERO),
             dm: crate::dm::DmTable::default(),
-            sleeping_until: AtomicU64::new(u64::MAX),
+            sleeping_until: Padded::new(AtomicU64::new(u64::MAX)),
             shutdown: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
             linger: if cfg.busy_poll {
@@ -410,7 +411,7 @@ impl Engine {
             tx_again: AtomicBool::new(false),
             pending_since: AtomicU64::new(0),
             notifies: AtomicU64::new(0),
-            watching: Mutex::new(true),
+            watching: Padded::new(Mutex::new(true)),
             rx_requests: AtomicU64::new(0),
             serve_until: AtomicU64::new(0),
             left_at: AtomicU64::new(0),
@@ -433,7 +434,7 @@ impl Engine {
             waiters: std::sync::atomic::AtomicUsize::new(0),
             waited_at: AtomicU64::new(0),
             rx_by_waiter: AtomicU64::new(0),
-            progress_wakeups: AtomicU64::new(0),
+            progress_wakeups: Padded::new(AtomicU64::new(0)),
             last_wait: AtomicU64::new(u64::MAX),
             waits_spun: AtomicU64::new(0),
             socket_read_at: AtomicU64::new(0),
@@ -919,7 +920,7 @@ impl Drop for Engine {
 
 impl Shared {
     fn now(&self) -> Instant {
-        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+        self.clock.now()
     }
 
     fn lock(&self) -> MutexGuard<'_, Core> {

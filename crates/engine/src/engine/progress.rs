@@ -33,19 +33,19 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         let waiter = s.receiving_waiter();
         let timers = if watching || waiter {
             // The CM's deadlines (MAD retransmission, time-wait) count too.
-            earliest(&s.lock()).map_or(u64::MAX, |t| t.as_nanos())
+            earliest(&mut s.lock()).map_or(u64::MAX, |t| t.as_nanos())
         } else {
             // Standby: the poller holds the locks most of the time; do not
             // queue behind it for timers that can wait a tick.
             // (Every few ticks it waits for the lock anyway.)
             match s.core.try_lock() {
-                Ok(core) => {
+                Ok(mut core) => {
                     policy.lock_taken();
-                    earliest(&core).map_or(u64::MAX, |t| t.as_nanos())
+                    earliest(&mut core).map_or(u64::MAX, |t| t.as_nanos())
                 }
                 Err(_) => match policy.lock_missed() {
                     Missed::Skip => u64::MAX,
-                    Missed::Wait => earliest(&s.lock()).map_or(u64::MAX, |t| t.as_nanos()),
+                    Missed::Wait => earliest(&mut s.lock()).map_or(u64::MAX, |t| t.as_nanos()),
                 },
             }
         };
@@ -82,7 +82,7 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         };
         s.sleeping_until.store(deadline, Ordering::SeqCst);
         let when =
-            (deadline != u64::MAX).then(|| s.epoch + std::time::Duration::from_nanos(deadline));
+            (deadline != u64::MAX).then(|| std::time::Instant::now() + ns_until(deadline, s));
         let events = poller.wait(when);
         s.sleeping_until.store(0, Ordering::SeqCst);
         s.progress_wakeups.fetch_add(1, Ordering::Relaxed);
@@ -240,6 +240,11 @@ fn cpu_time(clock: libc::clockid_t) -> u64 {
     (ts.tv_sec as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(ts.tv_nsec as u64)
+}
+
+/// How long from now until `deadline` (transport time), for `epoll_wait`.
+fn ns_until(deadline: u64, s: &Shared) -> std::time::Duration {
+    std::time::Duration::from_nanos(deadline.saturating_sub(s.now().as_nanos()))
 }
 
 #[cfg(test)]

@@ -219,6 +219,9 @@ pub(crate) struct Qp {
     pub(crate) timers: Timers,
     /// In the endpoint's ready list.
     pub(crate) scheduled: bool,
+    /// The deadline the endpoint's timer heap holds for this QP (its
+    /// `next_timeout` when last told), so an unchanged one costs no lookup.
+    pub(crate) timer_told: Option<Instant>,
     /// The peer QP is in a process of this host reached through a
     /// shared-memory lane that can copy from ours and we from its: large
     /// SENDs, WRITEs and READs go as one peer-copy packet (`peer.rs`).
@@ -272,6 +275,7 @@ impl Qp {
             resp: RespState::default(),
             timers: Timers::default(),
             scheduled: false,
+            timer_told: None,
             comm_est_sent: false,
             peer_copy: false,
             riding: None,
