@@ -115,31 +115,22 @@ impl TimerHeap {
     /// Drops or moves top entries until the top is a QP's true deadline.
     fn fix_top(&mut self) {
         while let Some(&Reverse((t, q))) = self.heap.peek() {
-            let armed = self.slots.get(&q).and_then(|s| s.armed);
-            if armed == Some(t) {
+            let Some(slot) = self.slots.get_mut(&q) else {
+                self.heap.pop();
+                continue;
+            };
+            if slot.armed == Some(t) {
                 break;
             }
-            self.pop_top();
-            if let Some(a) = armed {
-                self.heap.push(Reverse((a, q)));
-                if let Some(s) = self.slots.get_mut(&q) {
-                    s.queued = Some(a);
+            // The top is the least of all, so the QP's earliest entry: it
+            // goes, and the QP's deadline, if armed, takes its place.
+            self.heap.pop();
+            slot.queued = slot.armed;
+            match slot.armed {
+                Some(a) => self.heap.push(Reverse((a, q))),
+                None => {
+                    self.slots.remove(&q);
                 }
-            }
-        }
-    }
-
-    /// Pops the top entry: its QP's earliest entry (the top is the least of
-    /// all), so the QP has no known entry left; a disarmed QP with none is
-    /// forgotten.
-    fn pop_top(&mut self) {
-        let Some(Reverse((_, q))) = self.heap.pop() else {
-            return;
-        };
-        if let Entry::Occupied(mut e) = self.slots.entry(q) {
-            e.get_mut().queued = None;
-            if e.get().armed.is_none() {
-                e.remove();
             }
         }
     }
