@@ -130,6 +130,11 @@ fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// A failed system call's refusal.
+fn sys(e: io::Error) -> Refused {
+    Refused::Sys(e.raw_os_error().unwrap_or(0))
+}
+
 /// A fresh read-write mapping of `size` bytes wherever the kernel puts it:
 /// of `fd` shared (`Some`), or private anonymous memory (`None`).
 fn map_fresh(size: usize, fd: Option<RawFd>) -> Option<*mut libc::c_void> {
@@ -240,8 +245,7 @@ pub fn mapping_of(addr: u64) -> Option<String> {
 /// anonymous read-write mappings only (the heap and named anonymous memory
 /// included; the stack, files, shared and hugetlb mappings not).
 fn private_anonymous(addr: u64, len: u64) -> Result<(), Refused> {
-    let maps = std::fs::read_to_string("/proc/self/maps")
-        .map_err(|e| Refused::Sys(e.raw_os_error().unwrap_or(0)))?;
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(sys)?;
     walk_range(
         &maps,
         addr,
@@ -339,27 +343,15 @@ pub fn share(addr: u64, len: u64, min: u64, max: u64) -> Result<Shared, Refused>
     }
     private_anonymous(first, n)?;
     install_fork_handlers();
-    // SAFETY: a NUL-terminated name and known flags.
-    let fd = unsafe { libc::memfd_create(c"softrdma-mr".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Refused::Sys(errno()));
-    }
+    let file = vm::memfd(c"softrdma-mr", n).map_err(sys)?;
+    let ino = std::os::unix::fs::MetadataExt::ino(&file.metadata().map_err(sys)?);
+    // Kept open (and closed) by its region's entry from here on.
+    let fd = std::os::fd::IntoRawFd::into_raw_fd(file);
     let fail = |e: i32| {
         // SAFETY: `fd` is ours and used nowhere else.
         unsafe { libc::close(fd) };
         Err(Refused::Sys(e))
     };
-    // SAFETY: `fd` is our memfd.
-    if unsafe { libc::ftruncate(fd, n as libc::off_t) } != 0 {
-        return fail(errno());
-    }
-    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-    // SAFETY: `st` is a writable `stat`.
-    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
-        return fail(errno());
-    }
-    // SAFETY: fstat filled it.
-    let ino = unsafe { st.assume_init() }.st_ino;
     let Some(tmp) = map_fresh(size, Some(fd)) else {
         return fail(errno());
     };
