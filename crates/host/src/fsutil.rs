@@ -208,6 +208,15 @@ pub(crate) fn open_or_create(path: &Path) -> io::Result<File> {
         .map_err(|e| context(e, format_args!("cannot open {}", path.display())))
 }
 
+/// Whether `file` is (still) the file at `path`: false once it was
+/// removed, or replaced by another.
+pub(crate) fn same_file(file: &File, path: &Path) -> bool {
+    match (file.metadata(), fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// Result of probing a lock file.
 #[derive(Debug)]
 pub(crate) enum Probe {

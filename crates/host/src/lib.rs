@@ -452,18 +452,52 @@ impl Registry {
     /// (`ErrorKind::Deadlock`) instead of waiting forever.
     pub fn lock(&self) -> io::Result<RegistryGuard<'_>> {
         not_held_here(&self.dir)?;
-        let file = fsutil::open_or_create(&self.dir.join(format::LOCK_NAME))?;
-        fsutil::flock(&file, libc::LOCK_EX)
-            .map_err(|e| context(e, "cannot take the softrdma registry lock"))?;
+        let file = self
+            .lock_file(libc::LOCK_EX)
+            .map_err(|e| context(e, "cannot take the softrdma registry lock"))?
+            .ok_or_else(|| io::Error::other("a blocking lock that did not block"))?;
         Ok(RegistryGuard::new(self, fsutil::LockedFile::new(file)))
     }
 
     /// The registry lock if it is free right now.
     fn try_lock(&self) -> io::Result<Option<RegistryGuard<'_>>> {
         not_held_here(&self.dir)?;
-        let file = fsutil::open_or_create(&self.dir.join(format::LOCK_NAME))?;
-        Ok(fsutil::flock(&file, libc::LOCK_EX | libc::LOCK_NB)?
-            .then(|| RegistryGuard::new(self, fsutil::LockedFile::new(file))))
+        Ok(self
+            .lock_file(libc::LOCK_EX | libc::LOCK_NB)?
+            .map(|file| RegistryGuard::new(self, fsutil::LockedFile::new(file))))
+    }
+
+    /// Opens the lock file and takes `op` on it (`None`: `LOCK_NB` and
+    /// taken). A lock is good only on the file the directory still holds:
+    /// another namespace's sweep ([`sweep_namespaces`]) may remove this
+    /// directory, lock file and all, while we wait for the lock or between
+    /// our open and our `flock` (a namespace's inode number, which names the
+    /// directory, is reused after `ip netns del`). Then the directory is made
+    /// again and the lock taken there: the sweep removed it only with no
+    /// member in it, so nothing of ours was lost.
+    fn lock_file(&self, op: libc::c_int) -> io::Result<Option<File>> {
+        let path = self.dir.join(format::LOCK_NAME);
+        for _ in 0..RELOCK_TRIES {
+            let file = match fsutil::open_or_create(&path) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    fsutil::ensure_private_dir(&self.dir)?;
+                    continue;
+                }
+                r => r?,
+            };
+            if !fsutil::flock(&file, op)? {
+                return Ok(None);
+            }
+            if fsutil::same_file(&file, &path) {
+                return Ok(Some(file));
+            }
+            drop(file);
+            fsutil::ensure_private_dir(&self.dir)?;
+        }
+        Err(io::Error::other(format!(
+            "{} keeps being removed",
+            self.dir.display()
+        )))
     }
 
     fn check_guard(&self, g: &RegistryGuard<'_>) -> io::Result<()> {
@@ -847,7 +881,15 @@ impl Registry {
     fn snapshot(&self) -> io::Result<Snapshot> {
         match self.try_lock() {
             Ok(Some(g)) => self.scan(Some(&g)),
-            _ => self.scan(None),
+            _ => match self.scan(None) {
+                // A sweep held the lock and removed the directory (it had no
+                // member): read the new one, as `lock_file` would make it.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    fsutil::ensure_private_dir(&self.dir)?;
+                    self.scan(None)
+                }
+                r => r,
+            },
         }
     }
 
@@ -979,6 +1021,11 @@ impl Registry {
         }
     }
 }
+
+/// How many times [`Registry::lock_file`] makes a removed registry
+/// directory again before it gives up: a sweep removes it once; removals
+/// over and over are something else's doing.
+const RELOCK_TRIES: usize = 8;
 
 /// How long a namespace's registry must have been untouched before another
 /// namespace's process may remove it (with no member alive): a process just

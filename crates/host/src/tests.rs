@@ -193,6 +193,64 @@ fn a_thread_asking_again_for_the_lock_it_holds_gets_edeadlk() {
     drop(reg.lock().unwrap());
 }
 
+/// Another namespace's sweep removes a member-less registry under its lock
+/// (`sweep_namespaces`); a process that waited for that lock, as one
+/// opening the reused directory does, must not end up holding a lock on the
+/// removed file: the lock is taken again, on the directory made anew.
+#[test]
+fn a_lock_waited_for_across_a_sweep_is_taken_on_the_new_directory() {
+    let t = TestDir::new("swept-while-waiting");
+    let reg = t.registry();
+    let dir = reg.dir().to_path_buf();
+    let g = reg.lock().unwrap();
+    let d = dir.clone();
+    let waiter = std::thread::spawn(move || {
+        let other = Registry { dir: d.clone() };
+        let guard = other.lock().unwrap();
+        // Held on the file now at the path: nobody else can take it.
+        let path = d.join(format::LOCK_NAME);
+        let again = fsutil::open_or_create(&path).unwrap();
+        let taken_by_us = !fsutil::flock(&again, libc::LOCK_EX | libc::LOCK_NB).unwrap();
+        drop(guard);
+        taken_by_us
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!waiter.is_finished());
+    fs::remove_dir_all(&dir).unwrap();
+    drop(g);
+    assert!(
+        waiter.join().unwrap(),
+        "the lock is on the directory's lock file"
+    );
+    assert!(dir.join(format::LOCK_NAME).exists());
+}
+
+/// A registry read while a sweep that removed its directory still holds
+/// the old lock reads as the empty registry, made anew, not as an error.
+#[test]
+fn a_registry_read_while_a_sweep_removes_it_is_empty_not_an_error() {
+    let t = TestDir::new("read-while-swept");
+    let reg = t.registry();
+    let dir = reg.dir().to_path_buf();
+    let d = dir.clone();
+    // The sweep's hold of the lock, in another thread (a guard is per thread).
+    let (removed, done) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let sweep = std::thread::spawn(move || {
+        let other = Registry { dir: d.clone() };
+        let g = other.lock().unwrap();
+        fs::remove_dir_all(&d).unwrap();
+        removed.0.send(()).unwrap();
+        done.1.recv().unwrap();
+        drop(g);
+    });
+    removed.1.recv().unwrap();
+    assert!(!dir.exists());
+    assert!(reg.members().unwrap().is_empty());
+    assert!(dir.exists(), "made again");
+    done.0.send(()).unwrap();
+    sweep.join().unwrap();
+}
+
 /// Waits up to `secs` for our child `pid` to exit; its exit code, or `None`
 /// (then it is killed and reaped).
 fn wait_child(pid: libc::pid_t, secs: u64) -> Option<i32> {
