@@ -221,26 +221,49 @@ fn copy_probe(pid: u32, owner_addr: u64) -> bool {
 /// inbox of process `pid` at descriptor `fd` (as [`Outlet::attach`] does),
 /// reads where its owner maps it, and probes a copy from there.
 pub fn can_copy_from(pid: u32, fd: RawFd) -> bool {
+    open_header(pid, fd).is_ok_and(|(_, header, _)| copy_probe(pid, owner_addr(&header)))
+}
+
+/// Opens the inbox process `pid` holds at descriptor `fd` and maps its
+/// header page, checked to be an inbox of this version that `pid` owns.
+/// Returns the file, the header's mapping and the path (for messages).
+fn open_header(pid: u32, fd: RawFd) -> io::Result<(File, Map, String)> {
     let path = format!("/proc/{pid}/fd/{fd}");
-    let Ok(file) = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&path)
-    else {
-        return false;
-    };
-    if file.metadata().map(|m| m.len()).ok() != Some(INBOX_BYTES as u64) {
-        return false;
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open {path}: {e}")))?;
+    if file.metadata()?.len() != INBOX_BYTES as u64 {
+        return Err(invalid(format!("{path} is not a softrdma inbox (size)")));
     }
-    let Ok(header) = Map::new(&file, 0, PAGE) else {
-        return false;
-    };
+    let header = Map::new(&file, 0, PAGE)?;
     // SAFETY: the header page is mapped; its first 48 bytes were written
     // before the descriptor was published and never change.
     let h = unsafe { std::slice::from_raw_parts(header.ptr, 48) };
-    let owner = u32::from_ne_bytes(h[32..36].try_into().unwrap_or_default());
-    let addr = u64::from_ne_bytes(h[40..48].try_into().unwrap_or_default());
-    h[..8] == MAGIC && owner == pid && copy_probe(pid, addr)
+    let word = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    let stride = u64::from_ne_bytes(h[24..32].try_into().unwrap_or_default());
+    let layout_ok = h[..8] == MAGIC
+        && word(8) == VERSION
+        && word(12) == LANES as u32
+        && u64::from(word(16)) == SLOTS
+        && word(20) == SLOT_BYTES as u32
+        && stride == STRIDE as u64
+        && word(32) == pid;
+    if !layout_ok {
+        return Err(invalid(format!(
+            "{path} is not a softrdma inbox of this version"
+        )));
+    }
+    Ok((file, header, path))
+}
+
+/// The owner's address of the header page (0 from older builds).
+fn owner_addr(header: &Map) -> u64 {
+    // SAFETY: as in `open_header`: bytes 40..48 of the mapped header page,
+    // written before the descriptor was published and never changed.
+    let h = unsafe { std::slice::from_raw_parts(header.ptr.add(40), 8) };
+    u64::from_ne_bytes(h.try_into().unwrap_or_default())
 }
 
 /// A peer's outlet: its lane in another process's (or its own) inbox.
@@ -262,34 +285,7 @@ impl Outlet {
     /// `generation` is the caller's incarnation of that slot: the owner
     /// reclaims the lane's memory once no live member has it.
     pub fn attach(pid: u32, fd: RawFd, slot: u8, generation: u64) -> io::Result<Outlet> {
-        let path = format!("/proc/{pid}/fd/{fd}");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot open {path}: {e}")))?;
-        let md = file.metadata()?;
-        if md.len() != INBOX_BYTES as u64 {
-            return Err(invalid(format!("{path} is not a softrdma inbox (size)")));
-        }
-        let header = Map::new(&file, 0, PAGE)?;
-        // SAFETY: the header page is mapped; its first 40 bytes were written
-        // before the descriptor was published and never change.
-        let h = unsafe { std::slice::from_raw_parts(header.ptr, 48) };
-        let word = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-        let stride = u64::from_ne_bytes(h[24..32].try_into().unwrap_or_default());
-        let layout_ok = h[..8] == MAGIC
-            && word(8) == VERSION
-            && word(12) == LANES as u32
-            && u64::from(word(16)) == SLOTS
-            && word(20) == SLOT_BYTES as u32
-            && stride == STRIDE as u64
-            && word(32) == pid;
-        if !layout_ok {
-            return Err(invalid(format!(
-                "{path} is not a softrdma inbox of this version"
-            )));
-        }
+        let (file, header, path) = open_header(pid, fd)?;
         let lane_map = Map::new(&file, PAGE + usize::from(slot) * STRIDE, LANE_BYTES)?;
         // SAFETY: the mapping is page aligned and LANE_BYTES long, owned by
         // this outlet next to the view; we are lane `slot`'s only producer
@@ -325,11 +321,10 @@ impl Outlet {
         header
             .u64_at(ACTIVE + usize::from(slot / 64) * 8)
             .fetch_or(bit, Ordering::AcqRel);
-        let owner_addr = u64::from_ne_bytes(h[40..48].try_into().unwrap_or_default());
         Ok(Outlet {
-            header,
             pid,
-            owner_addr,
+            owner_addr: owner_addr(&header),
+            header,
             lane,
             _lane_map: lane_map,
         })
