@@ -110,6 +110,12 @@ pub struct Config {
     /// no packet to build, stage, poll, parse and handle: ~1800
     /// instructions an exchange (callgrind of `ib_send_lat` over the lanes).
     pub lane_acks: bool,
+    /// Whether a post to an idle RC QP whose peer is on a same-host lane
+    /// may start a one-packet SEND or WRITE as a direct record
+    /// ([`crate::Endpoint::post_send_direct`], [`softrdma_wire::direct`])
+    /// for the engine to push at once (default false). The engine turns it
+    /// on with the lanes, unless it captures packets.
+    pub direct: bool,
     /// With `verify_icrc`, also accept an IPv4 packet whose ICRC matches under
     /// some other IPv4 ID with DF set: Linux rxe sends a per-packet ID, which
     /// the ICRC covers and a UDP socket never sees (default true). The check is
@@ -159,6 +165,7 @@ impl Config {
             verify_icrc: true,
             fill_icrc: true,
             lane_acks: false,
+            direct: false,
             icrc_any_ipv4_id: true,
             limits: DeviceLimits::default(),
             seed,

@@ -920,6 +920,46 @@ impl Endpoint {
 
     /// Posts a send WR. Fails (EINVAL/ENOMEM) without side effects if it cannot be queued.
     pub fn post_send(&mut self, now: Instant, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
+        self.enqueue_send(now, qpn, wr)?;
+        self.schedule(qpn);
+        Ok(())
+    }
+
+    /// [`Endpoint::post_send`], starting the WR at once as a direct record
+    /// in `out` when it may go as one (an idle RC QP whose peer is on a
+    /// same-host lane, a one-packet SEND or WRITE: [`Config::direct`],
+    /// [`softrdma_wire::direct`]). Then returns where the record goes; the
+    /// driver must push it into that lane before the next datagram of the
+    /// QP (or drop it: the retransmission timer sends the message again as
+    /// a packet). Otherwise the WR waits for [`Endpoint::poll_transmit`].
+    pub fn post_send_direct(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        wr: SendWr,
+        mem: &mut dyn Memory,
+        out: &mut [u8; softrdma_wire::direct::DIRECT_MAX_LEN],
+    ) -> Result<Option<Transmit>, VerbsError> {
+        self.enqueue_send(now, qpn, wr)?;
+        let (qps, mut ctx) = split!(self, now);
+        let started = qps.get_mut(&qpn).and_then(|qp| {
+            let len = qp.start_direct(&mut ctx, mem, out)?;
+            let path = crate::qp::Path::for_av(&ctx, &qp.attr.ah_attr)?;
+            Some(Transmit {
+                src_ip: path.src_ip,
+                dst: path.dst,
+                len,
+            })
+        });
+        match started {
+            Some(_) => self.rearm(qpn),
+            None => self.schedule(qpn),
+        }
+        Ok(started)
+    }
+
+    /// Checks a send WR and appends it to its QP's send queue.
+    fn enqueue_send(&mut self, now: Instant, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
         let limits = self.config.limits;
         if wr.opcode == WrOpcode::BindMw {
             self.check_bind_wr(wr.bind.as_ref())?;
@@ -1006,7 +1046,6 @@ impl Endpoint {
         if qp.state == QpState::Err {
             qp.flush(&mut ctx);
         }
-        self.schedule(qpn);
         Ok(())
     }
 
@@ -1091,6 +1130,19 @@ impl Endpoint {
         self.handle(now, d, mem, false);
     }
 
+    /// Handles a direct record off a same-host lane
+    /// ([`softrdma_wire::direct`]) as the packet (and carried ACK) it
+    /// stands for.
+    pub fn handle_direct(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
+        self.stats.rx_packets += 1;
+        self.stats.rx_bytes += d.payload.len() as u64;
+        self.stats.rx_direct += 1;
+        match softrdma_wire::direct::read(d.payload) {
+            Ok(pkt) => self.handle_packet(now, d, &pkt, mem, false),
+            Err(_) => self.stats.drop_malformed += 1,
+        }
+    }
+
     fn handle(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory, icrc: bool) {
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += d.payload.len() as u64;
@@ -1104,14 +1156,23 @@ impl Endpoint {
         } else {
             Packet::parse_lane(d.payload)
         };
-        let pkt = match parsed {
-            Ok(p) => p,
-            Err(_) => {
-                self.stats.drop_malformed += 1;
-                return;
-            }
-        };
-        if icrc && pkt.info.peer {
+        match parsed {
+            Ok(pkt) => self.handle_packet(now, d, &pkt, mem, icrc),
+            Err(_) => self.stats.drop_malformed += 1,
+        }
+    }
+
+    /// Handles a parsed packet of datagram `d`; `wire`: it came off a
+    /// socket (not a same-host lane).
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        d: &Datagram<'_>,
+        pkt: &Packet<'_>,
+        mem: &mut dyn Memory,
+        wire: bool,
+    ) {
+        if wire && pkt.info.peer {
             // Peer-copy packets name memory of a process of this host: only
             // a shared-memory lane (the unchecked-ICRC entry) carries them.
             self.stats.drop_malformed += 1;
@@ -1123,7 +1184,7 @@ impl Endpoint {
         }
         let qpn = pkt.hdr.bth.dest_qp;
         if qpn == crate::types::MULTICAST_QPN {
-            self.deliver_mcast(now, d, &pkt, mem);
+            self.deliver_mcast(now, d, pkt, mem);
             return;
         }
         let (qps, mut ctx) = split!(self, now);
@@ -1153,14 +1214,14 @@ impl Endpoint {
         }
         if pkt.info.is_request() {
             let udp_len = d.payload.len();
-            qp.handle_request(&mut ctx, mem, &pkt, d.src.ip(), d.dst_ip, udp_len);
+            qp.handle_request(&mut ctx, mem, pkt, d.src.ip(), d.dst_ip, udp_len);
             // Then the ACK it carries, as the lane's next packet (only an RC
             // request on an RC QP gets here with one: `parse_lane`, `ty_ok`).
             if let Some(ack) = pkt.hdr.lane_ack.and_then(|a| crate::qp::ack_packet(qpn, a)) {
                 qp.handle_response(&mut ctx, mem, &ack);
             }
         } else if matches!(qp.qp_type, QpType::Rc | QpType::XrcSend) {
-            qp.handle_response(&mut ctx, mem, &pkt);
+            qp.handle_response(&mut ctx, mem, pkt);
         } else {
             ctx.stats.drop_bad_state += 1;
             return;

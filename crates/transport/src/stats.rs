@@ -50,6 +50,10 @@ pub struct Stats {
     pub access_violations: u64,
     /// Completions lost to a full CQ.
     pub cq_overflows: u64,
+    /// Requests sent as direct records (same-host lanes, `qp/direct.rs`).
+    pub tx_direct: u64,
+    /// Direct records received.
+    pub rx_direct: u64,
 }
 
 impl Stats {
@@ -79,6 +83,8 @@ impl Stats {
             ("drop_no_wqe", self.drop_no_wqe),
             ("access_violations", self.access_violations),
             ("cq_overflows", self.cq_overflows),
+            ("tx_direct", self.tx_direct),
+            ("rx_direct", self.rx_direct),
         ]
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod cm;
 pub mod decode;
+pub mod direct;
 pub mod error;
 pub mod headers;
 pub mod icrc;

@@ -323,13 +323,27 @@ impl<'a> Packet<'a> {
 /// The packets a lane datagram stands for, as a wire would carry them (each
 /// with a zero ICRC for [`crate::icrc::fill`]): a request carrying a
 /// [`LaneAck`] is the request without it, then the ACK (addressed to the
-/// request's destination QP); any other datagram is itself. For captures.
+/// request's destination QP); a direct record ([`crate::direct`]) is the
+/// packet it stands for, and the ACK it carries; any other datagram is
+/// itself. For captures.
 pub fn lane_packets(datagram: &[u8]) -> Vec<Vec<u8>> {
-    let Ok(p) = Packet::parse_lane(datagram) else {
+    let direct = crate::direct::is_direct(datagram);
+    let parsed = if direct {
+        crate::direct::read(datagram)
+    } else {
+        Packet::parse_lane(datagram)
+    };
+    let Ok(p) = parsed else {
         return vec![datagram.to_vec()];
     };
     let Some(ack) = p.hdr.lane_ack else {
-        return vec![datagram.to_vec()];
+        if !direct {
+            return vec![datagram.to_vec()];
+        }
+        let mut r = Vec::new();
+        // A direct record's headers are a known set: emit cannot fail.
+        let _ = emit(&p.hdr, p.payload, &mut r);
+        return vec![r];
     };
     let mut req = p.hdr;
     req.lane_ack = None;

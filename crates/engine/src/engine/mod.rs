@@ -90,6 +90,9 @@ struct Shared {
     sleeping_until: Padded<AtomicU64>,
     shutdown: AtomicBool,
     busy_poll: bool,
+    /// A lone post to an idle QP may leave as a direct record
+    /// (`Config::direct`: lanes on, no capture, `SOFTRDMA_DIRECT` not `0`).
+    direct: bool,
     linger: crate::Linger,
     /// When an application thread last found its CQ empty (transport time, ns;
     /// 0: it announced it blocks): it spins on the CQ, so its next poll comes
@@ -368,6 +371,9 @@ impl Engine {
         // A request may carry its QP's ACK on a lane, unless this process
         // captures (the capture's packets are sent as built).
         tcfg.lane_acks = shm.is_some() && capture.is_none();
+        // And a post to an idle QP may leave as a direct record.
+        tcfg.direct = tcfg.lane_acks && !std::env::var("SOFTRDMA_DIRECT").is_ok_and(|v| v == "0");
+        let direct = tcfg.direct;
         let icrc_here = !tcfg.fill_icrc;
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
@@ -400,6 +406,7 @@ impl Engine {
             sleeping_until: Padded::new(AtomicU64::new(u64::MAX)),
             shutdown: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
+            direct,
             linger: if cfg.busy_poll {
                 cfg.linger
             } else {
@@ -583,8 +590,19 @@ impl Engine {
         let mut core = self.lock();
         let now = self.now();
         let idle = core.ep.send_queue_empty(qpn);
+        let mut wrs = wrs.into_iter().peekable();
+        let mut first = 0;
+        if idle && self.shared.direct {
+            let Some(wr) = wrs.next() else { return Ok(()) };
+            if wrs.peek().is_none() {
+                return self.post_direct(core, now, qpn, wr);
+            }
+            bytes += wr_bytes(&wr);
+            core.ep.post_send(now, qpn, wr).map_err(|e| (0, e))?;
+            first = 1;
+        }
         let r = (|| {
-            for (i, wr) in wrs.into_iter().enumerate() {
+            for (i, wr) in (first..).zip(wrs) {
                 bytes += wr_bytes(&wr);
                 core.ep.post_send(now, qpn, wr).map_err(|e| (i, e))?;
             }
@@ -592,6 +610,51 @@ impl Engine {
         })();
         self.shared.doorbell(core, bytes, now, idle);
         r
+    }
+
+    /// A lone post to an idle QP, which the endpoint may start as a direct
+    /// record (`Endpoint::post_send_direct`): then it is pushed into its
+    /// lane before the engine lock is let go of, so nothing of the QP
+    /// built meanwhile by another thread can pass it. Otherwise the post
+    /// goes on as any other.
+    fn post_direct(
+        &self,
+        mut core: MutexGuard<'_, Core>,
+        now: Instant,
+        qpn: u32,
+        wr: SendWr,
+    ) -> Result<(), (usize, VerbsError)> {
+        let bytes = wr_bytes(&wr);
+        let mut rec = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
+        let started = core
+            .ep
+            .post_send_direct(now, qpn, wr, &mut crate::memory::HostMemory, &mut rec)
+            .map_err(|e| (0, e))?;
+        let Some(t) = started else {
+            self.shared.doorbell(core, bytes, now, true);
+            return Ok(());
+        };
+        set_flag(&self.shared.posted_since_poll, true, Ordering::Relaxed);
+        self.shared.note_busy(now.as_nanos());
+        // Its retransmission timer may be the earliest now.
+        self.shared.after(&mut core);
+        // The lock order is transmit, then engine: only a try while the
+        // engine lock is held. Nothing of the QP's requests can be built
+        // meanwhile (its queue holds this one, started); its responder's
+        // answers may pass the record, as on a wire.
+        let ns = now.as_nanos();
+        match self.shared.tx.try_lock() {
+            Ok(mut tx) => {
+                drop(core);
+                self.shared.push_direct(&mut tx, &rec[..t.len], &t, ns);
+            }
+            Err(_) => {
+                drop(core);
+                let mut tx = self.shared.tx.lock().unwrap_or_else(|p| p.into_inner());
+                self.shared.push_direct(&mut tx, &rec[..t.len], &t, ns);
+            }
+        }
+        Ok(())
     }
 
     /// Posts receive WRs in order under one lock; like [`Engine::post_send_many`]

@@ -396,32 +396,7 @@ impl Shared {
                 no_lane(&mut vias[i]);
                 continue;
             };
-            let mut waited_since = None;
-            loop {
-                match out.stage(src, dst.ip(), pkt) {
-                    Ok(()) => {
-                        // Under the transmit lock.
-                        add_locked(&shm.sent, 1);
-                        break;
-                    }
-                    Err(PushError::Full) => {
-                        // What is staged must become visible to be taken.
-                        out.publish();
-                        let t = self.now().as_nanos();
-                        let since = *waited_since.get_or_insert(t);
-                        if t - since > FULL_WAIT_NS {
-                            shm.dropped_full.fetch_add(1, Ordering::Relaxed);
-                            break;
-                        }
-                        // The receiver may be asleep with its lane full.
-                        if out.doorbell_wanted() {
-                            self.ring(shm, slot, dst, sockets.at(vias[i]));
-                        }
-                        std::thread::yield_now();
-                    }
-                    Err(PushError::TooBig) => break,
-                }
-            }
+            self.stage(shm, out, slot, src, dst, pkt, sockets.at(vias[i]));
             if !pushed.iter().any(|&(s, _, _)| s == slot) {
                 pushed.push((slot, dst, vias[i]));
             }
@@ -442,6 +417,78 @@ impl Shared {
             if wanted {
                 self.ring(shm, slot, dst, sockets.at(via));
             }
+        }
+    }
+
+    /// Stages `pkt` from `src` to `dst` in `out`, member `slot`'s lane
+    /// (under the transmit lock), waiting up to `FULL_WAIT_NS` for room
+    /// (ringing the receiver if it sleeps; `via` sends the doorbell), then
+    /// dropping it: RC sends it again, as after a UDP drop.
+    #[allow(clippy::too_many_arguments)]
+    fn stage(
+        &self,
+        shm: &ShmPath,
+        out: &Outlet,
+        slot: u8,
+        src: SocketAddr,
+        dst: SocketAddr,
+        pkt: &[u8],
+        via: &softrdma_udp::RoceSocket,
+    ) {
+        let mut waited_since = None;
+        loop {
+            match out.stage(src, dst.ip(), pkt) {
+                Ok(()) => {
+                    // Under the transmit lock.
+                    add_locked(&shm.sent, 1);
+                    return;
+                }
+                Err(PushError::Full) => {
+                    // What is staged must become visible to be taken.
+                    out.publish();
+                    let t = self.now().as_nanos();
+                    let since = *waited_since.get_or_insert(t);
+                    if t - since > FULL_WAIT_NS {
+                        shm.dropped_full.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    // The receiver may be asleep with its lane full.
+                    if out.doorbell_wanted() {
+                        self.ring(shm, slot, dst, via);
+                    }
+                    std::thread::yield_now();
+                }
+                Err(PushError::TooBig) => return,
+            }
+        }
+    }
+
+    /// Pushes a direct record the endpoint started at a post
+    /// (`Endpoint::post_send_direct`) into its destination's lane and
+    /// publishes it, before anything else of its QP is sent. Its QP's peer
+    /// is a member of this host (the endpoint starts records only on QPs
+    /// whose peer is on a lane): the destination QPN names its slot. With
+    /// no link the record is dropped (counted), and the retransmission
+    /// timer sends the message again as a packet.
+    pub(super) fn push_direct(
+        &self,
+        tx: &mut super::tx::Tx,
+        rec: &[u8],
+        t: &softrdma_transport::Transmit,
+        now: u64,
+    ) {
+        let Some(shm) = &self.shm else { return };
+        let Some(qpn) = dest_qpn(rec) else { return };
+        let slot = member_slot(qpn);
+        let src = SocketAddr::new(t.src_ip, shm.port);
+        let Some(out) = tx.links.get(shm, slot, now) else {
+            shm.peer_stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        self.stage(shm, out, slot, src, t.dst, rec, &self.socket);
+        out.publish();
+        if out.doorbell_wanted() {
+            self.ring(shm, slot, t.dst, &self.socket);
         }
     }
 
@@ -548,7 +595,9 @@ impl Shared {
     ) -> bool {
         if let Some(c) = &self.capture {
             let dst = SocketAddr::new(dg.dst_ip, self.socket.local_addr().port());
-            if lane.is_some() && dg.payload.len() >= 16 {
+            if lane.is_some()
+                && (dg.payload.len() >= 16 || softrdma_wire::direct::is_direct(dg.payload))
+            {
                 // Its sender left the ICRC out (`Config::fill_icrc`), and may
                 // have had it carry an ACK (`Config::lane_acks`): the capture
                 // gets the packets as the wire would carry them.
@@ -567,6 +616,10 @@ impl Shared {
                 shm,
                 slot: Some(slot),
             };
+            if softrdma_wire::direct::is_direct(dg.payload) {
+                core.ep.handle_direct(now, dg, &mut mem);
+                return true;
+            }
             core.ep.handle_datagram_unchecked_icrc(now, dg, &mut mem);
         } else {
             core.ep.handle_datagram(now, dg, &mut HostMemory);

@@ -4,6 +4,7 @@
 //! the flush (IBTA 10.3.1, 11.6.2).
 
 mod completer;
+mod direct;
 mod lane_ack;
 mod peer;
 mod requester;

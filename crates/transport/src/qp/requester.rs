@@ -136,7 +136,7 @@ impl Qp {
     }
 
     /// The RC send window in PSNs ([`crate::Config::max_unacked_psns`]).
-    fn window(&self, ctx: &Ctx<'_>) -> i32 {
+    pub(super) fn window(&self, ctx: &Ctx<'_>) -> i32 {
         let c = ctx.config;
         let w = if self.attr.ah_attr.dest_ip().is_loopback() {
             c.loopback_unacked_psns

@@ -414,7 +414,25 @@ fn deliver(to: &mut Node, from: (IpAddr, Peer<'_>, Option<&Book>), now: Instant,
         placer: to.placer,
         places: &mut to.places,
     };
-    to.ep.handle_datagram_unchecked_icrc(now, &d, &mut mem);
+    if softrdma_wire::direct::is_direct(payload) {
+        to.ep.handle_direct(now, &d, &mut mem);
+    } else {
+        to.ep.handle_datagram_unchecked_icrc(now, &d, &mut mem);
+    }
+}
+
+/// Posts `wr` as the engine does a lone post to an idle QP
+/// (`Endpoint::post_send_direct`): the direct record it started, if any.
+pub(crate) fn post_direct(n: &mut Node, now: Instant, wr: SendWr) -> Option<Vec<u8>> {
+    let mut out = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
+    let t =
+        n.ep.post_send_direct(now, n.qpn, wr, &mut n.mem, &mut out)
+            .unwrap()?;
+    assert_eq!(
+        t.dst.ip(),
+        n.ep.query_qp(n.qpn).unwrap().0.ah_attr.dest_ip()
+    );
+    Some(out[..t.len].to_vec())
 }
 
 /// Hands `payload` from `from` to `to` as a lane does.

@@ -1,0 +1,203 @@
+//! Direct records (`qp/direct.rs`, `Config::direct`): a lone small SEND or
+//! WRITE posted to an idle RC QP whose peer is on a lane leaves at the post
+//! as a compact record, and is from then on the message the packet would
+//! have been: its PSN, its ACK (carried or not), retransmission as a
+//! packet, RNR, duplicates and the responder's checks are the transport's.
+
+#[allow(dead_code, unused_imports)]
+mod peer_harness;
+use peer_harness::*;
+use softrdma_wire::direct::is_direct;
+
+fn direct_pair() -> (Node, Node) {
+    pair_with(|c| {
+        c.lane_acks = true;
+        c.direct = true;
+    })
+}
+
+fn send8(n: &Node, at: u64) -> SendWr {
+    wr(WrOpcode::Send, n, at, 8, 0, 0)
+}
+
+/// An 8-byte SEND from `at`, posted as the engine posts a lone WR.
+fn send_direct(n: &mut Node, at: u64) -> Option<Vec<u8>> {
+    let w = send8(n, at);
+    post_direct(n, T0, w)
+}
+
+/// Two receives at B, for two 8-byte SENDs.
+fn two_receives(b: &mut Node) {
+    post_recv(b, B_BASE + 4096, 64);
+    post_recv(b, B_BASE + 8192, 64);
+}
+
+/// Past the retransmission timeout `connect` sets (4.1 ms).
+fn after_timeout() -> Instant {
+    T0 + Duration::from_millis(10)
+}
+
+#[test]
+fn a_ping_pong_goes_as_direct_records_that_carry_the_acks() {
+    let (mut a, mut b) = direct_pair();
+    post_recv(&mut a, A_BASE + 4096, 64);
+    post_recv(&mut b, B_BASE + 4096, 64);
+    let rec = send_direct(&mut a, A_BASE).expect("a direct record");
+    assert!(is_direct(&rec));
+    assert!(drain(&mut a, T0).is_empty(), "the record is the message");
+    lane(&mut b, &a, T0, &rec);
+    let got = wcs(&mut b);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 8));
+    assert_eq!(b.mem.at(B_BASE + 4096, 8), a.mem.at(A_BASE, 8));
+    // B's reply carries the ACK of A's SEND: nothing else leaves B.
+    let reply = send_direct(&mut b, B_BASE).expect("a direct record");
+    assert!(drain(&mut b, T0).is_empty(), "the ACK rode the reply");
+    lane(&mut a, &b, T0, &reply);
+    let got = wcs(&mut a);
+    assert_eq!(got.len(), 2, "A's SEND completed, B's arrived: {got:?}");
+    assert!(got.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(a.mem.at(A_BASE + 4096, 8), b.mem.at(B_BASE, 8));
+    assert_eq!((a.ep.stats().tx_direct, a.ep.stats().rx_direct), (1, 1));
+    assert_eq!((b.ep.stats().tx_direct, b.ep.stats().rx_direct), (1, 1));
+    // The capture's view: each record is the RoCE packets it stands for.
+    let pkts = softrdma_wire::lane_packets(&reply);
+    assert_eq!(pkts.len(), 2, "B's SEND, then the ACK it carried");
+    assert!(pkts.iter().all(|p| softrdma_wire::Packet::parse(p).is_ok()));
+}
+
+#[test]
+fn a_direct_write_lands_only_past_the_responders_checks() {
+    let (mut a, mut b) = direct_pair();
+    let w = wr(WrOpcode::RdmaWrite, &a, A_BASE, 8, B_BASE + 64, b.key);
+    let rec = post_direct(&mut a, T0, w).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    assert_eq!(b.mem.at(B_BASE + 64, 8), a.mem.at(A_BASE, 8));
+    run(&mut a, &mut b, T0);
+    let got = wcs(&mut a);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status, WcStatus::Success);
+    // A bad rkey: REM_ACCESS_ERR, and B's memory untouched.
+    let before = b.mem.at(B_BASE + 128, 8).to_vec();
+    let w = wr(
+        WrOpcode::RdmaWrite,
+        &a,
+        A_BASE + 8,
+        8,
+        B_BASE + 128,
+        b.key ^ 0x55,
+    );
+    let rec = post_direct(&mut a, T0, w).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    assert_eq!(b.mem.at(B_BASE + 128, 8), &before[..]);
+    assert_eq!(b.ep.stats().access_violations, 1);
+    run(&mut a, &mut b, T0);
+    let got = wcs(&mut a);
+    assert_eq!(got[0].status, WcStatus::RemAccessErr, "{got:?}");
+}
+
+#[test]
+fn a_lost_record_is_sent_again_as_a_packet() {
+    let (mut a, mut b) = direct_pair();
+    post_recv(&mut b, B_BASE + 4096, 64);
+    let _lost = send_direct(&mut a, A_BASE).expect("a direct record");
+    assert!(drain(&mut a, T0).is_empty());
+    let later = after_timeout();
+    a.ep.handle_timeout(later);
+    let again = drain(&mut a, later);
+    assert_eq!(again.len(), 1);
+    assert!(!is_direct(&again[0]), "the retransmission is a RoCE packet");
+    assert_eq!(a.ep.stats().retransmits, 1);
+    lane(&mut b, &a, later, &again[0]);
+    assert_eq!(wcs(&mut b).len(), 1);
+    assert_eq!(b.mem.at(B_BASE + 4096, 8), a.mem.at(A_BASE, 8));
+    run(&mut a, &mut b, later);
+    assert_eq!(wcs(&mut a)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn a_record_executed_twice_is_a_duplicate_acked_again() {
+    let (mut a, mut b) = direct_pair();
+    two_receives(&mut b);
+    let rec = send_direct(&mut a, A_BASE).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    let lost_ack = drain(&mut b, T0);
+    assert_eq!(lost_ack.len(), 1, "B's ACK, which A never gets");
+    let later = after_timeout();
+    a.ep.handle_timeout(later);
+    let again = drain(&mut a, later);
+    lane(&mut b, &a, later, &again[0]);
+    assert_eq!(b.ep.stats().rx_duplicates, 1);
+    run(&mut a, &mut b, later);
+    assert_eq!(wcs(&mut b).len(), 1, "one message, one receive taken");
+    let got = wcs(&mut a);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status, WcStatus::Success);
+}
+
+#[test]
+fn a_record_that_finds_no_receive_is_sent_again_after_the_rnr_nak() {
+    let (mut a, mut b) = direct_pair();
+    let rec = send_direct(&mut a, A_BASE).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    run(&mut a, &mut b, T0);
+    assert_eq!(a.ep.stats().rx_rnr_nak, 1);
+    assert!(wcs(&mut a).is_empty() && wcs(&mut b).is_empty());
+    post_recv(&mut b, B_BASE + 4096, 64);
+    let later = after_timeout();
+    a.ep.handle_timeout(later);
+    run(&mut a, &mut b, later);
+    assert_eq!(wcs(&mut b).len(), 1);
+    assert_eq!(b.mem.at(B_BASE + 4096, 8), a.mem.at(A_BASE, 8));
+    assert_eq!(wcs(&mut a)[0].status, WcStatus::Success);
+}
+
+/// A post behind a record in flight goes as a packet with the next PSN,
+/// and arrives after it.
+#[test]
+fn a_packet_posted_behind_a_record_follows_it_in_order() {
+    let (mut a, mut b) = direct_pair();
+    two_receives(&mut b);
+    let rec = send_direct(&mut a, A_BASE).expect("a direct record");
+    assert!(send_direct(&mut a, A_BASE + 8).is_none(), "not idle");
+    let next = drain(&mut a, T0);
+    assert_eq!(next.len(), 1);
+    lane(&mut b, &a, T0, &rec);
+    lane(&mut b, &a, T0, &next[0]);
+    let got = wcs(&mut b);
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(b.mem.at(B_BASE + 4096, 8), a.mem.at(A_BASE, 8));
+    assert_eq!(b.mem.at(B_BASE + 8192, 8), a.mem.at(A_BASE + 8, 8));
+    run(&mut a, &mut b, T0);
+    assert_eq!(wcs(&mut a).len(), 2);
+}
+
+#[test]
+fn only_a_lone_small_send_or_write_to_an_idle_lane_qp_goes_direct() {
+    // Off (the default, and on the wire).
+    let (mut a, _b) = pair_with(|c| c.lane_acks = true);
+    assert!(send_direct(&mut a, A_BASE).is_none());
+    assert_eq!(drain(&mut a, T0).len(), 1, "it goes as a packet");
+    // No lane to the peer.
+    let (mut a, _b) = direct_pair();
+    a.ep.set_peer_copy(a.qpn, false).unwrap();
+    assert!(send_direct(&mut a, A_BASE).is_none());
+    // A READ, then a SEND behind it.
+    let (mut a, b) = direct_pair();
+    let read = wr(WrOpcode::RdmaRead, &a, A_BASE, 8, B_BASE, b.key);
+    assert!(post_direct(&mut a, T0, read).is_none());
+    assert!(send_direct(&mut a, A_BASE).is_none());
+    assert_eq!(drain(&mut a, T0).len(), 2);
+    // Too large for a record.
+    let (mut a, _b) = direct_pair();
+    let big = wr(WrOpcode::Send, &a, A_BASE, 256, 0, 0);
+    assert!(post_direct(&mut a, T0, big).is_none());
+    // A bad lkey: the packet path reports it.
+    let (mut a, _b) = direct_pair();
+    let mut bad = send8(&a, A_BASE);
+    bad.sgl[0].lkey ^= 0x55;
+    assert!(post_direct(&mut a, T0, bad).is_none());
+    assert!(drain(&mut a, T0).is_empty());
+    assert_eq!(wcs(&mut a)[0].status, WcStatus::LocProtErr);
+}
