@@ -135,7 +135,7 @@ pub fn read(buf: &[u8]) -> Result<Packet<'_>> {
     if buf.len() != payload_at + len {
         return Err(Error::BadLength("a direct record's length"));
     }
-    let word = |at: usize| u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+    let word = |at: usize| be32(buf, at);
     let (dest_qp, psn) = (word(4), word(8));
     if dest_qp > 0x00FF_FFFF || psn > Psn::MASK {
         return Err(Error::BadLength("a direct record of no known form"));
@@ -175,6 +175,12 @@ pub fn read(buf: &[u8]) -> Result<Packet<'_>> {
         payload: &buf[payload_at..],
         icrc: 0,
     })
+}
+
+/// The big-endian word at `at` (the caller checked the length).
+#[inline(always)]
+fn be32(buf: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
 }
 
 #[cfg(test)]

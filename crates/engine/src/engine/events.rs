@@ -47,6 +47,13 @@ impl Shared {
             }
         }
         self.dispatch_cm(core);
+        self.wake_for_timers(core);
+    }
+
+    /// Wakes the progress thread if the earliest timer moved before the
+    /// deadline it sleeps on (the end of [`Shared::after`], alone for a
+    /// call that raises no event and leaves no CM work: a direct post).
+    pub(super) fn wake_for_timers(&self, core: &mut Core) {
         // The transport's cheap bound first: the exact deadline puts its
         // timers in order, which a ping-pong's every message would pay for.
         let sleeping_until = self.sleeping_until.load(Ordering::SeqCst);

@@ -636,8 +636,9 @@ impl Engine {
         };
         set_flag(&self.shared.posted_since_poll, true, Ordering::Relaxed);
         self.shared.note_busy(now.as_nanos());
-        // Its retransmission timer may be the earliest now.
-        self.shared.after(&mut core);
+        // Its retransmission timer may be the earliest now. (The post
+        // raised no event: its QP is ready to send, nothing was flushed.)
+        self.shared.wake_for_timers(&mut core);
         // The lock order is transmit, then engine: only a try while the
         // engine lock is held. Nothing of the QP's requests can be built
         // meanwhile (its queue holds this one, started); its responder's
