@@ -8,7 +8,7 @@
 
 use crate::memory::SimMemory;
 use crate::trace::{Fate, TraceEntry};
-use softrdma_transport::{Config, Datagram, Endpoint, Event, Instant, Rng};
+use softrdma_transport::{Config, Datagram, Endpoint, Event, Instant, Rng, Transmit};
 use softrdma_wire::{Headers, Opcode, Packet, ip};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -189,6 +189,11 @@ pub struct Net {
 impl Net {
     /// `n` hosts at 10.0.0.1.. with seeds derived from `seed`; time starts at 0.
     pub fn new(n: usize, seed: u64) -> Net {
+        Net::new_with(n, seed, |_| {})
+    }
+
+    /// [`Net::new`], each endpoint's configuration changed by `tweak`.
+    pub fn new_with(n: usize, seed: u64, tweak: impl Fn(&mut Config)) -> Net {
         let nodes = (0..n)
             .map(|i| {
                 let addr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1));
@@ -196,6 +201,7 @@ impl Net {
                 // The simulator flips bits on purpose and sends IPv4 ID 0: keep
                 // the full 32-bit ICRC check (no search for rxe's IPv4 ID).
                 cfg.icrc_any_ipv4_id = false;
+                tweak(&mut cfg);
                 Node {
                     ep: Endpoint::new(cfg),
                     mem: SimMemory::default(),
@@ -258,6 +264,17 @@ impl Net {
         let src = SocketAddr::new(t.src_ip, node.ep.config().local_port);
         self.send(i, t.dst.ip(), src, data);
         true
+    }
+
+    /// Puts a direct record node `i` started at a post
+    /// (`Endpoint::post_send_direct`) on the network, as a same-host lane
+    /// would carry it: lost, duplicated, reordered or delayed like a packet
+    /// (the faults stand for a full lane, a link not attached, or a record
+    /// pushed while an older packet waited in the sender's batch), never
+    /// corrupted (a lane does not flip bits, and a record has no ICRC).
+    pub fn send_direct(&mut self, i: usize, t: &Transmit, record: &[u8]) {
+        let src = SocketAddr::new(t.src_ip, self.nodes[i].ep.config().local_port);
+        self.send(i, t.dst.ip(), src, record.to_vec());
     }
 
     /// Puts a hand-made packet from node `from` to node `to` on the wire, with
@@ -326,7 +343,7 @@ impl Net {
             Fate::Dropped => self.stats.dropped += 1,
             Fate::Lost => self.stats.lost += 1,
             _ => {
-                if self.chance(self.faults.bitflip) {
+                if !softrdma_wire::direct::is_direct(&data) && self.chance(self.faults.bitflip) {
                     self.stats.corrupted += 1;
                     fate = Fate::Corrupted;
                     let bit = self.rng.below(data.len() as u64 * 8);
@@ -409,7 +426,11 @@ impl Net {
                 dst_ip: node.addr,
                 payload: &p.data,
             };
-            node.ep.handle_datagram(self.now, &d, &mut node.mem);
+            if softrdma_wire::direct::is_direct(&p.data) {
+                node.ep.handle_direct(self.now, &d, &mut node.mem);
+            } else {
+                node.ep.handle_datagram(self.now, &d, &mut node.mem);
+            }
         }
         for n in &mut self.nodes {
             if n.ep.poll_timeout().is_some_and(|t| t <= self.now) {

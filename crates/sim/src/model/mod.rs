@@ -85,6 +85,10 @@ pub struct RcConfig {
     /// After an error, tear the connection down and connect a new QP pair
     /// (so a lossy run still reaches its operation count).
     pub reconnect: bool,
+    /// Lone small SENDs and WRITEs to idle QPs leave as direct records
+    /// (`Config::direct`, the same-host path's; messages then stay below
+    /// `PEER_COPY_MIN`, since the QPs are marked as reached through a lane).
+    pub direct: bool,
 }
 
 impl RcConfig {
@@ -104,6 +108,7 @@ impl RcConfig {
             late_recv: 0.1,
             window: 48,
             reconnect: true,
+            direct: false,
         }
     }
 }
@@ -173,6 +178,8 @@ pub fn add_stats(a: &mut Stats, b: &Stats) {
     a.drop_no_wqe += b.drop_no_wqe;
     a.access_violations += b.access_violations;
     a.cq_overflows += b.cq_overflows;
+    a.tx_direct += b.tx_direct;
+    a.rx_direct += b.rx_direct;
 }
 
 impl fmt::Display for Report {

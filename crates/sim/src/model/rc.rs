@@ -141,7 +141,7 @@ const MTUS: [Mtu; 5] = [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096
 
 impl World {
     pub(crate) fn new(cfg: &RcConfig) -> World {
-        let mut net = Net::new(cfg.nodes, cfg.seed);
+        let mut net = Net::new_with(cfg.nodes, cfg.seed, |c| c.direct = cfg.direct);
         net.faults = cfg.faults;
         let rng = Rng::new(cfg.seed ^ 0xA5A5_0000_1234);
         let n = cfg.nodes;
@@ -290,6 +290,15 @@ impl World {
         }
         bring_up(&mut self.net, &sides[0], &sides[1], &o, o.psn_a, o.psn_b);
         bring_up(&mut self.net, &sides[1], &sides[0], &o, o.psn_b, o.psn_a);
+        if self.cfg.direct {
+            // Peers on a lane, as the engine marks them: direct records.
+            for s in &sides {
+                self.net.nodes[s.node]
+                    .ep
+                    .set_peer_copy(s.qpn, true)
+                    .unwrap();
+            }
+        }
         (out, mtu)
     }
 

@@ -51,7 +51,11 @@ impl World {
             let x = &self.dirs[d];
             (x.s, x.r, x.mtu, x.srq)
         };
-        let max = if srq { SRQ_MSG } else { MAX_MSG };
+        let mut max = if srq { SRQ_MSG } else { MAX_MSG };
+        if self.cfg.direct {
+            // Below peer copy, which the simulated memory does not do.
+            max = max.min(softrdma_transport::PEER_COPY_MIN as u64 - 1);
+        }
         let len = match kind {
             Kind::SendInline => self.rng.range(0, 256),
             Kind::CmpSwap | Kind::FetchAdd | Kind::SharedFetchAdd => 8,
@@ -151,8 +155,15 @@ impl World {
         }
         let now = self.net.now;
         let sq = self.dirs[d].sq;
-        if let Err(e) = self.net.nodes[s].ep.post_send(now, sq, wr) {
-            panic!("post_send on direction {d} failed: {e}");
+        let node = &mut self.net.nodes[s];
+        let mut rec = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
+        match node
+            .ep
+            .post_send_direct(now, sq, wr, &mut node.mem, &mut rec)
+        {
+            Ok(Some(t)) => self.net.send_direct(s, &t, &rec[..t.len]),
+            Ok(None) => {}
+            Err(e) => panic!("post_send on direction {d} failed: {e}"),
         }
         self.bytes += len;
         match self.counts.iter_mut().find(|c| c.0 == kind) {
