@@ -67,8 +67,10 @@ static LIVE_GENERATION: AtomicU64 = AtomicU64::new(1);
 /// read lock was ~4 % of a spinning `ib_send_lat` (perf record).
 const LIVE_CACHE: usize = 4;
 thread_local! {
-    static LAST_LIVE: Cell<[(usize, Kind, u64); LIVE_CACHE]> =
-        const { Cell::new([(0, Kind::Context, 0); LIVE_CACHE]) };
+    // One cell per entry: a hit reads the entries it compares, not a copy
+    // of all four.
+    static LAST_LIVE: [Cell<(usize, Kind, u64)>; LIVE_CACHE] =
+        const { [const { Cell::new((0, Kind::Context, 0)) }; LIVE_CACHE] };
 }
 
 /// Records a live object.
@@ -92,15 +94,18 @@ pub(crate) fn is_live(ptr: usize, kind: Kind) -> bool {
     }
     // Read before the lookup: a change after it shows as a newer generation.
     let g = LIVE_GENERATION.load(Ordering::Acquire);
-    let mut cache = LAST_LIVE.with(Cell::get);
-    if cache.contains(&(ptr, kind, g)) {
+    let entry = (ptr, kind, g);
+    if LAST_LIVE.with(|c| c.iter().any(|e| e.get() == entry)) {
         return true;
     }
     let live = reg().live.get(&ptr) == Some(&kind);
     if live {
-        cache.rotate_right(1);
-        cache[0] = (ptr, kind, g);
-        LAST_LIVE.with(|c| c.set(cache));
+        LAST_LIVE.with(|c| {
+            for i in (1..LIVE_CACHE).rev() {
+                c[i].set(c[i - 1].get());
+            }
+            c[0].set(entry);
+        });
     }
     live
 }
