@@ -614,9 +614,13 @@ impl Engine {
 
     /// A lone post to an idle QP, which the endpoint may start as a direct
     /// record (`Endpoint::post_send_direct`): then it is pushed into its
-    /// lane before the engine lock is let go of, so nothing of the QP
-    /// built meanwhile by another thread can pass it. Otherwise the post
-    /// goes on as any other.
+    /// lane at once. When the transmit lock is free it is taken before the
+    /// engine lock is let go of, so nothing of the QP built meanwhile by
+    /// another thread can pass the record. When another thread holds it, a
+    /// request another thread posts to the same QP meanwhile may pass it;
+    /// the responder then asks for the record's PSN again (a sequence NAK),
+    /// as after a wire that reorders. Otherwise the post goes on as any
+    /// other.
     fn post_direct(
         &self,
         mut core: MutexGuard<'_, Core>,
@@ -640,9 +644,9 @@ impl Engine {
         // raised no event: its QP is ready to send, nothing was flushed.)
         self.shared.wake_for_timers(&mut core);
         // The lock order is transmit, then engine: only a try while the
-        // engine lock is held. Nothing of the QP's requests can be built
-        // meanwhile (its queue holds this one, started); its responder's
-        // answers may pass the record, as on a wire.
+        // engine lock is held. The engine lock is not held while the push
+        // waits for room in a full lane. The QP's responder's answers may
+        // pass the record, as on a wire.
         let ns = now.as_nanos();
         match self.shared.tx.try_lock() {
             Ok(mut tx) => {
