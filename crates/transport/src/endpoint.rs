@@ -929,9 +929,11 @@ impl Endpoint {
     /// in `out` when it may go as one (an idle RC QP whose peer is on a
     /// same-host lane, a one-packet SEND or WRITE: [`Config::direct`],
     /// [`softrdma_wire::direct`]). Then returns where the record goes; the
-    /// driver must push it into that lane before the next datagram of the
-    /// QP (or drop it: the retransmission timer sends the message again as
-    /// a packet). Otherwise the WR waits for [`Endpoint::poll_transmit`].
+    /// driver pushes it into that lane, before the QP's next datagram if
+    /// it can (one that passes it is a reordering, which the responder's
+    /// sequence NAK repairs), or drops it (the retransmission timer sends
+    /// the message again as a packet). Otherwise the WR waits for
+    /// [`Endpoint::poll_transmit`].
     pub fn post_send_direct(
         &mut self,
         now: Instant,
