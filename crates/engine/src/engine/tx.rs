@@ -145,7 +145,7 @@ impl Shared {
 
     /// After a drain released the transmit lock: sends what threads that
     /// found it taken left to it (`tx_again`).
-    fn after_drain(&self) {
+    pub(super) fn after_drain(&self) {
         while self.tx_again.load(Ordering::SeqCst) {
             let Ok(mut tx) = self.tx.try_lock() else {
                 // Its holder looks at the flag after releasing it.
