@@ -15,11 +15,10 @@
 //! handled by PSN as on the wire.
 
 use super::{Ctx, Qp};
-use crate::WrOpcode;
 use crate::types::SendFlags;
 use crate::types::{QpState, QpType};
 use softrdma_wire::direct::{DIRECT_MAX_LEN, fits, write_header};
-use softrdma_wire::{Headers, Opcode, Reth};
+use softrdma_wire::{Headers, Operation, Position, Reth, Transport, opcode_for};
 
 impl Qp {
     /// Starts the only WQE of this QP's send queue as a direct record in
@@ -47,21 +46,18 @@ impl Qp {
         if w.started || w.error.is_some() || w.len > self.mtu(ctx.config) {
             return None;
         }
-        let (opcode, send) = match w.wr.opcode {
-            WrOpcode::Send => (Opcode::RC_SEND_ONLY, true),
-            WrOpcode::SendWithImm => (Opcode::RC_SEND_ONLY_WITH_IMMEDIATE, true),
-            WrOpcode::SendWithInv => (Opcode::RC_SEND_ONLY_WITH_INVALIDATE, true),
-            WrOpcode::RdmaWrite => (Opcode::RC_RDMA_WRITE_ONLY, false),
-            WrOpcode::RdmaWriteWithImm => (Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, false),
-            _ => return None,
-        };
+        // The one packet's opcode, as the requester picks it.
+        let (operation, imm, inv) = super::requester::send_or_write(w.wr.opcode)?;
+        let opcode = opcode_for(Transport::Rc, operation, Position::Only, imm, inv)?;
+        let send = operation == Operation::Send;
         let psn = self.req.psn;
         let mut hdr = Headers::new(super::bth(opcode, self.attr.dest_qp_num, psn));
         hdr.bth.ack_req = true;
-        match w.wr.opcode {
-            WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => hdr.imm = Some(w.wr.imm_data),
-            WrOpcode::SendWithInv => hdr.ieth = Some(w.wr.imm_data),
-            _ => {}
+        if imm {
+            hdr.imm = Some(w.wr.imm_data);
+        }
+        if inv {
+            hdr.ieth = Some(w.wr.imm_data);
         }
         if !send {
             hdr.reth = Some(Reth {

@@ -34,6 +34,19 @@ fn transport(t: QpType) -> Transport {
 }
 
 /// The XRC opcode of an RC opcode, if IBTA defines one.
+/// The operation a SEND or RDMA WRITE WR is, and whether its last packet
+/// carries immediate data or an IETH (`None` for other opcodes).
+pub(super) fn send_or_write(op: WrOpcode) -> Option<(Operation, bool, bool)> {
+    Some(match op {
+        WrOpcode::Send => (Operation::Send, false, false),
+        WrOpcode::SendWithImm => (Operation::Send, true, false),
+        WrOpcode::SendWithInv => (Operation::Send, false, true),
+        WrOpcode::RdmaWrite => (Operation::Write, false, false),
+        WrOpcode::RdmaWriteWithImm => (Operation::Write, true, false),
+        _ => return None,
+    })
+}
+
 pub(crate) fn xrc_opcode(rc: softrdma_wire::Opcode) -> Option<softrdma_wire::Opcode> {
     let x = softrdma_wire::Opcode(0xA0 | (rc.0 & 0x1F));
     match (rc.info(), x.info()) {
@@ -240,14 +253,8 @@ impl Qp {
             }
             _ => {
                 let pos = position(w.next_pkt, w.npkts);
-                let (operation, imm, inv) = match op {
-                    WrOpcode::Send => (Operation::Send, false, false),
-                    WrOpcode::SendWithImm => (Operation::Send, pos.ends(), false),
-                    WrOpcode::SendWithInv => (Operation::Send, false, pos.ends()),
-                    WrOpcode::RdmaWrite => (Operation::Write, false, false),
-                    WrOpcode::RdmaWriteWithImm => (Operation::Write, pos.ends(), false),
-                    _ => return Err(WcStatus::LocQpOpErr),
-                };
+                let (operation, imm, inv) = send_or_write(op).ok_or(WcStatus::LocQpOpErr)?;
+                let (imm, inv) = (imm && pos.ends(), inv && pos.ends());
                 let oc = opcode_for(t, operation, pos, imm, inv).ok_or(WcStatus::LocQpOpErr)?;
                 hdr = Headers::new(bth(oc, dest_qp, psn));
                 let off = u64::from(w.next_pkt) * u64::from(mtu);
