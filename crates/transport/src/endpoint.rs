@@ -945,8 +945,9 @@ impl Endpoint {
         self.enqueue_send(now, qpn, wr)?;
         let (qps, mut ctx) = split!(self, now);
         let started = qps.get_mut(&qpn).and_then(|qp| {
-            let len = qp.start_direct(&mut ctx, mem, out)?;
+            // The path first: starting the WQE commits it (PSN, carried ACK).
             let path = crate::qp::Path::for_av(&ctx, &qp.attr.ah_attr)?;
+            let len = qp.start_direct(&mut ctx, mem, out)?;
             Some(Transmit {
                 src_ip: path.src_ip,
                 dst: path.dst,
