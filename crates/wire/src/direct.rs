@@ -53,12 +53,7 @@ pub fn is_direct(datagram: &[u8]) -> bool {
 /// Whether a packet with these headers may go as a direct record: a
 /// one-packet ("only") RC SEND or WRITE whose payload fits.
 pub fn fits(hdr: &Headers, payload_len: usize) -> bool {
-    let Some(info) = hdr.bth.opcode.info() else {
-        return false;
-    };
-    info.transport == Transport::Rc
-        && info.position == Position::Only
-        && matches!(info.operation, Operation::Send | Operation::Write)
+    hdr.bth.opcode.info().is_some_and(|i| recordable(&i))
         && payload_len <= DIRECT_MAX_PAYLOAD
         && hdr.reth.is_none_or(|r| r.dma_len as usize == payload_len)
 }
@@ -117,9 +112,7 @@ pub fn read(buf: &[u8]) -> Result<Packet<'_>> {
     let info = opcode.info().ok_or(Error::UnknownOpcode(opcode.0))?;
     let has = |f: u8| flags & f != 0;
     let set = info.headers;
-    let form_ok = info.transport == Transport::Rc
-        && info.position == Position::Only
-        && matches!(info.operation, Operation::Send | Operation::Write)
+    let form_ok = recordable(&info)
         && flags & !(F_ACK | F_IMM | F_IETH | F_RETH | F_SE) == 0
         && has(F_RETH) == set.contains(crate::HeaderSet::RETH)
         && has(F_IMM) == set.contains(crate::HeaderSet::IMM)
@@ -175,6 +168,14 @@ pub fn read(buf: &[u8]) -> Result<Packet<'_>> {
         payload: &buf[payload_at..],
         icrc: 0,
     })
+}
+
+/// Whether a record may stand for a packet of this opcode: a one-packet
+/// ("only") RC SEND or WRITE.
+fn recordable(info: &crate::OpcodeInfo) -> bool {
+    info.transport == Transport::Rc
+        && info.position == Position::Only
+        && matches!(info.operation, Operation::Send | Operation::Write)
 }
 
 /// The big-endian word at `at` (the caller checked the length).
