@@ -90,9 +90,6 @@ struct Shared {
     sleeping_until: Padded<AtomicU64>,
     shutdown: AtomicBool,
     busy_poll: bool,
-    /// A lone post to an idle QP may leave as a direct record
-    /// (`Config::direct`: lanes on, no capture, `SOFTRDMA_DIRECT=1`).
-    direct: bool,
     linger: crate::Linger,
     /// When an application thread last found its CQ empty (transport time, ns;
     /// 0: it announced it blocks): it spins on the CQ, so its next poll comes
@@ -377,7 +374,6 @@ impl Engine {
         // `post_direct`) showed only as libfabric's fi_pingpong (msg)
         // ending with a flushed send, 1 CI-like run in 4.
         tcfg.direct = tcfg.lane_acks && std::env::var("SOFTRDMA_DIRECT").is_ok_and(|v| v == "1");
-        let direct = tcfg.direct;
         let icrc_here = !tcfg.fill_icrc;
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
@@ -410,7 +406,6 @@ impl Engine {
             sleeping_until: Padded::new(AtomicU64::new(u64::MAX)),
             shutdown: AtomicBool::new(false),
             busy_poll: cfg.busy_poll,
-            direct,
             linger: if cfg.busy_poll {
                 cfg.linger
             } else {
@@ -595,18 +590,18 @@ impl Engine {
         let now = self.now();
         let idle = core.ep.send_queue_empty(qpn);
         let mut wrs = wrs.into_iter().peekable();
-        let mut first = 0;
-        if idle && self.shared.direct {
-            let Some(wr) = wrs.next() else { return Ok(()) };
-            if wrs.peek().is_none() {
-                return self.post_direct(core, now, qpn, wr);
-            }
-            bytes += wr_bytes(&wr);
-            core.ep.post_send(now, qpn, wr).map_err(|e| (0, e))?;
-            first = 1;
+        let mut first = wrs.next();
+        // A lone post to an idle QP may leave as a direct record.
+        if idle
+            && core.ep.config().direct
+            && first.is_some()
+            && wrs.peek().is_none()
+            && let Some(wr) = first.take()
+        {
+            return self.post_direct(core, now, qpn, wr);
         }
         let r = (|| {
-            for (i, wr) in (first..).zip(wrs) {
+            for (i, wr) in first.into_iter().chain(wrs).enumerate() {
                 bytes += wr_bytes(&wr);
                 core.ep.post_send(now, qpn, wr).map_err(|e| (i, e))?;
             }
