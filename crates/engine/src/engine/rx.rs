@@ -137,7 +137,7 @@ impl Shared {
 
     /// [`Shared::rx_burst`] for the socket at `index` of
     /// [`Shared::sockets`].
-    fn rx_socket(
+    pub(super) fn rx_socket(
         &self,
         mode: Rx,
         rx: &mut RecvBatch,

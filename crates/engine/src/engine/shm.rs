@@ -593,6 +593,8 @@ impl Shared {
         dg: &Datagram<'_>,
         lane: Option<u8>,
     ) -> bool {
+        // Under the engine lock.
+        add_locked(&self.delivered, 1);
         if let Some(c) = &self.capture {
             let dst = SocketAddr::new(dg.dst_ip, self.socket.local_addr().port());
             if lane.is_some()

@@ -1,0 +1,115 @@
+//! A busy poller that found its CQ empty while another thread delivered.
+
+use super::*;
+use softrdma_transport::{
+    Access, AddressVector, Mtu, PdHandle, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, SendWr, Sge, WrOpcode,
+};
+
+/// A UC QP of `e` connected to itself (no ACK comes back to be received).
+fn uc_to_self(e: &Engine, pd: PdHandle, cq: CqHandle) -> u32 {
+    let cap = QpCap {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let (qpn, _) = e
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Uc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    e.modify_qp(
+        qpn,
+        &a,
+        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+    )
+    .unwrap();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = Mtu::M1024;
+    a.dest_qp_num = qpn;
+    a.ah_attr = AddressVector::to_ip(e.local_addr().ip());
+    let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+    e.modify_qp(qpn, &a, rtr).unwrap();
+    a.qp_state = QpState::Rts;
+    e.modify_qp(qpn, &a, M::STATE | M::SQ_PSN).unwrap();
+    qpn
+}
+
+/// The poller reads its CQ (empty), then waits for the receive lock while
+/// the thread holding it delivers a message: the poll returns that
+/// message's completion, not 0 with the completion in the CQ.
+#[test]
+fn a_poller_returns_what_was_delivered_while_it_waited() {
+    let e = Arc::new(
+        Engine::start(EngineConfig::bound_to(SocketAddr::new(
+            IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            0,
+        )))
+        .unwrap(),
+    );
+    let mut buf = vec![0u8; 64];
+    let ptr = buf.as_mut_ptr() as u64;
+    let pd = e.alloc_pd().unwrap();
+    let (cq, _) = e.create_cq(16).unwrap();
+    let qpn = uc_to_self(&e, pd, cq);
+    let mr = e.reg_mr(pd, ptr, 64, ptr, Access::LOCAL_WRITE).unwrap();
+    let sge = |addr, length| Sge {
+        addr,
+        length,
+        lkey: mr.lkey,
+    };
+    e.post_recv(
+        qpn,
+        RecvWr {
+            wr_id: 7,
+            sgl: vec![sge(ptr + 32, 32)],
+        },
+    )
+    .unwrap();
+    // No thread receives the message until this one lets it.
+    let mut rx = e.shared.rx.lock().unwrap();
+    let mut wr = SendWr::new(1, WrOpcode::Send);
+    wr.sgl = vec![sge(ptr, 8)];
+    e.post_send(qpn, wr).unwrap();
+    let polled = e.shared.last_poll.load(Ordering::Relaxed);
+    let e2 = Arc::clone(&e);
+    let poller = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        e2.poll_cq(cq, 4, |w| got.push(w.wr_id)).unwrap();
+        got
+    });
+    // The poller stores `last_poll` after it found the CQ empty.
+    let t0 = std::time::Instant::now();
+    while e.shared.last_poll.load(Ordering::Relaxed) == polled {
+        assert!(t0.elapsed().as_secs() < 10, "the poller never polled");
+        std::thread::yield_now();
+    }
+    let mut requests = 0;
+    let mut got = 0;
+    while got == 0 {
+        assert!(t0.elapsed().as_secs() < 10, "the message never came");
+        got = e.shared.rx_socket(
+            Rx::Progress,
+            &mut rx,
+            0,
+            &e.shared.socket,
+            None,
+            &mut requests,
+        );
+    }
+    drop(rx);
+    assert_eq!(poller.join().unwrap(), vec![7]);
+}
