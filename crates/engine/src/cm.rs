@@ -172,6 +172,14 @@ pub(crate) fn gsi_mad(payload: &[u8]) -> Option<&[u8]> {
     (p.payload.len() == 256).then_some(p.payload)
 }
 
+/// True if the datagram is a CM DREQ (a peer disconnects).
+pub(crate) fn is_dreq(payload: &[u8]) -> bool {
+    gsi_mad(payload).is_some_and(|m| {
+        m[1] == softrdma_wire::mad::MGMT_CLASS_CM
+            && u16::from_be_bytes([m[16], m[17]]) == softrdma_wire::cm::attr::DREQ
+    })
+}
+
 /// True if the datagram is addressed to QP1 (BTH DestQP, bytes 5..8).
 pub(crate) fn is_gsi(payload: &[u8]) -> bool {
     payload.len() >= 12 && payload[5..8] == [0, 0, 1]

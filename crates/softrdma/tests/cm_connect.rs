@@ -296,6 +296,97 @@ fn disconnect_reaches_both_sides_and_flushes_receives() {
     assert!(chb.try_get_event().unwrap().is_none());
 }
 
+/// A connection whose client sent `child` one 8-byte SEND (ACKed, so its
+/// completion waits in the child's CQ, not polled), then disconnected.
+fn sent_then_disconnected(
+    cha: &EventChannel,
+    chb: &EventChannel,
+    dst: SocketAddr,
+) -> (CmId, CmId, Mr) {
+    let (client, child) = connected(cha, chb, dst);
+    let mb = child
+        .pd()
+        .unwrap()
+        .alloc_mr(64, Access::LOCAL_WRITE)
+        .unwrap();
+    child
+        .qp()
+        .unwrap()
+        .post_recv(RecvWr {
+            wr_id: 5,
+            sgl: vec![mb.sge(0, 64).unwrap()],
+        })
+        .unwrap();
+    let ma = client
+        .pd()
+        .unwrap()
+        .alloc_mr(64, Access::LOCAL_WRITE)
+        .unwrap();
+    let mut s = SendWr::new(1, WrOpcode::Send);
+    s.flags = SendFlags::SIGNALED;
+    s.sgl = vec![ma.sge(0, 8).unwrap()];
+    client.qp().unwrap().post_send(s).unwrap();
+    let sent = client.send_cq().unwrap().poll_blocking(1, T).unwrap();
+    assert_eq!(sent[0].status, WcStatus::Success);
+    client.disconnect().unwrap();
+    (client, child, mb)
+}
+
+/// The peer's DREQ comes while the completion of its last message waits in
+/// the CQ: DISCONNECTED waits for the poll that finds the CQ empty (as on a
+/// NIC, where the message's completion is there long before the DREQ), so
+/// an application that reads its CQ and then its events (libfabric's rxm)
+/// takes the message before it closes the connection.
+#[test]
+fn disconnected_waits_for_the_poll_of_the_last_message() {
+    let (ca, cb) = two_devices(27, 28);
+    let (cha, chb, dst) = channels(&ca, &cb, 7481);
+    let _l = listener(&chb, TCP_RC, dst, 8);
+    let (client, child, _mb) = sent_then_disconnected(&cha, &chb, dst);
+    assert!(
+        chb.get_event_timeout(Duration::from_millis(20))
+            .unwrap()
+            .is_none(),
+        "DISCONNECTED before the message's completion was polled"
+    );
+    assert_eq!(state(&child), QpState::Rts, "the DREQ is not handled yet");
+    let cq = child.recv_cq().unwrap();
+    let mut got = Vec::new();
+    cq.poll(&mut got, 4).unwrap();
+    assert_eq!((got[0].wr_id, got[0].status), (5, WcStatus::Success));
+    let t0 = Instant::now();
+    assert_eq!(cq.poll(&mut got, 4).unwrap(), 0);
+    assert!(expect(&chb, EventKind::Disconnected).is_for(&child));
+    assert!(
+        t0.elapsed() < Duration::from_millis(40),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(state(&child), QpState::Err);
+    assert!(expect(&cha, EventKind::Disconnected).is_for(&client));
+}
+
+/// With nobody polling, the held DREQ goes after the hold (50 ms), and the
+/// message's completion is still in the CQ.
+#[test]
+fn disconnected_comes_without_a_poll_after_the_hold() {
+    let (ca, cb) = two_devices(29, 30);
+    let (cha, chb, dst) = channels(&ca, &cb, 7482);
+    let _l = listener(&chb, TCP_RC, dst, 8);
+    let (client, child, _mb) = sent_then_disconnected(&cha, &chb, dst);
+    let t0 = Instant::now();
+    assert!(expect(&chb, EventKind::Disconnected).is_for(&child));
+    // (The DREQ left in `disconnect`, just before `t0`.)
+    assert!(
+        t0.elapsed() >= Duration::from_millis(45),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(expect(&cha, EventKind::Disconnected).is_for(&client));
+    let got = child.recv_cq().unwrap().poll_blocking(1, T).unwrap();
+    assert_eq!((got[0].wr_id, got[0].status), (5, WcStatus::Success));
+}
+
 #[test]
 fn migrate_moves_events_to_another_channel() {
     let (ca, cb) = two_devices(21, 22);

@@ -350,6 +350,11 @@ impl Endpoint {
         Ok(n)
     }
 
+    /// Whether any CQ holds a completion not yet polled.
+    pub fn completions_waiting(&self) -> bool {
+        self.cqs.iter().any(|c| !c.entries.is_empty())
+    }
+
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: CqHandle) -> usize {
         self.cqs.get(cq.0).map_or(0, |c| c.entries.len())

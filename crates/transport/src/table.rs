@@ -41,6 +41,10 @@ impl<T> Table<T> {
         v
     }
     /// Every live value.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().filter_map(Option::as_ref)
+    }
+    /// Every live value.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.slots.iter_mut().filter_map(Option::as_mut)
     }

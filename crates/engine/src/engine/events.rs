@@ -142,6 +142,10 @@ impl Shared {
                 core.mad.handle_timeout(now);
                 fired = true;
             }
+            if core.held_dreqs.deadline().is_some_and(|t| t <= now) {
+                self.release_dreqs(&mut core, now);
+                fired = true;
+            }
             if core.keepalive_at.is_some_and(|t| t <= now) {
                 // (Found only now if the tick came due meanwhile: the
                 // periodic sweep takes their lanes.)
@@ -189,6 +193,7 @@ fn earliest_with(core: &Core, ep: Option<Instant>) -> Option<Instant> {
         core.cm.poll_timeout(),
         core.mad.poll_timeout(),
         core.keepalive_at,
+        core.held_dreqs.deadline(),
     ]
     .map(|t| t.map_or(NEVER, Instant::as_nanos))
     .into_iter()

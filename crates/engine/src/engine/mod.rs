@@ -29,6 +29,7 @@ use std::thread::JoinHandle;
 mod addrs;
 mod busy_poll;
 mod cm_ops;
+mod dreq_hold;
 mod events;
 mod forward;
 mod mad_ops;
@@ -74,6 +75,8 @@ pub(crate) struct Core {
     keepalive_at: Option<Instant>,
     /// libibumad's agents and the device's PMA (QP1 MADs not for the CM).
     mad: crate::mad::MadAgents,
+    /// Peers' DREQs waiting for the application to poll (`dreq_hold.rs`).
+    held_dreqs: dreq_hold::Held<dreq_hold::HeldMad>,
 }
 
 #[derive(Debug)]
@@ -393,6 +396,7 @@ impl Engine {
                 gsi_out: std::collections::VecDeque::new(),
                 gsi_psn: (seed as u32) & 0xFF_FFFF,
                 keepalive_at: None,
+                held_dreqs: dreq_hold::Held::default(),
                 mad,
             })),
             tx: Padded::new(Mutex::new(Tx {
@@ -732,7 +736,7 @@ impl Engine {
         set_flag(&self.shared.posted_since_poll, false, Ordering::Relaxed);
         if !self.shared.busy_poll || max == 0 {
             self.shared.flush_pending();
-            return self.lock().ep.poll_cq(cq, max, &mut f);
+            return self.shared.poll_cq_locked(cq, max, &mut f, self.now());
         }
         // Gathered posts leave now; answers a poller held (ACKs) wait while
         // the application takes completions: its next post carries them
@@ -744,7 +748,9 @@ impl Engine {
         self.shared.last_call.store(now, Ordering::Relaxed);
         self.shared.back(now);
         let delivered = self.shared.delivered.load(Ordering::Relaxed);
-        let n = self.lock().ep.poll_cq(cq, max, &mut f)?;
+        let n = self
+            .shared
+            .poll_cq_locked(cq, max, &mut f, Instant::from_nanos(now))?;
         if n > 0 {
             self.shared.leave(now);
             return Ok(n);

@@ -612,7 +612,9 @@ impl Shared {
             }
         }
         if crate::cm::is_gsi(dg.payload) {
-            self.handle_gsi(core, now, dg);
+            if !self.hold_dreq(core, now, dg) {
+                self.handle_gsi(core, now, dg);
+            }
         } else if let (Some(slot), Some(shm)) = (lane, &self.shm) {
             let mut mem = LaneMemory {
                 shm,
