@@ -119,15 +119,19 @@ fn rc_pingpong_goes_through_shared_memory_when_on() {
     }
 }
 
-/// Direct records (`SOFTRDMA_DIRECT=1`; off by default): 64-byte messages,
-/// each posted to an idle QP, leave as records, and every buffer is still
-/// validated (`-c`). The engine's side of them (the push at the post, the
-/// transmit lock's hand-off) runs here.
+/// Direct records (on by default, `SOFTRDMA_DIRECT=0` turns them off):
+/// 64-byte messages, each posted to an idle QP, leave as records, and every
+/// buffer is still validated (`-c`); with them off, none does.
 #[test]
-fn small_messages_go_as_direct_records_when_asked() {
+fn small_messages_go_as_direct_records() {
     require_compat_dir();
-    let env = [("SOFTRDMA_SHM", "1"), ("SOFTRDMA_DIRECT", "1")];
-    let (ss, cs, out) = rc_pingpong_sized("direct", 64, &env, &env);
+    let off = [("SOFTRDMA_SHM", "1"), ("SOFTRDMA_DIRECT", "0")];
+    let (ss, cs, out) = rc_pingpong_sized("direct-off", 64, &off, &off);
+    for f in [&ss, &cs] {
+        assert_eq!(counter(f, "tx_direct"), Some(0), "{}:\n{out}", f.display());
+    }
+    let on = [("SOFTRDMA_SHM", "1")];
+    let (ss, cs, out) = rc_pingpong_sized("direct", 64, &on, &on);
     for f in [&ss, &cs] {
         let sent = counter(f, "tx_direct").expect("counters present");
         let got = counter(f, "rx_direct").unwrap();

@@ -378,12 +378,9 @@ impl Engine {
         // A request may carry its QP's ACK on a lane, unless this process
         // captures (the capture's packets are sent as built).
         tcfg.lane_acks = shm.is_some() && capture.is_none();
-        // And, when asked for (`SOFTRDMA_DIRECT=1`), a post to an idle QP
-        // may leave as a direct record. Off by default until they have run
-        // longer under load: a lost hand-off of the transmit lock (fixed,
-        // `post_direct`) showed only as libfabric's fi_pingpong (msg)
-        // ending with a flushed send, 1 CI-like run in 4.
-        tcfg.direct = tcfg.lane_acks && std::env::var("SOFTRDMA_DIRECT").is_ok_and(|v| v == "1");
+        // And a post to an idle QP may leave as a direct record, unless
+        // `SOFTRDMA_DIRECT=0`.
+        tcfg.direct = tcfg.lane_acks && std::env::var("SOFTRDMA_DIRECT").map_or(true, |v| v != "0");
         let icrc_here = !tcfg.fill_icrc;
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
