@@ -656,17 +656,12 @@ impl Engine {
         // waits for room in a full lane. The QP's responder's answers may
         // pass the record, as on a wire.
         let ns = now.as_nanos();
-        match self.shared.tx.try_lock() {
-            Ok(mut tx) => {
-                drop(core);
-                self.shared.push_direct(&mut tx, &rec[..t.len], &t, ns);
-            }
-            Err(_) => {
-                drop(core);
-                let mut tx = self.shared.tx.lock().unwrap_or_else(|p| p.into_inner());
-                self.shared.push_direct(&mut tx, &rec[..t.len], &t, ns);
-            }
-        }
+        let held = self.shared.tx.try_lock().ok();
+        drop(core);
+        let mut tx =
+            held.unwrap_or_else(|| self.shared.tx.lock().unwrap_or_else(|p| p.into_inner()));
+        self.shared.push_direct(&mut tx, &rec[..t.len], &t, ns);
+        drop(tx);
         // As every holder of the transmit lock: a thread that found it
         // taken meanwhile (`send_soon`) left its packets to this one. An
         // ACK queued by the progress thread while the record was pushed
