@@ -603,7 +603,6 @@ impl Engine {
         // A lone post to an idle QP may leave as a direct record.
         if idle
             && core.ep.config().direct
-            && first.is_some()
             && wrs.peek().is_none()
             && let Some(wr) = first.take()
         {

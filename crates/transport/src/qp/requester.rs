@@ -33,7 +33,6 @@ fn transport(t: QpType) -> Transport {
     }
 }
 
-/// The XRC opcode of an RC opcode, if IBTA defines one.
 /// The operation a SEND or RDMA WRITE WR is, and whether its last packet
 /// carries immediate data or an IETH (`None` for other opcodes).
 pub(super) fn send_or_write(op: WrOpcode) -> Option<(Operation, bool, bool)> {
@@ -47,6 +46,7 @@ pub(super) fn send_or_write(op: WrOpcode) -> Option<(Operation, bool, bool)> {
     })
 }
 
+/// The XRC opcode of an RC opcode, if IBTA defines one.
 pub(crate) fn xrc_opcode(rc: softrdma_wire::Opcode) -> Option<softrdma_wire::Opcode> {
     let x = softrdma_wire::Opcode(0xA0 | (rc.0 & 0x1F));
     match (rc.info(), x.info()) {
