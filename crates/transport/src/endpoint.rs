@@ -949,16 +949,30 @@ impl Endpoint {
     ) -> Result<Option<Transmit>, VerbsError> {
         self.enqueue_send(now, qpn, wr)?;
         let (qps, mut ctx) = split!(self, now);
+        let mut sent_all = false;
         let started = qps.get_mut(&qpn).and_then(|qp| {
             // The path first: starting the WQE commits it (PSN, carried ACK).
             let path = crate::qp::Path::for_av(&ctx, &qp.attr.ah_attr)?;
             let len = qp.start_direct(&mut ctx, mem, out)?;
+            // The record was all the QP had to send (its only WQE's one
+            // packet, and the responder's lone ACK if it carried one):
+            // out of the transmit queue, so `wants_transmit` tells the
+            // engine that nothing is left to flush. A flush that found
+            // nothing cost a same-host ping-pong both locks and a clock
+            // read per message (BENCHMARKS.md, "A lone post").
+            if qp.scheduled && qp.owes_nothing() {
+                qp.scheduled = false;
+                sent_all = true;
+            }
             Some(Transmit {
                 src_ip: path.src_ip,
                 dst: path.dst,
                 len,
             })
         });
+        if sent_all {
+            self.ready.retain(|q| *q != qpn);
+        }
         match started {
             Some(_) => self.rearm(qpn),
             None => self.schedule(qpn),

@@ -50,8 +50,11 @@ fn a_ping_pong_goes_as_direct_records_that_carry_the_acks() {
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 8));
     assert_eq!(b.mem.at(B_BASE + 4096, 8), a.mem.at(A_BASE, 8));
-    // B's reply carries the ACK of A's SEND: nothing else leaves B.
+    assert!(b.ep.wants_transmit(), "B owes A's SEND its ACK");
+    // B's reply carries the ACK of A's SEND: nothing else leaves B, and
+    // B says so (the engine skips a flush that would find nothing).
     let reply = send_direct(&mut b, B_BASE).expect("a direct record");
+    assert!(!b.ep.wants_transmit(), "the reply was all B had to send");
     assert!(drain(&mut b, T0).is_empty(), "the ACK rode the reply");
     lane(&mut a, &b, T0, &reply);
     let got = wcs(&mut a);

@@ -574,8 +574,17 @@ impl Engine {
     }
 
     /// Posts a send WR and transmits what it allows (see [`Engine::post_send_many`]).
+    /// A lone post to an idle QP may leave as a direct record. Not through
+    /// `post_send_many`: its iterator moved the 184-byte request twice
+    /// more (BENCHMARKS.md, "A lone post").
     pub fn post_send(&self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
-        self.post_send_many(qpn, std::iter::once(wr))
+        let core = self.lock();
+        let now = self.now();
+        let idle = core.ep.send_queue_empty(qpn);
+        if idle && core.ep.config().direct {
+            return self.post_direct(core, now, qpn, wr).map_err(|(_, e)| e);
+        }
+        self.post_queued(core, now, qpn, std::iter::once(wr), idle)
             .map_err(|(_, e)| e)
     }
 
@@ -594,8 +603,7 @@ impl Engine {
         qpn: u32,
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> Result<(), (usize, VerbsError)> {
-        let mut bytes = 0;
-        let mut core = self.lock();
+        let core = self.lock();
         let now = self.now();
         let idle = core.ep.send_queue_empty(qpn);
         let mut wrs = wrs.into_iter().peekable();
@@ -608,8 +616,22 @@ impl Engine {
         {
             return self.post_direct(core, now, qpn, wr);
         }
+        self.post_queued(core, now, qpn, first.into_iter().chain(wrs), idle)
+    }
+
+    /// Queues send WRs on the QP under the engine lock, then rings the
+    /// doorbell (`idle`: the send queue was empty before them).
+    fn post_queued(
+        &self,
+        mut core: MutexGuard<'_, Core>,
+        now: Instant,
+        qpn: u32,
+        wrs: impl IntoIterator<Item = SendWr>,
+        idle: bool,
+    ) -> Result<(), (usize, VerbsError)> {
+        let mut bytes = 0;
         let r = (|| {
-            for (i, wr) in first.into_iter().chain(wrs).enumerate() {
+            for (i, wr) in wrs.into_iter().enumerate() {
                 bytes += wr_bytes(&wr);
                 core.ep.post_send(now, qpn, wr).map_err(|e| (i, e))?;
             }
@@ -647,6 +669,15 @@ impl Engine {
         };
         set_flag(&self.shared.posted_since_poll, true, Ordering::Relaxed);
         self.shared.note_busy(now.as_nanos());
+        // The record carried the ACK a poller held (`Config::lane_acks`):
+        // if nothing else waits, the next empty poll has nothing to send.
+        // Its flush found nothing, under both locks and a clock read: 5 %
+        // of a same-host `ib_write_lat` client's time (BENCHMARKS.md, "A
+        // lone post"). Cleared under the engine lock, as `drain_tx_from`'s
+        // flags are before it looks: who queues later sets it again.
+        if !core.ep.wants_transmit() && core.gsi_out.is_empty() {
+            set_flag(&self.shared.tx_pending, false, Ordering::Relaxed);
+        }
         // Its retransmission timer may be the earliest now. (The post
         // raised no event: its QP is ready to send, nothing was flushed.)
         self.shared.wake_for_timers(&mut core);

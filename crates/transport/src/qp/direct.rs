@@ -108,4 +108,13 @@ impl Qp {
         ctx.stats.tx_direct += 1;
         Some(n)
     }
+
+    /// After [`Qp::start_direct`]: whether the QP has nothing to send,
+    /// neither answers (all of them wait in `resp.out`) nor requests (every
+    /// WQE started, and each of its packets sent).
+    pub(crate) fn owes_nothing(&self) -> bool {
+        self.resp.out.is_empty()
+            && self.req.idx >= self.sq.len()
+            && self.sq.iter().all(|w| w.next_pkt >= w.npkts)
+    }
 }
