@@ -27,7 +27,10 @@ use std::io;
 ///   loopback; see `engine/shm.rs`);
 /// - `SOFTRDMA_PEER_COPY=0`: with the same-host path on, keep every byte in
 ///   packets (no peer copy of large SENDs, WRITEs and READs;
-///   see `engine/shm/peer_copy.rs`).
+///   see `engine/shm/peer_copy.rs`);
+/// - `SOFTRDMA_DIRECT=0|1`: with the same-host path on, a lone small post
+///   to an idle RC QP may leave as a direct record (default 1; see
+///   `softrdma_transport::Config::direct`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {
@@ -57,6 +60,9 @@ pub struct EngineConfig {
     /// Carry traffic to this host device's member processes through shared
     /// memory instead of UDP (`SOFTRDMA_SHM`, default on; needs `host`).
     pub shm: bool,
+    /// Let a lone small post to an idle RC QP whose peer is on a lane leave
+    /// as a direct record (`SOFTRDMA_DIRECT`, default on; needs `shm`).
+    pub direct: bool,
 }
 
 /// [`EngineConfig::rnr_hold`] by default: a scheduling delay of a busy
@@ -145,6 +151,7 @@ impl EngineConfig {
             busy_poll: flag("SOFTRDMA_BUSY_POLL", true)?,
             host: flag("SOFTRDMA_HOST", true)?,
             shm: flag("SOFTRDMA_SHM", true)?,
+            direct: flag("SOFTRDMA_DIRECT", true)?,
             linger,
             verify_icrc,
             pcap: lookup("SOFTRDMA_PCAP")
@@ -170,6 +177,31 @@ impl EngineConfig {
             host: true,
             rnr_hold: DEFAULT_RNR_HOLD,
             shm: false,
+            direct: true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> io::Result<EngineConfig> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        EngineConfig::from_lookup(|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn direct_records_are_on_unless_turned_off() {
+        assert!(with(&[]).unwrap().direct);
+        assert!(with(&[("SOFTRDMA_DIRECT", "1")]).unwrap().direct);
+        assert!(!with(&[("SOFTRDMA_DIRECT", "0")]).unwrap().direct);
+        assert!(!with(&[("SOFTRDMA_DIRECT", " off ")]).unwrap().direct);
+        let e = with(&[("SOFTRDMA_DIRECT", "maybe")]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("SOFTRDMA_DIRECT=maybe"), "{e}");
     }
 }

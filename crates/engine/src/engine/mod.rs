@@ -380,7 +380,7 @@ impl Engine {
         tcfg.lane_acks = shm.is_some() && capture.is_none();
         // And a post to an idle QP may leave as a direct record, unless
         // `SOFTRDMA_DIRECT=0`.
-        tcfg.direct = tcfg.lane_acks && std::env::var("SOFTRDMA_DIRECT").map_or(true, |v| v != "0");
+        tcfg.direct = tcfg.lane_acks && cfg.direct;
         let icrc_here = !tcfg.fill_icrc;
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {
