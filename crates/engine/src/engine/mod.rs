@@ -792,7 +792,10 @@ impl Engine {
         // two CPU burners).
         let got = self.shared.rx_burst(Rx::Poller, now);
         if got > 0 || self.shared.delivered.load(Ordering::Relaxed) != delivered {
-            let n = self.lock().ep.poll_cq(cq, max, &mut f)?;
+            // As the first poll: finding the CQ empty releases held DREQs.
+            let n = self
+                .shared
+                .poll_cq_locked(cq, max, &mut f, Instant::from_nanos(now))?;
             if n == 0 {
                 self.shared.flush_pending();
             } else {

@@ -410,13 +410,25 @@ impl Shared {
         // the lock step in which each side's poller takes the other's
         // requests (then each needs a wake-up of the peer's progress thread).
         for &(slot, dst, via) in pushed.iter() {
-            let wanted = links.get(shm, slot, now).is_some_and(|out| {
-                out.publish();
-                out.doorbell_wanted()
-            });
-            if wanted {
-                self.ring(shm, slot, dst, sockets.at(via));
+            if let Some(out) = links.get(shm, slot, now) {
+                self.publish_lane(shm, out, slot, dst, sockets.at(via));
             }
+        }
+    }
+
+    /// Makes what `out` (member `slot`'s lane) staged visible at once, and
+    /// wakes its receiver if it is about to sleep.
+    fn publish_lane(
+        &self,
+        shm: &ShmPath,
+        out: &Outlet,
+        slot: u8,
+        dst: SocketAddr,
+        via: &softrdma_udp::RoceSocket,
+    ) {
+        out.publish();
+        if out.doorbell_wanted() {
+            self.ring(shm, slot, dst, via);
         }
     }
 
@@ -486,10 +498,7 @@ impl Shared {
             return;
         };
         self.stage(shm, out, slot, src, t.dst, rec, &self.socket);
-        out.publish();
-        if out.doorbell_wanted() {
-            self.ring(shm, slot, t.dst, &self.socket);
-        }
+        self.publish_lane(shm, out, slot, t.dst, &self.socket);
     }
 
     /// Wakes the receiver of lane `slot`: this process's progress thread
