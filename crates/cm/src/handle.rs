@@ -3,7 +3,7 @@
 use crate::cm::Cm;
 use crate::id::{Conn, Id, State};
 use crate::types::{ConnParam, EventKind, EventParam, IdHandle, PortSpace, QpOps, UdParam};
-use softrdma_transport::{Instant, QpType};
+use softrdma_transport::{Instant, QpType, Qpn};
 use softrdma_wire::cm::{
     CmMad, CmMessage, CmaHdr, Drep, Dreq, Rej, Rep, Req, Rtu, SidrRep, SidrReq, rej_reason,
     service_id_parts, sidr_status,
@@ -298,6 +298,31 @@ impl Cm {
         );
     }
 
+    /// The QP of the connection a DREQ MAD (`mad`, as [`Cm::handle_mad`]
+    /// takes it) would disconnect: `Some(None)` for a known connection
+    /// whose id has no QP, `None` for anything else.
+    pub fn dreq_qpn(&self, mad: &[u8]) -> Option<Option<Qpn>> {
+        let Ok(CmMad {
+            msg: CmMessage::Dreq(r),
+            ..
+        }) = CmMad::parse(mad)
+        else {
+            return None;
+        };
+        let h = self.dreq_target(&r)?;
+        Some(self.ids_ref(h)?.qpn)
+    }
+
+    /// The id a DREQ is for: ours by its remote comm id, connected to its
+    /// sender's local one.
+    fn dreq_target(&self, r: &Dreq) -> Option<IdHandle> {
+        self.by_comm(r.remote_comm_id).filter(|h| {
+            self.ids_ref(*h)
+                .and_then(|i| i.conn.as_ref())
+                .is_some_and(|c| c.remote_comm_id == r.local_comm_id)
+        })
+    }
+
     fn on_dreq(
         &mut self,
         now: Instant,
@@ -307,11 +332,7 @@ impl Cm {
         r: &Dreq,
         qp: &mut dyn QpOps,
     ) {
-        let found = self.by_comm(r.remote_comm_id).filter(|h| {
-            self.ids_ref(*h)
-                .and_then(|i| i.conn.as_ref())
-                .is_some_and(|c| c.remote_comm_id == r.local_comm_id)
-        });
+        let found = self.dreq_target(r);
         // IBTA 12.9.8.4: answer every DREQ, known or not.
         let drep = Drep {
             local_comm_id: r.remote_comm_id,

@@ -303,6 +303,14 @@ fn sent_then_disconnected(
     chb: &EventChannel,
     dst: SocketAddr,
 ) -> (CmId, CmId, Mr) {
+    let (client, child, mb) = sent(cha, chb, dst);
+    client.disconnect().unwrap();
+    (client, child, mb)
+}
+
+/// A connection whose client sent `child` one 8-byte SEND, ACKed: its
+/// completion waits in the child's receive CQ, not polled.
+fn sent(cha: &EventChannel, chb: &EventChannel, dst: SocketAddr) -> (CmId, CmId, Mr) {
     let (client, child) = connected(cha, chb, dst);
     let mb = child
         .pd()
@@ -328,8 +336,32 @@ fn sent_then_disconnected(
     client.qp().unwrap().post_send(s).unwrap();
     let sent = client.send_cq().unwrap().poll_blocking(1, T).unwrap();
     assert_eq!(sent[0].status, WcStatus::Success);
-    client.disconnect().unwrap();
     (client, child, mb)
+}
+
+/// The hold is the disconnected QP's own: a message of another connection
+/// waiting unpolled does not delay its DISCONNECTED.
+#[test]
+fn disconnected_waits_only_for_its_own_qps_completions() {
+    let (ca, cb) = two_devices(37, 38);
+    let (cha, chb, dst) = channels(&ca, &cb, 7483);
+    let _l = listener(&chb, TCP_RC, dst, 8);
+    let (_client1, child1, _mb) = sent(&cha, &chb, dst);
+    let (client2, child2) = connected(&cha, &chb, dst);
+    let t0 = Instant::now();
+    client2.disconnect().unwrap();
+    assert!(expect(&chb, EventKind::Disconnected).is_for(&child2));
+    assert!(
+        t0.elapsed() < Duration::from_millis(30),
+        "held {:?} for another QP's completion",
+        t0.elapsed()
+    );
+    assert_eq!(state(&child2), QpState::Err);
+    // The other connection's message is still there, and it stays up.
+    assert_eq!(state(&child1), QpState::Rts);
+    let mut got = Vec::new();
+    child1.recv_cq().unwrap().poll(&mut got, 4).unwrap();
+    assert_eq!((got[0].wr_id, got[0].status), (5, WcStatus::Success));
 }
 
 /// The peer's DREQ comes while the completion of its last message waits in

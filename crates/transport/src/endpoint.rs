@@ -355,6 +355,14 @@ impl Endpoint {
         self.cqs.iter().any(|c| !c.entries.is_empty())
     }
 
+    /// Whether a CQ of QP `qpn` (its send or receive CQ) holds a completion
+    /// not yet polled; false for a QP that does not exist.
+    pub fn qp_completions_waiting(&self, qpn: Qpn) -> bool {
+        self.qps
+            .get(&qpn)
+            .is_some_and(|qp| self.cq_len(qp.send_cq) > 0 || self.cq_len(qp.recv_cq) > 0)
+    }
+
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: CqHandle) -> usize {
         self.cqs.get(cq.0).map_or(0, |c| c.entries.len())

@@ -1,5 +1,6 @@
-//! A peer's DREQ that arrives while completions wait in a CQ is held until
-//! the application polls a CQ empty, or for [`DREQ_HOLD`] at most.
+//! A peer's DREQ that arrives while completions wait in a CQ of the QP it
+//! disconnects is held until the application polls a CQ and finds those
+//! empty, or for [`DREQ_HOLD`] at most.
 //!
 //! On a NIC the completion of a peer's last message is in the CQ long before
 //! the DISCONNECTED its later DREQ raises: the message left first and the
@@ -17,7 +18,7 @@
 
 use super::{Core, Shared};
 use softrdma_transport::Datagram;
-use softrdma_transport::Instant;
+use softrdma_transport::{Endpoint, Instant, Qpn};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -54,16 +55,20 @@ impl<T> Held<T> {
         self.items.front().map(|(t, _)| *t)
     }
 
-    /// Takes what goes now, oldest first: everything once no completion
-    /// waits (`waiting` false), else what is due at `now`.
-    pub(super) fn take_due(&mut self, now: Instant, waiting: bool) -> Vec<T> {
+    /// Takes what goes now, oldest first: each item due at `now`, or for
+    /// which no completion waits any more (`waiting` false). The others
+    /// stay, in order.
+    pub(super) fn take_due(&mut self, now: Instant, waiting: impl Fn(&T) -> bool) -> Vec<T> {
         let mut out = Vec::new();
-        while let Some((t, _)) = self.items.front() {
-            if waiting && *t > now {
-                break;
+        let mut kept = VecDeque::new();
+        for (t, x) in self.items.drain(..) {
+            if t <= now || !waiting(&x) {
+                out.push(x);
+            } else {
+                kept.push_back((t, x));
             }
-            out.extend(self.items.pop_front().map(|(_, x)| x));
         }
+        self.items = kept;
         out
     }
 }
@@ -74,13 +79,33 @@ pub(super) struct HeldMad {
     src: SocketAddr,
     dst_ip: IpAddr,
     payload: Vec<u8>,
+    /// The QP it disconnects, if its CM id has one: then only that QP's
+    /// CQs hold it back. Else any CQ does (the application may have
+    /// connected a QP of its own making through the id).
+    qpn: Option<Qpn>,
+}
+
+/// Whether a completion the application has not polled yet waits where a
+/// DREQ for `qpn` must wait for it (see [`HeldMad::qpn`]).
+fn completions_before(ep: &Endpoint, qpn: Option<Qpn>) -> bool {
+    match qpn {
+        Some(q) => ep.qp_completions_waiting(q),
+        None => ep.completions_waiting(),
+    }
 }
 
 impl Shared {
-    /// Holds `dg` if it is a DREQ and a completion waits in a CQ; true if
-    /// it was taken.
+    /// Holds `dg` if it is a DREQ of a known connection and a completion
+    /// waits in a CQ of its QP; true if it was taken.
     pub(super) fn hold_dreq(&self, core: &mut Core, now: Instant, dg: &Datagram<'_>) -> bool {
-        if !core.ep.completions_waiting() || !crate::cm::is_dreq(dg.payload) {
+        if !crate::cm::is_dreq(dg.payload) {
+            return false;
+        }
+        let Some(qpn) = crate::cm::gsi_mad(dg.payload).and_then(|m| core.cm.dreq_qpn(m)) else {
+            // Not for a connection of ours: the CM answers it at once.
+            return false;
+        };
+        if !completions_before(&core.ep, qpn) {
             return false;
         }
         core.held_dreqs.hold(
@@ -89,6 +114,7 @@ impl Shared {
                 src: dg.src,
                 dst_ip: dg.dst_ip,
                 payload: dg.payload.to_vec(),
+                qpn,
             },
         );
         true
@@ -119,8 +145,11 @@ impl Shared {
         if core.held_dreqs.deadline().is_none() {
             return;
         }
-        let waiting = core.ep.completions_waiting();
-        for h in core.held_dreqs.take_due(now, waiting) {
+        let ep = &core.ep;
+        let due = core
+            .held_dreqs
+            .take_due(now, |h| completions_before(ep, h.qpn));
+        for h in due {
             let dg = Datagram {
                 src: h.src,
                 dst_ip: h.dst_ip,
@@ -145,8 +174,8 @@ mod tests {
         h.hold(at(10), 'a');
         h.hold(at(20), 'b');
         assert_eq!(h.deadline(), Some(at(60)));
-        assert!(h.take_due(at(59), true).is_empty());
-        assert_eq!(h.take_due(at(11), false), vec!['a', 'b']);
+        assert!(h.take_due(at(59), |_| true).is_empty());
+        assert_eq!(h.take_due(at(11), |_| false), vec!['a', 'b']);
         assert_eq!(h.deadline(), None);
     }
 
@@ -155,9 +184,24 @@ mod tests {
         let mut h = Held::default();
         h.hold(at(10), 'a');
         h.hold(at(20), 'b');
-        assert_eq!(h.take_due(at(60), true), vec!['a']);
+        assert_eq!(h.take_due(at(60), |_| true), vec!['a']);
         assert_eq!(h.deadline(), Some(at(70)));
-        assert!(h.take_due(at(69), true).is_empty());
-        assert_eq!(h.take_due(at(70), true), vec!['b']);
+        assert!(h.take_due(at(69), |_| true).is_empty());
+        assert_eq!(h.take_due(at(70), |_| true), vec!['b']);
+    }
+
+    #[test]
+    fn each_held_item_goes_when_its_own_completions_are_polled() {
+        // 'a' and 'c' wait for completions of one QP, 'b' for another's.
+        let mut h = Held::default();
+        h.hold(at(10), 'a');
+        h.hold(at(20), 'b');
+        h.hold(at(30), 'c');
+        assert_eq!(h.take_due(at(31), |x| *x != 'b'), vec!['b']);
+        // The others keep their order and deadlines.
+        assert_eq!(h.deadline(), Some(at(60)));
+        assert_eq!(h.take_due(at(60), |_| true), vec!['a']);
+        assert_eq!(h.take_due(at(61), |_| false), vec!['c']);
+        assert_eq!(h.deadline(), None);
     }
 }
