@@ -62,6 +62,21 @@ impl Shared {
         }
     }
 
+    /// The application called the device at `at` (or later): `last_call`
+    /// moves forward to it, never back.
+    pub(super) fn note_called(&self, at: u64) {
+        if at > self.last_call.load(Ordering::Relaxed) {
+            self.last_call.store(at, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a poller's return matters to the socket's hand-over: it
+    /// handed the socket to the progress thread (`left_at`), or a serve
+    /// window is open (`serve_until`). Else `back` and `leave` do nothing.
+    pub(super) fn handing_over(&self) -> bool {
+        self.left_at.load(Ordering::Relaxed) != 0 || self.serve_until.load(Ordering::Relaxed) != 0
+    }
+
     /// A poller is back (at `now`): `policy::on_back` (back quickly, it
     /// polls in a tight loop after all: stop handing over).
     pub(super) fn back(&self, now: u64) {

@@ -121,18 +121,19 @@ impl Shared {
     }
 
     /// Takes up to `max` completions of `cq`; when it finds none, what was
-    /// held for that goes to the CM ([`Shared::release_dreqs`]).
+    /// held for that goes to the CM ([`Shared::release_dreqs`]). `now` is
+    /// called only then: a poll that finds completions reads no clock.
     pub(super) fn poll_cq_locked(
         &self,
         cq: softrdma_transport::CqHandle,
         max: usize,
         f: impl FnMut(softrdma_transport::Wc),
-        now: Instant,
+        now: impl FnOnce() -> Instant,
     ) -> Result<usize, softrdma_transport::VerbsError> {
         let mut core = self.lock();
         let n = core.ep.poll_cq(cq, max, f)?;
         if n == 0 && core.held_dreqs.deadline().is_some() {
-            self.release_dreqs(&mut core, now);
+            self.release_dreqs(&mut core, now());
             self.after(&mut core);
             drop(core);
             self.send_soon();

@@ -758,7 +758,7 @@ impl Engine {
         set_flag(&self.shared.posted_since_poll, false, Ordering::Relaxed);
         if !self.shared.busy_poll || max == 0 {
             self.shared.flush_pending();
-            return self.shared.poll_cq_locked(cq, max, &mut f, self.now());
+            return self.shared.poll_cq_locked(cq, max, &mut f, || self.now());
         }
         // Gathered posts leave now; answers a poller held (ACKs) wait while
         // the application takes completions: its next post carries them
@@ -766,17 +766,40 @@ impl Engine {
         if self.shared.posts_deferred.load(Ordering::Relaxed) {
             self.shared.flush_pending();
         }
+        let delivered = self.shared.delivered.load(Ordering::Relaxed);
+        let mut newest = 0;
+        let n = self.shared.poll_cq_locked(
+            cq,
+            max,
+            |w| {
+                newest = newest.max(w.timestamp.as_nanos());
+                f(w)
+            },
+            || self.now(),
+        )?;
+        if n > 0 {
+            // Completions were waiting: taken without a clock read unless
+            // the socket is being handed between this thread and the
+            // progress thread (`back`, `leave`). In a ping-pong of SENDs
+            // the send's completion is there when polled, and the read
+            // was ~0.02 µs of each message (BENCHMARKS.md, "A lone
+            // post"). The newest completion's time stands for now in
+            // `last_call`: made a moment ago, by this thread or by the
+            // one that woke it (an event-mode waiter keeps the socket,
+            // one wake-up a message).
+            if self.shared.handing_over() {
+                let now = self.now().as_nanos();
+                self.shared.last_call.store(now, Ordering::Relaxed);
+                self.shared.back(now);
+                self.shared.leave(now);
+            } else {
+                self.shared.note_called(newest);
+            }
+            return Ok(n);
+        }
         let now = self.now().as_nanos();
         self.shared.last_call.store(now, Ordering::Relaxed);
         self.shared.back(now);
-        let delivered = self.shared.delivered.load(Ordering::Relaxed);
-        let n = self
-            .shared
-            .poll_cq_locked(cq, max, &mut f, Instant::from_nanos(now))?;
-        if n > 0 {
-            self.shared.leave(now);
-            return Ok(n);
-        }
         // An empty CQ: this thread spins on it, and whatever it held goes.
         self.shared.flush_pending();
         self.shared.last_poll.store(now, Ordering::Relaxed);
@@ -795,7 +818,7 @@ impl Engine {
             // As the first poll: finding the CQ empty releases held DREQs.
             let n = self
                 .shared
-                .poll_cq_locked(cq, max, &mut f, Instant::from_nanos(now))?;
+                .poll_cq_locked(cq, max, &mut f, || Instant::from_nanos(now))?;
             if n == 0 {
                 self.shared.flush_pending();
             } else {

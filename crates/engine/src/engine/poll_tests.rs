@@ -113,3 +113,66 @@ fn a_poller_returns_what_was_delivered_while_it_waited() {
     drop(rx);
     assert_eq!(poller.join().unwrap(), vec![7]);
 }
+
+/// A poll that finds completions reads no clock: the newest completion's
+/// time stands for now in `last_call`; only in a serve window (the
+/// progress thread waits for the socket) does it hand back.
+#[test]
+fn a_poll_that_finds_completions_hands_back_only_in_a_serve_window() {
+    let e = Engine::start(EngineConfig::bound_to(SocketAddr::new(
+        IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        0,
+    )))
+    .unwrap();
+    let mut buf = [7u8; 8];
+    let ptr = buf.as_mut_ptr() as u64;
+    let pd = e.alloc_pd().unwrap();
+    let (cq, _) = e.create_cq(16).unwrap();
+    let qpn = uc_to_self(&e, pd, cq);
+    let mr = e.reg_mr(pd, ptr, 8, ptr, Access::LOCAL_WRITE).unwrap();
+    let completed = |wr_id| {
+        let mut wr = SendWr::new(wr_id, WrOpcode::Send);
+        wr.flags = softrdma_transport::SendFlags::SIGNALED;
+        wr.sgl = vec![Sge {
+            addr: ptr,
+            length: 8,
+            lkey: mr.lkey,
+        }];
+        e.post_send(qpn, wr).unwrap();
+        // A UC SEND completes once sent (by this post, or the progress
+        // thread's next tick when it was gathered).
+        let t0 = std::time::Instant::now();
+        while e.lock().ep.cq_len(cq) == 0 {
+            assert!(t0.elapsed().as_secs() < 10, "the send never completed");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    let s = &e.shared;
+    completed(1);
+    s.last_call.store(123, Ordering::Relaxed);
+    s.left_at.store(0, Ordering::Relaxed);
+    let mut got = Vec::new();
+    let mut stamp = 0;
+    let n = e
+        .poll_cq(cq, 4, |w| {
+            got.push(w.wr_id);
+            stamp = w.timestamp.as_nanos();
+        })
+        .unwrap();
+    assert_eq!((n, got.clone()), (1, vec![1]));
+    assert!(stamp > 123);
+    assert_eq!(s.last_call.load(Ordering::Relaxed), stamp);
+    assert_eq!(s.left_at.load(Ordering::Relaxed), 0, "nothing handed back");
+    // Never back in time (the post notes its own call).
+    completed(3);
+    s.last_call.store(u64::MAX - 1, Ordering::Relaxed);
+    assert_eq!(e.poll_cq(cq, 4, |w| got.push(w.wr_id)).unwrap(), 1);
+    assert_eq!(s.last_call.load(Ordering::Relaxed), u64::MAX - 1);
+    // A serve window: the same poll hands the socket back at once.
+    completed(2);
+    s.serve_until.store(u64::MAX, Ordering::Relaxed);
+    assert_eq!(e.poll_cq(cq, 4, |w| got.push(w.wr_id)).unwrap(), 1);
+    assert_eq!(got, vec![1, 3, 2]);
+    assert_ne!(s.left_at.load(Ordering::Relaxed), 0, "handed back");
+    assert_eq!(s.last_call.load(Ordering::Relaxed), 0);
+}
