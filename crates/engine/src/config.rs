@@ -25,7 +25,7 @@ use std::io;
 /// - `SOFTRDMA_SHM=0|1`: carry traffic between the host device's processes
 ///   through shared memory (default 1; `0` keeps every packet on UDP over
 ///   loopback; see `engine/shm.rs`);
-/// - `SOFTRDMA_PEER_COPY=0`: with the same-host path on, keep every byte in
+/// - `SOFTRDMA_PEER_COPY=0|1`: with the same-host path on, `0` keeps every byte in
 ///   packets (no peer copy of large SENDs, WRITEs and READs;
 ///   see `engine/shm/peer_copy.rs`);
 /// - `SOFTRDMA_DIRECT=0|1`: with the same-host path on, a lone small post
@@ -60,6 +60,9 @@ pub struct EngineConfig {
     /// Carry traffic to this host device's member processes through shared
     /// memory instead of UDP (`SOFTRDMA_SHM`, default on; needs `host`).
     pub shm: bool,
+    /// Copy large SENDs, WRITEs and READs between member processes' memory
+    /// directly (`SOFTRDMA_PEER_COPY`, default on; needs `shm`).
+    pub peer_copy: bool,
     /// Let a lone small post to an idle RC QP whose peer is on a lane leave
     /// as a direct record (`SOFTRDMA_DIRECT`, default on; needs `shm`).
     pub direct: bool,
@@ -151,6 +154,7 @@ impl EngineConfig {
             busy_poll: flag("SOFTRDMA_BUSY_POLL", true)?,
             host: flag("SOFTRDMA_HOST", true)?,
             shm: flag("SOFTRDMA_SHM", true)?,
+            peer_copy: flag("SOFTRDMA_PEER_COPY", true)?,
             direct: flag("SOFTRDMA_DIRECT", true)?,
             linger,
             verify_icrc,
@@ -177,6 +181,7 @@ impl EngineConfig {
             host: true,
             rnr_hold: DEFAULT_RNR_HOLD,
             shm: false,
+            peer_copy: true,
             direct: true,
         }
     }
@@ -203,5 +208,12 @@ mod tests {
         let e = with(&[("SOFTRDMA_DIRECT", "maybe")]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         assert!(e.to_string().contains("SOFTRDMA_DIRECT=maybe"), "{e}");
+    }
+
+    #[test]
+    fn peer_copy_is_on_unless_turned_off() {
+        assert!(with(&[]).unwrap().peer_copy);
+        assert!(!with(&[("SOFTRDMA_PEER_COPY", "0")]).unwrap().peer_copy);
+        assert!(with(&[("SOFTRDMA_PEER_COPY", "2")]).is_err());
     }
 }

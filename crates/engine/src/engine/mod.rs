@@ -353,6 +353,7 @@ impl Engine {
                 h,
                 local.port(),
                 capture.is_some(),
+                cfg.peer_copy,
             )
             .inspect_err(|e| {
                 if std::env::var_os("SOFTRDMA_DEBUG").is_some() {

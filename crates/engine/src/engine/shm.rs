@@ -166,16 +166,19 @@ impl ShmPath {
     /// Creates this process's inbox and publishes it for the member `host`.
     /// `capturing` (`SOFTRDMA_PCAP`): this process's QPs use no peer copy,
     /// so what they send stays in packets the capture records.
+    /// `peer_copy`: `EngineConfig::peer_copy` (`SOFTRDMA_PEER_COPY`).
     pub(crate) fn new(
         host: &crate::host::HostMember,
         port: u16,
         capturing: bool,
+        peer_copy: bool,
     ) -> std::io::Result<ShmPath> {
-        let peer_copy_on = peer_copy::allowed() && !capturing;
+        let allowed = peer_copy::allowed(peer_copy);
+        let peer_copy_on = allowed && !capturing;
         let inbox = Inbox::create()?;
         host.publish_inbox(inbox.fd())?;
         // Peers may still copy from this process's memory.
-        let mr_share = MrShares::new(peer_copy::allowed());
+        let mr_share = MrShares::new(allowed);
         let place = Placements::new(peer_copy_on && mr_share.enabled());
         Ok(ShmPath {
             inbox,

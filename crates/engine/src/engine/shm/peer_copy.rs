@@ -54,15 +54,15 @@ pub(in crate::engine) fn is_peer_packet(pkt: &[u8]) -> bool {
         .is_some_and(|i| i.peer)
 }
 
-/// Whether this process may use peer copy at all: not where Yama limits
-/// ptrace (`ptrace_scope` ≥ 1 lets only ancestors copy, so two peers'
-/// rights could differ).
-pub(super) fn allowed() -> bool {
-    let off = std::env::var("SOFTRDMA_PEER_COPY").is_ok_and(|v| v == "0");
+/// Whether this process may use peer copy at all: `configured` on
+/// (`SOFTRDMA_PEER_COPY`), and not where Yama limits ptrace
+/// (`ptrace_scope` ≥ 1 lets only ancestors copy, so two peers' rights could
+/// differ).
+pub(super) fn allowed(configured: bool) -> bool {
     let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "0".to_owned());
-    !off && yama == "0"
+    configured && yama == "0"
 }
 
 /// The memory the same-host path works with: this process's, its tickets to
