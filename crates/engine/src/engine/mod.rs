@@ -814,7 +814,24 @@ impl Engine {
         // peer's DISCONNECTED first, destroyed the QP with its last message
         // still in the CQ, and fi_pingpong hung (3 to 6 runs in 100 with
         // two CPU burners).
-        let got = self.shared.rx_burst(Rx::Poller, now);
+        // What the inbox delivered is polled for under the engine lock it
+        // was delivered under: a lock's take and release fewer on each
+        // message's path (BENCHMARKS.md, "A lone post").
+        let mut taken = None;
+        let got = self.shared.rx_burst_then(
+            Rx::Poller,
+            now,
+            Some(&mut |core: &mut Core| taken = Some(core.ep.poll_cq(cq, max, &mut f))),
+        );
+        if let Some(n) = taken.transpose()?
+            && n > 0
+        {
+            if self.shared.tx_pending.load(Ordering::Relaxed) {
+                self.shared.ensure_tick(now);
+            }
+            self.shared.leave(now);
+            return Ok(n);
+        }
         if got > 0 || self.shared.delivered.load(Ordering::Relaxed) != delivered {
             // As the first poll: finding the CQ empty releases held DREQs.
             let n = self

@@ -78,11 +78,22 @@ impl Shared {
     /// the clock (one read per poll: at ~20 ns each, the reads were a fifth
     /// of a busy poller's time, `perf record` of `ib_send_lat`).
     pub(super) fn rx_burst(&self, mode: Rx, now: u64) -> usize {
+        self.rx_burst_then(mode, now, None)
+    }
+
+    /// [`Shared::rx_burst`], running `then` under the engine lock the
+    /// inbox's last datagrams were delivered under, if any were.
+    pub(super) fn rx_burst_then(
+        &self,
+        mode: Rx,
+        now: u64,
+        then: Option<&mut dyn FnMut(&mut Core)>,
+    ) -> usize {
         let sockets = match mode {
             Rx::Poller => 1,
             Rx::Progress | Rx::Linger | Rx::Held => usize::MAX,
         };
-        let shm = self.rx_inbox(mode, now);
+        let shm = self.rx_inbox_then(mode, now, then);
         if mode.throttles_sockets() {
             let (socket_at, shm_at) = (
                 self.socket_read_at.load(Ordering::Relaxed),
@@ -99,9 +110,14 @@ impl Shared {
     /// The same-host inbox's part of [`Shared::rx_burst`] (under the
     /// receive lock, as every reader of the inbox).
     pub(super) fn rx_inbox(&self, mode: Rx, now: u64) -> usize {
+        self.rx_inbox_then(mode, now, None)
+    }
+
+    /// [`Shared::rx_inbox`] with [`Shared::rx_burst_then`]'s `then`.
+    fn rx_inbox_then(&self, mode: Rx, now: u64, then: Option<&mut dyn FnMut(&mut Core)>) -> usize {
         let shm = {
             let (_rx, fresh) = self.lock_fresh(&self.rx, now);
-            self.rx_shm(mode, fresh)
+            self.rx_shm(mode, fresh, then)
         };
         if shm > 0 {
             self.shm_rx_at.store(now, Ordering::Relaxed);

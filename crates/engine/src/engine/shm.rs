@@ -519,8 +519,14 @@ impl Shared {
     /// Reads the inbox: processes what arrived like [`Shared::rx_burst`]
     /// does a socket's datagrams (the same checks, ACKs sent every chunk).
     /// The caller holds the receive lock (one consumer). `now`: see
-    /// [`Shared::rx_burst`].
-    pub(super) fn rx_shm(&self, mode: super::rx::Rx, now: u64) -> usize {
+    /// [`Shared::rx_burst`]. `then` runs under the engine lock of the last
+    /// chunk, if anything was delivered (a busy poller polls its CQ there).
+    pub(super) fn rx_shm(
+        &self,
+        mode: super::rx::Rx,
+        now: u64,
+        mut then: Option<&mut dyn FnMut(&mut Core)>,
+    ) -> usize {
         // An empty inbox costs a spinning poller a few loads, not the
         // engine lock and the bookkeeping after it.
         if !self.shm.as_ref().is_some_and(|s| s.inbox.has_work()) {
@@ -535,6 +541,12 @@ impl Shared {
                 now = fresh;
                 let t = softrdma_transport::Instant::from_nanos(now);
                 let got = self.shm_poll_locked(&mut core, t, ACK_CHUNK_SHM, &mut requests);
+                if got < ACK_CHUNK_SHM
+                    && got + total > 0
+                    && let Some(then) = then.take()
+                {
+                    then(&mut core);
+                }
                 self.after(&mut core);
                 got
             };
