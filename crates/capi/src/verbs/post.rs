@@ -246,12 +246,7 @@ unsafe extern "C" fn post_send(
         let n = posted.as_ref().map_or_else(|(i, _)| *i, |()| ptrs.len());
         for &p in &ptrs[..n] {
             // SAFETY: the application's chain, still readable.
-            let w = unsafe { &*p };
-            if w.opcode == IBV_WR_BIND_MW {
-                // SAFETY: reading the bind member of an IBV_WR_BIND_MW request.
-                let b = unsafe { w.ext.bind_mw };
-                super::mw::note_bound(b.mw, b.rkey);
-            }
+            note_bind(unsafe { &*p });
         }
         posted
     };
@@ -298,14 +293,19 @@ unsafe fn post_one_send(
             if let Err(e) = q.engine.post_send(q.qpn, r) {
                 return refuse(e.errno());
             }
-            if w.opcode == IBV_WR_BIND_MW {
-                // SAFETY: reading the bind member of an IBV_WR_BIND_MW request.
-                let b = unsafe { w.ext.bind_mw };
-                super::mw::note_bound(b.mw, b.rkey);
-            }
+            note_bind(w);
             0
         },
     )
+}
+
+/// After a posted request: an `IBV_WR_BIND_MW` records the rkey it binds.
+fn note_bind(w: &ibv_send_wr) {
+    if w.opcode == IBV_WR_BIND_MW {
+        // SAFETY: reading the bind member of an IBV_WR_BIND_MW request.
+        let b = unsafe { w.ext.bind_mw };
+        super::mw::note_bound(b.mw, b.rkey);
+    }
 }
 
 /// Converts one `ibv_recv_wr` (not its `next`): EINVAL for more than

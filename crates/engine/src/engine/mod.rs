@@ -823,31 +823,23 @@ impl Engine {
             now,
             Some(&mut |core: &mut Core| taken = Some(core.ep.poll_cq(cq, max, &mut f))),
         );
-        if let Some(n) = taken.transpose()?
-            && n > 0
-        {
+        let n = match taken.transpose()?.filter(|&n| n > 0) {
+            Some(n) => n,
+            // As the first poll: finding the CQ empty releases held DREQs.
+            None if got > 0 || self.shared.delivered.load(Ordering::Relaxed) != delivered => self
+                .shared
+                .poll_cq_locked(cq, max, &mut f, || Instant::from_nanos(now))?,
+            None => return Ok(0),
+        };
+        if n == 0 {
+            self.shared.flush_pending();
+        } else {
             if self.shared.tx_pending.load(Ordering::Relaxed) {
                 self.shared.ensure_tick(now);
             }
             self.shared.leave(now);
-            return Ok(n);
         }
-        if got > 0 || self.shared.delivered.load(Ordering::Relaxed) != delivered {
-            // As the first poll: finding the CQ empty releases held DREQs.
-            let n = self
-                .shared
-                .poll_cq_locked(cq, max, &mut f, || Instant::from_nanos(now))?;
-            if n == 0 {
-                self.shared.flush_pending();
-            } else {
-                if self.shared.tx_pending.load(Ordering::Relaxed) {
-                    self.shared.ensure_tick(now);
-                }
-                self.shared.leave(now);
-            }
-            return Ok(n);
-        }
-        Ok(0)
+        Ok(n)
     }
 
     /// Tells the engine an application thread is about to block (e.g. in a
