@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 
@@ -179,9 +179,11 @@ struct Shared {
     /// (`policy::WaiterSpin`).
     last_wait: AtomicU64,
     waits_spun: AtomicU64,
-    /// When a busy poller last read the device socket, and when the inbox
-    /// last delivered (transport time, ns; `policy::poller_reads_socket`).
+    /// When a busy poller last read the device socket, how many of its
+    /// reads in a row found nothing, and when the inbox last delivered
+    /// (transport time, ns; `policy::poller_reads_socket`).
     socket_read_at: AtomicU64,
+    socket_misses: AtomicU32,
     shm_rx_at: AtomicU64,
     /// Itself, for the threads it starts (a reconciliation).
     me: std::sync::Weak<Shared>,
@@ -454,6 +456,7 @@ impl Engine {
             last_wait: AtomicU64::new(u64::MAX),
             waits_spun: AtomicU64::new(0),
             socket_read_at: AtomicU64::new(0),
+            socket_misses: AtomicU32::new(0),
             shm_rx_at: AtomicU64::new(0),
         });
         let s2 = Arc::clone(&shared);

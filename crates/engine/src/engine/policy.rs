@@ -106,13 +106,26 @@ pub(super) const POLLER_NS: u64 = 10_000_000;
 /// message arriving meanwhile waits for it); re-measure with
 /// `cargo xtask bench --only same-host`.
 pub(super) const SHM_ACTIVE_NS: u64 = 10_000_000;
-/// The longest a busy poller leaves the socket unread while the same-host
-/// path is active: what comes over UDP then (CM MADs, peers on other hosts)
-/// waits at most this long, unless the progress thread takes it first.
+/// How long a busy poller leaves the socket unread while the same-host
+/// path is active, at first: what comes over UDP then (CM MADs, peers on
+/// other hosts) waits at most this long, unless the progress thread takes
+/// it first. Each read that finds nothing doubles it, up to
+/// [`SOCKET_GAP_DOUBLINGS`] times ([`socket_gap`]).
 ///
 /// Chosen by issue 17 (as [`SHM_ACTIVE_NS`]); re-measure with
 /// `cargo xtask bench --only same-host`.
 pub(super) const SOCKET_GAP_NS: u64 = 20_000;
+/// How often the socket gap doubles while the poller's reads of the socket
+/// find nothing: to 320 µs, the longest a datagram over UDP then waits
+/// (a CM MAD, a peer on another host; the first of a burst: the burst's
+/// next ones wait at most [`SOCKET_GAP_NS`]).
+///
+/// Chosen by issue 17 (BENCHMARKS.md, "The socket's gap on the same-host
+/// path"): at a constant 20 µs, a same-host `ib_write_lat` pair made one
+/// empty `recvmmsg` every 5–8 messages in each process (`recv_syscalls`
+/// of `SOFTRDMA_STATS`), ~1,800 instructions in user space and a system
+/// call each; re-measure with `cargo xtask bench --only same-host`.
+pub(super) const SOCKET_GAP_DOUBLINGS: u32 = 4;
 
 /// How long after an application thread left with completions, handing the
 /// socket back (`left_at`, see [`hand_back_on_leave`]), the progress thread
@@ -252,11 +265,29 @@ pub(super) fn waiter_keeps_socket(waited_at: u64, now: u64) -> bool {
 }
 
 /// Whether a busy poller reads the socket at `now` (it read it last at
-/// `socket_at`; the inbox last delivered at `shm_at`, 0: never).
-pub(super) fn poller_reads_socket(now: u64, socket_at: u64, shm_at: u64) -> bool {
+/// `socket_at`, after `misses` reads in a row that found nothing; the inbox
+/// last delivered at `shm_at`, 0: never).
+pub(super) fn poller_reads_socket(now: u64, socket_at: u64, shm_at: u64, misses: u32) -> bool {
     shm_at == 0
         || now.saturating_sub(shm_at) >= SHM_ACTIVE_NS
-        || now.saturating_sub(socket_at) >= SOCKET_GAP_NS
+        || now.saturating_sub(socket_at) >= socket_gap(misses)
+}
+
+/// The socket gap after `misses` reads in a row that found nothing:
+/// [`SOCKET_GAP_NS`], doubled per miss up to [`SOCKET_GAP_DOUBLINGS`] times.
+pub(super) fn socket_gap(misses: u32) -> u64 {
+    SOCKET_GAP_NS << misses.min(SOCKET_GAP_DOUBLINGS)
+}
+
+/// The misses in a row after a read of the socket that found `got`
+/// datagrams: one more if none (counted no further than the gap grows),
+/// else none.
+pub(super) fn socket_misses_after(misses: u32, got: usize) -> u32 {
+    if got == 0 {
+        misses.saturating_add(1).min(SOCKET_GAP_DOUBLINGS)
+    } else {
+        0
+    }
 }
 
 /// Whether an application thread found a CQ empty (at `last_poll`) within

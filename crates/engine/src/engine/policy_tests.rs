@@ -447,24 +447,54 @@ fn more_runnable_threads_than_cpus_plus_one_is_loaded() {
 
 #[test]
 fn a_poller_without_same_host_traffic_reads_the_socket_every_time() {
-    assert!(poller_reads_socket(5 * MS, 5 * MS, 0));
-    assert!(poller_reads_socket(5 * MS, 5 * MS - 1, 0));
+    assert!(poller_reads_socket(5 * MS, 5 * MS, 0, 0));
+    assert!(poller_reads_socket(5 * MS, 5 * MS - 1, 0, 0));
+    // However many reads found nothing.
+    assert!(poller_reads_socket(5 * MS, 5 * MS, 0, SOCKET_GAP_DOUBLINGS));
 }
 
 #[test]
 fn a_poller_fed_by_the_inbox_reads_the_socket_every_20us() {
     let t = 50 * MS;
     // The inbox delivered 1 µs ago; the socket was read 5 µs ago: skip.
-    assert!(!poller_reads_socket(t, t - 5 * US, t - US));
-    assert!(!poller_reads_socket(t, t - SOCKET_GAP_NS + 1, t - US));
-    assert!(poller_reads_socket(t, t - SOCKET_GAP_NS, t - US));
+    assert!(!poller_reads_socket(t, t - 5 * US, t - US, 0));
+    assert!(!poller_reads_socket(t, t - SOCKET_GAP_NS + 1, t - US, 0));
+    assert!(poller_reads_socket(t, t - SOCKET_GAP_NS, t - US, 0));
+}
+
+#[test]
+fn empty_socket_reads_stretch_the_gap_to_320us_and_a_datagram_resets_it() {
+    let t = 50 * MS;
+    assert_eq!(socket_gap(0), 20 * US);
+    assert_eq!(socket_gap(1), 40 * US);
+    assert_eq!(socket_gap(SOCKET_GAP_DOUBLINGS), 320 * US);
+    assert_eq!(socket_gap(u32::MAX), 320 * US);
+    // After two empty reads: every 80 µs.
+    assert!(!poller_reads_socket(t, t - 80 * US + 1, t - US, 2));
+    assert!(poller_reads_socket(t, t - 80 * US, t - US, 2));
+    // The count stops where the gap does, and a read that finds one
+    // datagram starts it over.
+    let mut misses = 0;
+    for _ in 0..10 {
+        misses = socket_misses_after(misses, 0);
+    }
+    assert_eq!(misses, SOCKET_GAP_DOUBLINGS);
+    assert!(!poller_reads_socket(t, t - 320 * US + 1, t - US, misses));
+    assert!(poller_reads_socket(t, t - 320 * US, t - US, misses));
+    assert_eq!(socket_misses_after(misses, 1), 0);
 }
 
 #[test]
 fn same_host_traffic_stops_counting_after_10ms() {
     let t = 50 * MS;
-    assert!(!poller_reads_socket(t, t - US, t - SHM_ACTIVE_NS + 1));
-    assert!(poller_reads_socket(t, t - US, t - SHM_ACTIVE_NS));
+    assert!(!poller_reads_socket(t, t - US, t - SHM_ACTIVE_NS + 1, 0));
+    assert!(poller_reads_socket(t, t - US, t - SHM_ACTIVE_NS, 0));
+    assert!(poller_reads_socket(
+        t,
+        t - US,
+        t - SHM_ACTIVE_NS,
+        SOCKET_GAP_DOUBLINGS
+    ));
 }
 
 // --- a thread blocked for a completion event (receiving.rs) ---

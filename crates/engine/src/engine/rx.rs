@@ -4,7 +4,7 @@
 
 use super::forward::{ForwardTo, Pending};
 use super::membership::{Noticed, Verdict};
-use super::{BATCH, Core, Shared};
+use super::{BATCH, Core, Shared, policy};
 use crate::cm::EpQps;
 use crate::memory::HostMemory;
 use softrdma_transport::{Datagram, Instant};
@@ -94,17 +94,22 @@ impl Shared {
             Rx::Progress | Rx::Linger | Rx::Held => usize::MAX,
         };
         let shm = self.rx_inbox_then(mode, now, then);
-        if mode.throttles_sockets() {
-            let (socket_at, shm_at) = (
-                self.socket_read_at.load(Ordering::Relaxed),
-                self.shm_rx_at.load(Ordering::Relaxed),
-            );
-            if !super::policy::poller_reads_socket(now, socket_at, shm_at) {
-                return shm;
-            }
-            self.socket_read_at.store(now, Ordering::Relaxed);
+        if !mode.throttles_sockets() {
+            return shm + self.rx_sockets(mode, 0, sockets);
         }
-        shm + self.rx_sockets(mode, 0, sockets)
+        let (socket_at, shm_at, misses) = (
+            self.socket_read_at.load(Ordering::Relaxed),
+            self.shm_rx_at.load(Ordering::Relaxed),
+            self.socket_misses.load(Ordering::Relaxed),
+        );
+        if !policy::poller_reads_socket(now, socket_at, shm_at, misses) {
+            return shm;
+        }
+        self.socket_read_at.store(now, Ordering::Relaxed);
+        let got = self.rx_sockets(mode, 0, sockets);
+        self.socket_misses
+            .store(policy::socket_misses_after(misses, got), Ordering::Relaxed);
+        shm + got
     }
 
     /// The same-host inbox's part of [`Shared::rx_burst`] (under the
