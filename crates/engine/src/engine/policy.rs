@@ -337,6 +337,19 @@ pub(super) fn counts_as_busy(busy_poll: bool, last_poll: u64, now: u64) -> bool 
     busy_poll && app_spinner(last_poll, now)
 }
 
+/// Whether the progress thread, while a busy poller owns the device socket,
+/// reads the other sockets (other host addresses, multicast groups) after a
+/// wait: only when the wait reported one readable (`others_readable`; the
+/// set is level-triggered, so what a read leaves wakes the next wait), or
+/// when the wait failed and reported nothing (`None`).
+///
+/// Chosen by issue 17 (BENCHMARKS.md, "The socket's gap on the same-host
+/// path"): every standby tick of a same-host `ib_write_lat` pair read
+/// each of them, one empty `recvmmsg` apiece, on a CPU a poller needed.
+pub(super) fn reads_others(others_readable: Option<bool>) -> bool {
+    others_readable.unwrap_or(true)
+}
+
 /// Whether a poller leaving at `now` with completions hands the socket back
 /// to the progress thread (forgets its polls, notes `left_at`, re-arms the
 /// socket): only inside the serve window the progress thread opened.

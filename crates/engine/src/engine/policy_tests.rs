@@ -485,6 +485,15 @@ fn empty_socket_reads_stretch_the_gap_to_320us_and_a_datagram_resets_it() {
 }
 
 #[test]
+fn the_progress_thread_reads_the_other_sockets_only_when_the_wait_says_so() {
+    assert!(reads_others(Some(true)));
+    // A standby tick: nothing to read.
+    assert!(!reads_others(Some(false)));
+    // A failed wait said nothing: look.
+    assert!(reads_others(None));
+}
+
+#[test]
 fn same_host_traffic_stops_counting_after_10ms() {
     let t = 50 * MS;
     assert!(!poller_reads_socket(t, t - US, t - SHM_ACTIVE_NS + 1, 0));

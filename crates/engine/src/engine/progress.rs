@@ -87,7 +87,11 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         s.sleeping_until.store(0, Ordering::SeqCst);
         s.progress_wakeups.fetch_add(1, Ordering::Relaxed);
         s.shm_awake_if_watching();
-        let readable = events.map_or(0, |e| e.readable);
+        let readable = events.as_ref().map_or(0, |e| e.readable);
+        let others_readable = events
+            .as_ref()
+            .ok()
+            .map(|e| e.is_readable(super::KEY_SOCKET) || e.is_readable(super::KEY_MCAST));
         if readable & (1 << super::KEY_ADDRS) != 0 {
             s.on_addr_change();
         }
@@ -105,9 +109,11 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
                     .store(Progress::serve_until(now), Ordering::Relaxed);
             }
             got
-        } else {
+        } else if policy::reads_others(others_readable) {
             // A busy poller owns the device socket; the others are ours.
             s.rx_others()
+        } else {
+            0
         };
         // What a poller or a post left unsent goes now, unless its owner
         // is still in the middle of a burst (it sends it itself).
