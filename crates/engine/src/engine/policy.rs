@@ -88,8 +88,16 @@ pub(super) const MAX_MISSED_LOCKS: u32 = 3;
 /// loop.
 ///
 /// Chosen by issue 6, change 2 (`ib_write_lat` 89 → 8 µs one-way, with
-/// `ib_send_lat` unchanged); re-measure with `cargo xtask bench --only lat`.
-pub(super) const QUICK_RETURN_NS: u64 = 5_000;
+/// `ib_send_lat` unchanged) at 5 µs; raised by issue 17 (BENCHMARKS.md,
+/// "The socket's gap on the same-host path", the hand-over's second
+/// state): a poller whose return took a wake-up of its progress thread
+/// (20–40 µs on these VMs) kept the serve window open, and with it the
+/// wake-ups. At 50 µs, `cargo xtask bench --only lat --compare` gave
+/// `ib_write_lat` 0.32–0.67× of 5 µs (10–12 against 18–35 µs over UDP),
+/// the rest within noise, and a same-host `ib_write_lat` pair never fell
+/// into that state (`scripts/same-host-syscalls.sh`). Re-measure with
+/// both.
+pub(super) const QUICK_RETURN_NS: u64 = 50_000;
 /// How recently an application must have found a CQ empty for its posts to
 /// be gathered (it spins, so a poll follows the burst).
 ///
