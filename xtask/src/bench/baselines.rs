@@ -71,15 +71,29 @@ impl Drop for Qperf {
 }
 
 /// One-thread memcpy bandwidth for `size`-byte copies between hot buffers.
+///
+/// Both buffers start on a page. Two `Vec`s of 64 KiB sit next to each
+/// other on the heap, the destination 16 bytes past a 4 KiB multiple from
+/// the source, and there glibc's `rep movsb` (copies of 2112 bytes and
+/// more) ran at 1.3–2 GB/s instead of 25–38 on this VM's AMD CPU: a
+/// destination 1 to ~31 bytes past the source, modulo 4 KiB, is that
+/// slow (BENCHMARKS.md, "The socket's gap on the same-host path").
 pub(crate) fn memcpy_bw(size: usize) -> f64 {
-    let src = vec![1u8; size];
-    let mut dst = vec![0u8; size];
+    const PAGE: usize = 4096;
+    let mut src_buf = vec![1u8; size + PAGE];
+    let mut dst_buf = vec![0u8; size + PAGE];
+    let (s0, d0) = (
+        src_buf.as_ptr().align_offset(PAGE),
+        dst_buf.as_ptr().align_offset(PAGE),
+    );
+    let src = &mut src_buf[s0..s0 + size];
+    let dst = &mut dst_buf[d0..d0 + size];
     let t0 = Instant::now();
     let mut n = 0u64;
     while t0.elapsed() < Duration::from_millis(300) {
         for _ in 0..16 {
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&mut dst);
+            dst.copy_from_slice(std::hint::black_box(&*src));
+            std::hint::black_box(&mut *dst);
         }
         n += 16;
     }
