@@ -172,9 +172,10 @@ pub(crate) fn gsi_mad(payload: &[u8]) -> Option<&[u8]> {
     (p.payload.len() == 256).then_some(p.payload)
 }
 
-/// True if the datagram is a CM DREQ (a peer disconnects).
-pub(crate) fn is_dreq(payload: &[u8]) -> bool {
-    gsi_mad(payload).is_some_and(|m| {
+/// The MAD of a datagram that is a CM DREQ (a peer disconnects), parsed
+/// once for both the test and the DREQ's reading.
+pub(crate) fn dreq_mad(payload: &[u8]) -> Option<&[u8]> {
+    gsi_mad(payload).filter(|m| {
         m[1] == softrdma_wire::mad::MGMT_CLASS_CM
             && u16::from_be_bytes([m[16], m[17]]) == softrdma_wire::cm::attr::DREQ
     })

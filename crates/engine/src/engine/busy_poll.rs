@@ -77,6 +77,14 @@ impl Shared {
         self.left_at.load(Ordering::Relaxed) != 0 || self.serve_until.load(Ordering::Relaxed) != 0
     }
 
+    /// A poller called at `now`: it is the application's last call, and
+    /// the poller is back ([`Shared::back`]). Returns `now`.
+    pub(super) fn poller_back(&self, now: u64) -> u64 {
+        self.last_call.store(now, Ordering::Relaxed);
+        self.back(now);
+        now
+    }
+
     /// A poller is back (at `now`): `policy::on_back` (back quickly, it
     /// polls in a tight loop after all: stop handing over).
     pub(super) fn back(&self, now: u64) {

@@ -98,10 +98,10 @@ impl Shared {
     /// Holds `dg` if it is a DREQ of a known connection and a completion
     /// waits in a CQ of its QP; true if it was taken.
     pub(super) fn hold_dreq(&self, core: &mut Core, now: Instant, dg: &Datagram<'_>) -> bool {
-        if !crate::cm::is_dreq(dg.payload) {
+        let Some(mad) = crate::cm::dreq_mad(dg.payload) else {
             return false;
-        }
-        let Some(qpn) = crate::cm::gsi_mad(dg.payload).and_then(|m| core.cm.dreq_qpn(m)) else {
+        };
+        let Some(qpn) = core.cm.dreq_qpn(mad) else {
             // Not for a connection of ours: the CM answers it at once.
             return false;
         };

@@ -792,18 +792,14 @@ impl Engine {
             // one that woke it (an event-mode waiter keeps the socket,
             // one wake-up a message).
             if self.shared.handing_over() {
-                let now = self.now().as_nanos();
-                self.shared.last_call.store(now, Ordering::Relaxed);
-                self.shared.back(now);
+                let now = self.shared.poller_back(self.now().as_nanos());
                 self.shared.leave(now);
             } else {
                 self.shared.note_called(newest);
             }
             return Ok(n);
         }
-        let now = self.now().as_nanos();
-        self.shared.last_call.store(now, Ordering::Relaxed);
-        self.shared.back(now);
+        let now = self.shared.poller_back(self.now().as_nanos());
         // An empty CQ: this thread spins on it, and whatever it held goes.
         self.shared.flush_pending();
         self.shared.last_poll.store(now, Ordering::Relaxed);
