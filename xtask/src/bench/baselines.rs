@@ -80,19 +80,19 @@ impl Drop for Qperf {
 /// slow (BENCHMARKS.md, "The socket's gap on the same-host path").
 pub(crate) fn memcpy_bw(size: usize) -> f64 {
     const PAGE: usize = 4096;
-    let mut src_buf = vec![1u8; size + PAGE];
+    let src_buf = vec![1u8; size + PAGE];
     let mut dst_buf = vec![0u8; size + PAGE];
     let (s0, d0) = (
         src_buf.as_ptr().align_offset(PAGE),
         dst_buf.as_ptr().align_offset(PAGE),
     );
-    let src = &mut src_buf[s0..s0 + size];
+    let src = &src_buf[s0..s0 + size];
     let dst = &mut dst_buf[d0..d0 + size];
     let t0 = Instant::now();
     let mut n = 0u64;
     while t0.elapsed() < Duration::from_millis(300) {
         for _ in 0..16 {
-            dst.copy_from_slice(std::hint::black_box(&*src));
+            dst.copy_from_slice(std::hint::black_box(src));
             std::hint::black_box(&mut *dst);
         }
         n += 16;
