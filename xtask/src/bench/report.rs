@@ -480,7 +480,7 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
         let (base, vs_base) = match (tool, events) {
             ("ib_send_lat", false) => (
                 format!("UCX `tag_lat` {}", us2(tag_lat)),
-                format!("{}× `tag_lat`", ratio(v / tag_lat)),
+                format!("{}× `tag_lat`", ratio(tag_lat_ratio(r, tool).0)),
             ),
             ("ib_write_lat", _) => (
                 format!(
@@ -491,7 +491,7 @@ fn same_host_table(s: &mut String, r: &Results, m: &Meta) {
                 format!(
                     "{}× `ucp_put_lat`, {}× `tag_lat`",
                     ratio(v / put_lat),
-                    ratio(v / tag_lat)
+                    ratio(tag_lat_ratio(r, tool).0)
                 ),
             ),
             (_, true) => {
@@ -574,6 +574,26 @@ fn us_plain2(x: f64) -> String {
     }
 }
 
+/// A same-host latency over UCX's `tag_lat`: the median of the ratios of
+/// each run to the `tag_lat` run right before it (`pair:` keys), with
+/// their range, or the ratio of the medians where no pair was measured.
+fn tag_lat_ratio(r: &Results, tool: &str) -> (f64, String) {
+    let (x, _, lo, hi) = stat(r, &same_host::pair_key(tool, "tag_lat"));
+    if x.is_finite() {
+        let range = if hi > lo {
+            format!(" ({}–{})", num(lo, 2), num(hi, 2))
+        } else {
+            String::new()
+        };
+        return (x, format!("{range}, paired"));
+    }
+    let v = stat(r, &same_host::key(tool, Via::Shm)).0;
+    (
+        v / stat(r, &same_host::ucx_key("tag_lat", None)).0,
+        String::new(),
+    )
+}
+
 fn same_host_targets(s: &mut String, r: &Results) {
     let shm = |name: &str| stat(r, &same_host::key(name, Via::Shm)).0;
     let ucx = |key: &str| stat(r, key).0;
@@ -593,19 +613,29 @@ fn same_host_targets(s: &mut String, r: &Results) {
             k = kib(tag),
         );
     }
-    let tag_lat = ucx("ucx:tag_lat");
     for tool in ["ib_send_lat", "ib_write_lat"] {
         let v = shm(tool);
-        let x = v / tag_lat;
+        let (x, how) = tag_lat_ratio(r, tool);
         let _ = writeln!(
             s,
-            "- `{tool}` 8 B one-way = **{}** (target ≤ 1.0 µs: {}); / UCX `tag_lat` = **{}** \
+            "- `{tool}` 8 B one-way = **{}** (target ≤ 1.0 µs: {}); / UCX `tag_lat` = **{}**{how} \
              (target ≤ 3: {}; stretch ≤ 1.5: {})",
             us2(v),
             verdict(v, v <= 1.0),
             ratio(x),
             verdict(x, x <= 3.0),
             verdict(x, x <= 1.5),
+        );
+    }
+    let (_, _, lo, hi) = stat(r, &same_host::ucx_key("tag_lat", None));
+    if hi > 1.5 * lo {
+        let _ = writeln!(
+            s,
+            "- UCX `tag_lat` ranged {}–{} over the run: the machine changed speed \
+             between runs, and the ratios to `tag_lat` are those of each run with \
+             the `tag_lat` run right before it",
+            us_plain2(lo),
+            us2(hi),
         );
     }
     let v = shm("ib_read_lat");
@@ -778,5 +808,56 @@ mod tests {
         );
         assert!(md.contains("Skipped:\n\n- UCX rows skipped"), "{md}");
         assert!(md.contains("Failed measurements:\n\n- x: failed"), "{md}");
+    }
+
+    #[test]
+    fn latency_targets_use_the_ratio_to_the_tag_lat_run_right_before() {
+        // Two repetitions: the machine was 3× slower in the second. The
+        // medians' ratio (1.2 / 0.4 = 3.0) would pair a fast run with a slow
+        // one; each run against its own `tag_lat` gives 5.0 and 2.0.
+        let mut r = Results::new();
+        let s = |v: &[f64]| {
+            v.iter()
+                .map(|&v| Sample { v, aux: f64::NAN })
+                .collect::<Vec<_>>()
+        };
+        r.insert("ucx:tag_lat".into(), s(&[0.2, 0.6]));
+        r.insert("sh:ib_send_lat@shm".into(), s(&[1.0, 1.2]));
+        r.insert("pair:ib_send_lat/tag_lat".into(), s(&[5.0, 2.0]));
+        r.insert("sh:ib_write_lat@shm".into(), s(&[0.8]));
+        let m = Meta {
+            command: "cargo xtask bench --only same-host".into(),
+            reps: 2,
+            secs: 1,
+            iters: 10,
+            idle_secs: 2,
+            load_before: "1".into(),
+            load_after: "1".into(),
+            minutes: 1.0,
+            failures: vec![],
+            compare: None,
+            wire: false,
+            same_host: true,
+            notes: vec![],
+        };
+        let md = render(&r, &m);
+        assert!(
+            md.contains(
+                "- `ib_send_lat` 8 B one-way = **1.10 µs** (target ≤ 1.0 µs: not met); \
+                 / UCX `tag_lat` = **3.50** (2.00–5.00), paired (target ≤ 3: not met; \
+                 stretch ≤ 1.5: not met)"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| 3.50× `tag_lat` |"), "{md}");
+        // No pair measured: the ratio of the medians.
+        assert!(
+            md.contains("/ UCX `tag_lat` = **2.00** (target ≤ 3: met;"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- UCX `tag_lat` ranged 0.20–0.60 µs over the run"),
+            "{md}"
+        );
     }
 }

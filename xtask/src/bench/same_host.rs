@@ -22,7 +22,15 @@
 //! (`SOFTRDMA_PEER_COPY=0`: the lanes carry every byte in packets).
 //!
 //! Keys: `sh:<perftest>@shm`, `sh:<perftest>@pkt`, `sh:<perftest>@udp` (and `...@shm#lanes`, the
-//! share of datagrams sent through lanes), `ucx:<test>`.
+//! share of datagrams sent through lanes), `ucx:<test>`, and `pair:<perftest>/tag_lat`
+//! ([`pair_key`]).
+//!
+//! The latency targets compare with UCX's `tag_lat` measured right before
+//! each busy-poll SEND and WRITE run, as a ratio per repetition: on these
+//! VMs `tag_lat` moved between 0.18 and 0.68 µs from one minute to the next
+//! (2026-11-28, as the two vCPUs went from separate cores to one core's
+//! two threads and back), so the medians of runs minutes apart could pair
+//! one speed of the machine with the other.
 
 use std::fmt;
 use std::fs;
@@ -51,7 +59,8 @@ pub(crate) const BW_ROWS: [(&str, usize, &str, &str); 4] = [
 ];
 
 /// Latency rows (8 bytes): perftest tool, completion events (`-e`), the UCX
-/// test run right before it.
+/// test run right before it (the busy-poll SEND and WRITE rows also run
+/// `tag_lat` right before, for their paired ratio, [`pair_key`]).
 pub(crate) const LAT_ROWS: [(&str, bool, Option<&str>); 5] = [
     ("ib_send_lat", false, Some("tag_lat")),
     ("ib_write_lat", false, Some("ucp_put_lat")),
@@ -95,6 +104,12 @@ pub(crate) fn lat_name(tool: &str, events: bool) -> String {
 /// `sh:<name>@<via>`.
 pub(crate) fn key(name: &str, via: Via) -> String {
     format!("sh:{name}@{via}")
+}
+
+/// `pair:<perftest>/<UCX test>`: the ratio of a same-host latency to the
+/// UCX latency measured right before it, one sample per repetition.
+pub(crate) fn pair_key(tool: &str, test: &str) -> String {
+    format!("pair:{tool}/{test}")
 }
 
 /// `ucx:<test>/<tag>` for bandwidth, `ucx:<test>` for latency.
@@ -163,13 +178,14 @@ impl Ctx {
         self.dir.join(f)
     }
 
-    /// One perftest run on `via`, checked against its counters.
+    /// One perftest run on `via`, checked against its counters; its value
+    /// if it succeeded.
     fn same_host_run(
         &mut self,
         name: &str,
         via: Via,
         run: impl FnOnce(&Ctx, &Setup<'_>) -> Result<Sample>,
-    ) {
+    ) -> Option<f64> {
         let stats = self.stats_file(name, via);
         let _ = fs::remove_file(&stats);
         let setup = Setup::SameHost {
@@ -200,9 +216,14 @@ impl Ctx {
                             aux: f64::NAN,
                         });
                 }
+                let v = s.v;
                 self.record(&k, Ok(s));
+                Some(v)
             }
-            Err(e) => self.record(&k, Err(e)),
+            Err(e) => {
+                self.record(&k, Err(e));
+                None
+            }
         }
     }
 
@@ -295,14 +316,28 @@ pub(crate) fn one_rep(ctx: &mut Ctx, qperf: Option<&Qperf>, ucx: bool) {
     };
     ctx.record("cacheline", Ok(line));
     for (tool, events, test) in LAT_ROWS {
-        if let (true, Some(t)) = (ucx, test) {
+        let paired = ucx && !events && tool != "ib_read_lat";
+        let mut tag_lat = None;
+        if paired {
+            let r = ctx.ucx_lat("tag_lat");
+            tag_lat = r.as_ref().ok().map(|s| s.v);
+            ctx.record(&ucx_key("tag_lat", None), r);
+        }
+        if let (true, Some(t)) = (ucx, test.filter(|t| *t != "tag_lat")) {
             let r = ctx.ucx_lat(t);
             ctx.record(&ucx_key(t, None), r);
         }
         for via in [Via::Shm, Via::Udp] {
-            ctx.same_host_run(&lat_name(tool, events), via, |c, setup| {
+            let v = ctx.same_host_run(&lat_name(tool, events), via, |c, setup| {
                 c.perftest_lat(&libs, tool, events, setup)
             });
+            if let (Via::Shm, Some(v), Some(u)) = (via, v, tag_lat) {
+                let s = Sample {
+                    v: v / u,
+                    aux: f64::NAN,
+                };
+                ctx.record(&pair_key(tool, "tag_lat"), Ok(s));
+            }
         }
     }
 }
