@@ -75,8 +75,9 @@ fn rc_deep_queues_late_receives() {
     assert!(r.stats.rx_rnr_nak > 20);
 }
 
-/// Direct records (`Config::direct`: a lone small SEND or WRITE to an idle
-/// QP leaves at the post in the same-host path's compact form) among the
+/// Direct records (`Config::direct`: a lone small SEND, WRITE or READ to an
+/// idle QP leaves at the post in the same-host path's compact form, and a
+/// small READ's response comes back as one) among the
 /// packets, under the same faults: records lost, duplicated, reordered and
 /// delayed; every completion, message and byte checked as above. Messages
 /// stay below peer copy's size here (the QPs are marked as lane peers).

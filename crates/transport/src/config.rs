@@ -111,9 +111,10 @@ pub struct Config {
     /// instructions an exchange (callgrind of `ib_send_lat` over the lanes).
     pub lane_acks: bool,
     /// Whether a post to an idle RC QP whose peer is on a same-host lane
-    /// may start a one-packet SEND or WRITE as a direct record
+    /// may start a one-packet SEND or WRITE, or a READ, as a direct record
     /// ([`crate::Endpoint::post_send_direct`], [`softrdma_wire::direct`])
-    /// for the engine to push at once (default false). The engine turns it
+    /// for the engine to push at once, and its responder answer a small
+    /// READ with a response record (default false). The engine turns it
     /// on with the lanes, unless it captures packets.
     pub direct: bool,
     /// With `verify_icrc`, also accept an IPv4 packet whose ICRC matches under

@@ -940,8 +940,8 @@ impl Endpoint {
 
     /// [`Endpoint::post_send`], starting the WR at once as a direct record
     /// in `out` when it may go as one (an idle RC QP whose peer is on a
-    /// same-host lane, a one-packet SEND or WRITE: [`Config::direct`],
-    /// [`softrdma_wire::direct`]). Then returns where the record goes; the
+    /// same-host lane, a one-packet SEND or WRITE, or a READ request:
+    /// [`Config::direct`], [`softrdma_wire::direct`]). Then returns where the record goes; the
     /// driver pushes it into that lane, before the QP's next datagram if
     /// it can (one that passes it is a reordering, which the responder's
     /// sequence NAK repairs), or drops it (the retransmission timer sends

@@ -1,8 +1,9 @@
 //! Direct records (`qp/direct.rs`, `Config::direct`): a lone small SEND or
-//! WRITE posted to an idle RC QP whose peer is on a lane leaves at the post
-//! as a compact record, and is from then on the message the packet would
-//! have been: its PSN, its ACK (carried or not), retransmission as a
-//! packet, RNR, duplicates and the responder's checks are the transport's.
+//! WRITE, or a READ below peer copy's size, posted to an idle RC QP whose
+//! peer is on a lane leaves at the post as a compact record, and is from
+//! then on the message the packet would have been: its PSN, its ACK
+//! (carried or not), retransmission as a packet, RNR, duplicates and the
+//! responder's checks are the transport's.
 
 #[allow(dead_code, unused_imports)]
 mod peer_harness;
@@ -177,7 +178,7 @@ fn a_packet_posted_behind_a_record_follows_it_in_order() {
 }
 
 #[test]
-fn only_a_lone_small_send_or_write_to_an_idle_lane_qp_goes_direct() {
+fn only_a_lone_small_message_to_an_idle_lane_qp_goes_direct() {
     // Off (the default, and on the wire).
     let (mut a, _b) = pair_with(|c| c.lane_acks = true);
     assert!(send_direct(&mut a, A_BASE).is_none());
@@ -186,12 +187,16 @@ fn only_a_lone_small_send_or_write_to_an_idle_lane_qp_goes_direct() {
     let (mut a, _b) = direct_pair();
     a.ep.set_peer_copy(a.qpn, false).unwrap();
     assert!(send_direct(&mut a, A_BASE).is_none());
-    // A READ, then a SEND behind it.
+    // An atomic, then a SEND behind it.
     let (mut a, b) = direct_pair();
-    let read = wr(WrOpcode::RdmaRead, &a, A_BASE, 8, B_BASE, b.key);
-    assert!(post_direct(&mut a, T0, read).is_none());
+    let add = wr(WrOpcode::AtomicFetchAndAdd, &a, A_BASE, 8, B_BASE, b.key);
+    assert!(post_direct(&mut a, T0, add).is_none());
     assert!(send_direct(&mut a, A_BASE).is_none());
     assert_eq!(drain(&mut a, T0).len(), 2);
+    // A READ large enough for peer copy.
+    let (mut a, b) = direct_pair();
+    let big = wr(WrOpcode::RdmaRead, &a, A_BASE, 64 << 10, B_BASE, b.key);
+    assert!(post_direct(&mut a, T0, big).is_none());
     // Too large for a record.
     let (mut a, _b) = direct_pair();
     let big = wr(WrOpcode::Send, &a, A_BASE, 256, 0, 0);
@@ -203,4 +208,102 @@ fn only_a_lone_small_send_or_write_to_an_idle_lane_qp_goes_direct() {
     assert!(post_direct(&mut a, T0, bad).is_none());
     assert!(drain(&mut a, T0).is_empty());
     assert_eq!(wcs(&mut a)[0].status, WcStatus::LocProtErr);
+}
+
+/// A READ's request goes as a record; the responder answers it as it
+/// answers a packet, one response per MTU, and the bytes land.
+#[test]
+fn a_read_request_goes_as_a_record_and_its_responses_land() {
+    for len in [8u32, 9000] {
+        let (mut a, mut b) = direct_pair();
+        let read = wr(WrOpcode::RdmaRead, &a, A_BASE, len, B_BASE + 64, b.key);
+        let rec = post_direct(&mut a, T0, read).expect("a direct record");
+        assert!(is_direct(&rec));
+        assert!(drain(&mut a, T0).is_empty(), "the record is the request");
+        lane(&mut b, &a, T0, &rec);
+        let responses = drain(&mut b, T0);
+        // 4 KiB MTU: one response for 8 bytes, a record; three packets for
+        // 9000.
+        assert_eq!(responses.len(), (len as usize).div_ceil(4096));
+        assert!(responses.iter().all(|r| is_direct(r) == (len == 8)));
+        for r in &responses {
+            lane(&mut a, &b, T0, r);
+        }
+        let got = wcs(&mut a);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, len));
+        let n = len as usize;
+        assert_eq!(a.mem.at(A_BASE, n), b.mem.at(B_BASE + 64, n));
+        // The next post takes the PSN after the READ's responses.
+        post_recv(&mut b, B_BASE + 4096, 64);
+        let next = send_direct(&mut a, A_BASE).expect("idle again");
+        lane(&mut b, &a, T0, &next);
+        assert_eq!(wcs(&mut b)[0].status, WcStatus::Success);
+    }
+}
+
+/// A READ record whose response is lost: the request goes again as a
+/// packet at the timeout, the responder answers the duplicate, and the
+/// READ completes once.
+#[test]
+fn a_read_record_answered_again_after_a_lost_response() {
+    let (mut a, mut b) = direct_pair();
+    let read = wr(WrOpcode::RdmaRead, &a, A_BASE, 8, B_BASE, b.key);
+    let rec = post_direct(&mut a, T0, read).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    let lost = drain(&mut b, T0);
+    assert_eq!(lost.len(), 1, "the response, lost");
+    assert!(is_direct(&lost[0]), "a response record");
+    let later = after_timeout();
+    a.ep.handle_timeout(later);
+    let again = drain(&mut a, later);
+    assert_eq!(again.len(), 1);
+    assert!(!is_direct(&again[0]), "a retransmission is a packet");
+    for p in &again {
+        lane(&mut b, &a, later, p);
+    }
+    run(&mut a, &mut b, later);
+    let got = wcs(&mut a);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status, WcStatus::Success);
+    assert_eq!(a.mem.at(A_BASE, 8), b.mem.at(B_BASE, 8));
+}
+
+/// A READ record with a bad rkey: the responder's NAK ends it in
+/// REM_ACCESS_ERR and nothing is read.
+#[test]
+fn a_read_record_with_a_bad_rkey_fails_remotely() {
+    let (mut a, mut b) = direct_pair();
+    let before = a.mem.at(A_BASE, 8).to_vec();
+    let read = wr(WrOpcode::RdmaRead, &a, A_BASE, 8, B_BASE, b.key ^ 0x100);
+    let rec = post_direct(&mut a, T0, read).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    run(&mut a, &mut b, T0);
+    let got = wcs(&mut a);
+    assert_eq!(got[0].status, WcStatus::RemAccessErr);
+    assert_eq!(a.mem.at(A_BASE, 8), &before[..]);
+}
+
+/// With records off, or no lane to the peer, a READ's response is a packet.
+#[test]
+fn read_responses_are_packets_without_records_or_a_lane() {
+    for no_lane in [true, false] {
+        let (mut a, mut b) = if no_lane {
+            direct_pair()
+        } else {
+            pair_with(|c| c.lane_acks = true)
+        };
+        if no_lane {
+            b.ep.set_peer_copy(b.qpn, false).unwrap();
+        }
+        let read = wr(WrOpcode::RdmaRead, &a, A_BASE, 8, B_BASE, b.key);
+        let req = post_direct(&mut a, T0, read).unwrap_or_else(|| drain(&mut a, T0).remove(0));
+        lane(&mut b, &a, T0, &req);
+        let resp = drain(&mut b, T0);
+        assert_eq!(resp.len(), 1);
+        assert!(!is_direct(&resp[0]));
+        lane(&mut a, &b, T0, &resp[0]);
+        assert_eq!(wcs(&mut a)[0].status, WcStatus::Success);
+        assert_eq!(a.mem.at(A_BASE, 8), b.mem.at(B_BASE, 8));
+    }
 }

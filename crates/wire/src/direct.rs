@@ -1,6 +1,7 @@
 //! Direct records: the compact form a same-host lane gives a one-packet RC
-//! SEND or RDMA WRITE (with or without immediate data), with the ACK it may
-//! carry for the other direction.
+//! SEND or RDMA WRITE (with or without immediate data), an RC RDMA READ
+//! request, or a one-packet READ response, with the ACK a request may carry
+//! for the other direction.
 //!
 //! A direct record stands for exactly one RoCE packet (and a carried
 //! [`LaneAck`]): same opcode, destination QP, PSN, headers and payload. It
@@ -13,15 +14,17 @@
 //!
 //! ```text
 //! 0   0xE8
-//! 1   flags: 1 carried ACK, 2 immediate data, 4 IETH, 8 RETH, 16 solicited event
+//! 1   flags: 1 carried ACK, 2 immediate data, 4 IETH, 8 RETH, 16 solicited event,
+//!     32 AETH
 //! 2   the RoCE opcode it stands for
 //! 3   payload length (bytes)
 //! 4   destination QP, big-endian, in the low 24 bits (as in a BTH)
 //! 8   PSN, big-endian, in the low 24 bits
 //! 12  [carried ACK: PSN u32 BE, AETH 4 bytes]
 //!     [immediate data or IETH: u32 as on the wire]
-//!     [RETH: va u64 BE, rkey u32 BE]
-//!     payload
+//!     [RETH: va u64 BE, rkey u32 BE; a READ request's also its DMA length, u32 BE]
+//!     [AETH, a READ response's: 4 bytes as on the wire]
+//!     payload (none for a READ request)
 //! ```
 
 use crate::error::{Error, Result};
@@ -38,12 +41,18 @@ pub const DIRECT_MAX_PAYLOAD: usize = 255;
 const FIXED: usize = 12;
 /// The longest record: fixed part, ACK, immediate data, RETH, payload.
 pub const DIRECT_MAX_LEN: usize = FIXED + 8 + 4 + 12 + DIRECT_MAX_PAYLOAD;
+/// A RETH's bytes in a record: the DMA length is left out but for a READ
+/// request, which has no payload to give it.
+fn reth_len(read_request: bool) -> usize {
+    if read_request { 16 } else { 12 }
+}
 
 const F_ACK: u8 = 1;
 const F_IMM: u8 = 2;
 const F_IETH: u8 = 4;
 const F_RETH: u8 = 8;
 const F_SE: u8 = 16;
+const F_AETH: u8 = 32;
 
 /// Whether a lane datagram is a direct record (its first byte).
 pub fn is_direct(datagram: &[u8]) -> bool {
@@ -51,11 +60,16 @@ pub fn is_direct(datagram: &[u8]) -> bool {
 }
 
 /// Whether a packet with these headers may go as a direct record: a
-/// one-packet ("only") RC SEND or WRITE whose payload fits.
+/// one-packet ("only") RC SEND, WRITE or READ response whose payload fits,
+/// or an RC READ request.
 pub fn fits(hdr: &Headers, payload_len: usize) -> bool {
-    hdr.bth.opcode.info().is_some_and(|i| recordable(&i))
-        && payload_len <= DIRECT_MAX_PAYLOAD
-        && hdr.reth.is_none_or(|r| r.dma_len as usize == payload_len)
+    let Some(info) = hdr.bth.opcode.info().filter(recordable) else {
+        return false;
+    };
+    if info.operation == Operation::ReadRequest {
+        return payload_len == 0;
+    }
+    payload_len <= DIRECT_MAX_PAYLOAD && hdr.reth.is_none_or(|r| r.dma_len as usize == payload_len)
 }
 
 /// Writes the record for a packet with headers `hdr` (see [`fits`]) into
@@ -88,7 +102,16 @@ pub fn write_header(
         flags |= F_RETH;
         out[at..at + 8].copy_from_slice(&r.va.to_be_bytes());
         out[at + 8..at + 12].copy_from_slice(&r.rkey.to_be_bytes());
-        at += 12;
+        let read = hdr.bth.opcode == Opcode::RC_RDMA_READ_REQUEST;
+        if read {
+            out[at + 12..at + 16].copy_from_slice(&r.dma_len.to_be_bytes());
+        }
+        at += reth_len(read);
+    }
+    if let Some(a) = hdr.aeth {
+        flags |= F_AETH;
+        a.write(&mut out[at..at + 4]);
+        at += 4;
     }
     if hdr.bth.se {
         flags |= F_SE;
@@ -113,7 +136,9 @@ pub fn read(buf: &[u8]) -> Result<Packet<'_>> {
     let has = |f: u8| flags & f != 0;
     let set = info.headers;
     let form_ok = recordable(&info)
-        && flags & !(F_ACK | F_IMM | F_IETH | F_RETH | F_SE) == 0
+        && flags & !(F_ACK | F_IMM | F_IETH | F_RETH | F_SE | F_AETH) == 0
+        && (info.is_request() || flags & (F_ACK | F_SE) == 0)
+        && has(F_AETH) == set.contains(crate::HeaderSet::AETH)
         && has(F_RETH) == set.contains(crate::HeaderSet::RETH)
         && has(F_IMM) == set.contains(crate::HeaderSet::IMM)
         && has(F_IETH) == set.contains(crate::HeaderSet::IETH);
@@ -124,8 +149,15 @@ pub fn read(buf: &[u8]) -> Result<Packet<'_>> {
     let ack_at = FIXED;
     let imm_at = ack_at + if has(F_ACK) { 8 } else { 0 };
     let reth_at = imm_at + if has(F_IMM | F_IETH) { 4 } else { 0 };
-    let payload_at = reth_at + if has(F_RETH) { 12 } else { 0 };
-    if buf.len() != payload_at + len {
+    let read_request = info.operation == Operation::ReadRequest;
+    let aeth_at = reth_at
+        + if has(F_RETH) {
+            reth_len(read_request)
+        } else {
+            0
+        };
+    let payload_at = aeth_at + if has(F_AETH) { 4 } else { 0 };
+    if buf.len() != payload_at + len || (read_request && len != 0) {
         return Err(Error::BadLength("a direct record's length"));
     }
     let word = |at: usize| be32(buf, at);
@@ -134,7 +166,7 @@ pub fn read(buf: &[u8]) -> Result<Packet<'_>> {
         return Err(Error::BadLength("a direct record of no known form"));
     }
     let mut bth = Bth::new(opcode, dest_qp, Psn::new(psn));
-    bth.ack_req = true;
+    bth.ack_req = info.is_request();
     bth.se = has(F_SE);
     let mut hdr = Headers::new(bth);
     if has(F_ACK) {
@@ -159,8 +191,15 @@ pub fn read(buf: &[u8]) -> Result<Packet<'_>> {
         hdr.reth = Some(Reth {
             va: hi << 32 | u64::from(word(reth_at + 4)),
             rkey: word(reth_at + 8),
-            dma_len: len as u32,
+            dma_len: if read_request {
+                word(reth_at + 12)
+            } else {
+                len as u32
+            },
         });
+    }
+    if has(F_AETH) {
+        hdr.aeth = Some(Aeth::read(&buf[aeth_at..aeth_at + 4]));
     }
     Ok(Packet {
         hdr,
@@ -171,11 +210,15 @@ pub fn read(buf: &[u8]) -> Result<Packet<'_>> {
 }
 
 /// Whether a record may stand for a packet of this opcode: a one-packet
-/// ("only") RC SEND or WRITE.
+/// ("only") RC SEND, WRITE or READ response, or an RC READ request (always
+/// one packet).
 fn recordable(info: &crate::OpcodeInfo) -> bool {
     info.transport == Transport::Rc
         && info.position == Position::Only
-        && matches!(info.operation, Operation::Send | Operation::Write)
+        && matches!(
+            info.operation,
+            Operation::Send | Operation::Write | Operation::ReadRequest | Operation::ReadResponse
+        )
 }
 
 /// The big-endian word at `at` (the caller checked the length).
@@ -196,7 +239,7 @@ mod tests {
         out[range].copy_from_slice(payload);
         let p = read(&out[..n]).expect("reads back");
         let mut want = hdr;
-        want.bth.ack_req = true;
+        want.bth.ack_req = p.info.is_request();
         assert_eq!(p.hdr, want);
         assert_eq!(p.payload, payload);
         assert!(is_direct(&out[..n]));
@@ -247,11 +290,67 @@ mod tests {
     }
 
     #[test]
-    fn only_one_packet_rc_sends_and_writes_fit() {
+    fn a_read_request_carries_its_dma_length() {
+        let mut h = Headers::new(Bth::new(Opcode::RC_RDMA_READ_REQUEST, 9, Psn::new(5)));
+        h.reth = Some(Reth {
+            va: 0x7f00_0000_1000,
+            rkey: 0x1234,
+            dma_len: 1 << 20,
+        });
+        // Its DMA length is no payload's: 16 bytes of RETH, none after.
+        assert_eq!(roundtrip(h, &[]), FIXED + 16);
+        h.lane_ack = Some(LaneAck {
+            psn: Psn::new(4),
+            aeth: Aeth {
+                syndrome: Syndrome::Ack { credits: 31 },
+                msn: 2,
+            },
+        });
+        assert_eq!(roundtrip(h, &[]), FIXED + 8 + 16);
+        assert!(!fits(&h, 8), "a READ request has no payload");
+        // A capture sees the READ request (and the ACK) it stands for.
+        let mut out = [0u8; DIRECT_MAX_LEN];
+        let (n, _) = write_header(&h, 0, &mut out);
+        let pkts = crate::lane_packets(&out[..n]);
+        let req = Packet::parse(&pkts[0]).expect("a RoCE packet");
+        assert_eq!(req.hdr.bth.opcode, Opcode::RC_RDMA_READ_REQUEST);
+        assert_eq!(req.hdr.reth.map(|r| r.dma_len), Some(1 << 20));
+        assert!(req.payload.is_empty());
+    }
+
+    #[test]
+    fn a_one_packet_read_response_carries_its_aeth() {
+        let mut h = Headers::new(Bth::new(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 9, Psn::new(6)));
+        h.aeth = Some(Aeth {
+            syndrome: Syndrome::Ack { credits: 31 },
+            msn: 3,
+        });
+        assert_eq!(roundtrip(h, &[7; 8]), FIXED + 4 + 8);
+        let mut out = [0u8; DIRECT_MAX_LEN];
+        let (n, range) = write_header(&h, 8, &mut out);
+        out[range].copy_from_slice(&[7; 8]);
+        let p = crate::lane_packets(&out[..n]);
+        let r = Packet::parse(&p[0]).expect("a RoCE packet");
+        assert_eq!(r.hdr.bth.opcode, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
+        assert!(!r.hdr.bth.ack_req);
+        assert_eq!(r.hdr.aeth.map(|a| a.msn), Some(3));
+        assert_eq!(r.payload, &[7; 8]);
+        // A response carries no ACK and asks for no event.
+        let mut bad = out;
+        bad[1] |= F_SE;
+        assert!(read(&bad[..n]).is_err());
+    }
+
+    #[test]
+    fn only_one_packet_rc_sends_and_writes_and_read_requests_fit() {
         let first = Headers::new(Bth::new(Opcode::RC_SEND_FIRST, 7, Psn::new(1)));
         assert!(!fits(&first, 8));
-        let read = Headers::new(Bth::new(Opcode::RC_RDMA_READ_REQUEST, 7, Psn::new(1)));
-        assert!(!fits(&read, 0));
+        let middle = Headers::new(Bth::new(
+            Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            7,
+            Psn::new(1),
+        ));
+        assert!(!fits(&middle, 8));
         let uc = Headers::new(Bth::new(Opcode::UC_SEND_ONLY, 7, Psn::new(1)));
         assert!(!fits(&uc, 8));
         let send = Headers::new(Bth::new(Opcode::RC_SEND_ONLY, 7, Psn::new(1)));
@@ -292,8 +391,8 @@ mod tests {
         #[test]
         fn any_bytes_read_back_or_are_refused(
             head in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
-            flags in 0u8..32,
-            op in proptest::sample::select(vec![0x04u8, 0x05, 0x0A, 0x0B, 0x16, 0x17, 0x00, 0x0C]),
+            flags in 0u8..64,
+            op in proptest::sample::select(vec![0x04u8, 0x05, 0x0A, 0x0B, 0x16, 0x17, 0x00, 0x0C, 0x10]),
         ) {
             let mut buf = head;
             if buf.len() >= FIXED {
@@ -302,7 +401,8 @@ mod tests {
                 buf[0] = DIRECT_OPCODE;
                 buf[1] = flags;
                 buf[2] = op;
-                let fields = [(F_ACK, 8), (F_IMM | F_IETH, 4), (F_RETH, 12)];
+                let reth = if op == Opcode::RC_RDMA_READ_REQUEST.0 { 16 } else { 12 };
+                let fields = [(F_ACK, 8), (F_IMM | F_IETH, 4), (F_RETH, reth), (F_AETH, 4)];
                 let hdr_len: usize = FIXED
                     + fields.iter().filter(|(f, _)| flags & f != 0).map(|(_, n)| n).sum::<usize>();
                 buf[3] = buf.len().saturating_sub(hdr_len) as u8;
@@ -312,7 +412,7 @@ mod tests {
             if let Ok(p) = read(&buf) {
                 let mut out = [0u8; DIRECT_MAX_LEN];
                 let mut hdr = p.hdr;
-                hdr.bth.ack_req = true;
+                hdr.bth.ack_req = p.info.is_request();
                 let (n, range) = write_header(&hdr, p.payload.len(), &mut out);
                 out[range].copy_from_slice(p.payload);
                 proptest::prop_assert_eq!(&out[..n], &buf[..]);
@@ -333,7 +433,15 @@ mod tests {
         assert!(read(&bad[..n]).is_err(), "a RETH on a SEND");
         let mut bad = out;
         bad[2] = Opcode::RC_RDMA_READ_REQUEST.0;
-        assert!(read(&bad[..n]).is_err(), "a READ");
+        assert!(read(&bad[..n]).is_err(), "a READ without its RETH");
+        bad[1] = F_RETH;
+        bad[3] = 0;
+        assert!(read(&bad[..FIXED + 16]).is_ok(), "a READ request");
+        bad[3] = 4;
+        assert!(
+            read(&bad[..FIXED + 20]).is_err(),
+            "a READ request with a payload"
+        );
         let mut bad = out;
         bad[1] = 0x80;
         assert!(read(&bad[..n]).is_err(), "unknown flags");

@@ -368,7 +368,51 @@ impl Shared {
 /// Whether a RoCE packet is an RC response (ACK, READ response, atomic ACK),
 /// which only its requester waits for, rather than a request a responder serves.
 pub(super) fn is_rc_response(pkt: &[u8]) -> bool {
-    // 0xE3: softrdma's peer-copy READ response (`softrdma_wire::peer`).
-    pkt.first()
-        .is_some_and(|&op| (0x0D..=0x12).contains(&op) || op == 0xE3)
+    // 0xE3: softrdma's peer-copy READ response (`softrdma_wire::peer`); a
+    // direct record names the opcode it stands for in its third byte.
+    let op = if softrdma_wire::direct::is_direct(pkt) {
+        pkt.get(2)
+    } else {
+        pkt.first()
+    };
+    op.is_some_and(|&op| (0x0D..=0x12).contains(&op) || op == 0xE3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_rc_response;
+    use softrdma_wire::direct::{DIRECT_MAX_LEN, write_header};
+    use softrdma_wire::{Aeth, Bth, Headers, Opcode, Psn, Reth, Syndrome};
+
+    fn record(op: Opcode) -> Vec<u8> {
+        let mut h = Headers::new(Bth::new(op, 7, Psn::new(1)));
+        if op == Opcode::RC_RDMA_READ_REQUEST {
+            h.reth = Some(Reth {
+                va: 0,
+                rkey: 1,
+                dma_len: 8,
+            });
+        } else {
+            h.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack { credits: 31 },
+                msn: 1,
+            });
+        }
+        let len = if op == Opcode::RC_RDMA_READ_REQUEST {
+            0
+        } else {
+            8
+        };
+        let mut out = [0u8; DIRECT_MAX_LEN];
+        let (n, _) = write_header(&h, len, &mut out);
+        out[..n].to_vec()
+    }
+
+    #[test]
+    fn responses_are_told_from_requests_in_records_too() {
+        assert!(is_rc_response(&[Opcode::RC_ACKNOWLEDGE.0, 0, 0, 0]));
+        assert!(!is_rc_response(&[Opcode::RC_SEND_ONLY.0, 0, 0, 0]));
+        assert!(is_rc_response(&record(Opcode::RC_RDMA_READ_RESPONSE_ONLY)));
+        assert!(!is_rc_response(&record(Opcode::RC_RDMA_READ_REQUEST)));
+    }
 }

@@ -376,11 +376,15 @@ impl Shared {
         for i in super::tx::requests_then_acks(&bufs[..n]) {
             let (dst, pkt) = (dsts[i], &bufs[i]);
             // A peer-copy packet names memory of this host, and a request
-            // carrying an ACK (`Config::lane_acks`) is no RoCE packet: they
-            // take a lane or nothing (RC retransmits them; a peer gone for
-            // good ends in RETRY_EXC_ERR), never UDP.
+            // carrying an ACK (`Config::lane_acks`) or a direct record (a
+            // READ response) is no RoCE packet: they take a lane or nothing
+            // (RC retransmits them; a peer gone for good ends in
+            // RETRY_EXC_ERR), never UDP.
             let no_lane = |via: &mut usize| {
-                if is_peer_packet(pkt) || softrdma_wire::LaneAck::announced(pkt) {
+                if is_peer_packet(pkt)
+                    || softrdma_wire::LaneAck::announced(pkt)
+                    || softrdma_wire::direct::is_direct(pkt)
+                {
                     shm.peer_stats.dropped.fetch_add(1, Ordering::Relaxed);
                     *via = VIA_SHM;
                 }
@@ -646,7 +650,7 @@ impl Shared {
             };
             if softrdma_wire::direct::is_direct(dg.payload) {
                 core.ep.handle_direct(now, dg, &mut mem);
-                return true;
+                return !super::rx::is_rc_response(dg.payload);
             }
             core.ep.handle_datagram_unchecked_icrc(now, dg, &mut mem);
         } else {

@@ -85,7 +85,8 @@ pub struct RcConfig {
     /// After an error, tear the connection down and connect a new QP pair
     /// (so a lossy run still reaches its operation count).
     pub reconnect: bool,
-    /// Lone small SENDs and WRITEs to idle QPs leave as direct records
+    /// Lone small SENDs, WRITEs and READs to idle QPs leave as direct
+    /// records, and small READs are answered with response records
     /// (`Config::direct`, the same-host path's; messages then stay below
     /// `PEER_COPY_MIN`, since the QPs are marked as reached through a lane).
     pub direct: bool,

@@ -1,9 +1,10 @@
 //! Direct records on a same-host lane ([`softrdma_wire::direct`]).
 //!
 //! A post to an idle RC QP whose peer is on a lane (`peer_copy`), of a SEND
-//! or RDMA WRITE that fits one small packet, is started at once and handed
-//! back to the engine as a direct record, which pushes it into the peer's
-//! lane before it lets go of the post. It is the same message as the packet
+//! or RDMA WRITE that fits one small packet, or of an RDMA READ below peer
+//! copy's size (its request is one packet whatever its length), is started
+//! at once and handed back to the engine as a direct record, which pushes it
+//! into the peer's lane before it lets go of the post. It is the same message as the packet
 //! it stands for: it takes the next PSN, arms the retransmission timer and
 //! may carry the responder's lone ACK ([`Qp::lone_lane_ack`]); the receiver
 //! turns it back into that packet and handles it as any other. What it
@@ -13,12 +14,19 @@
 //! a record that is lost (a full lane, a link not attached) is sent again
 //! by the retransmission timer as a packet, duplicates and RNR NAKs are
 //! handled by PSN as on the wire.
+//!
+//! The responder answers a READ of one packet's worth (up to
+//! [`softrdma_wire::direct::DIRECT_MAX_PAYLOAD`] bytes) with a response
+//! record in the same way ([`Qp::answers_in_record`]): same PSN, AETH and
+//! bytes; a lost one is a lost response, which the requester's timeout
+//! repairs by asking again.
 
 use super::{Ctx, Qp};
-use crate::types::SendFlags;
+use crate::endpoint::Transmit;
 use crate::types::{QpState, QpType};
+use crate::types::{SendFlags, WrOpcode};
 use softrdma_wire::direct::{DIRECT_MAX_LEN, fits, write_header};
-use softrdma_wire::{Headers, Operation, Position, Reth, Transport, opcode_for};
+use softrdma_wire::{Headers, Opcode, Operation, Position, Reth, Transport, opcode_for};
 
 impl Qp {
     /// Starts the only WQE of this QP's send queue as a direct record in
@@ -42,12 +50,28 @@ impl Qp {
         {
             return None;
         }
+        let mtu = self.mtu(ctx.config);
         let w = &self.sq[0];
-        if w.started || w.error.is_some() || w.len > self.mtu(ctx.config) {
+        let read = w.wr.opcode == WrOpcode::RdmaRead;
+        if w.started || w.error.is_some() || (!read && w.len > mtu) {
+            return None;
+        }
+        // A READ request is one packet whatever its length; its responses
+        // take a PSN each. It takes a slot of `max_rd_atomic`, as
+        // `poll_request` gives it, and a large one goes by peer copy.
+        let rd_max = u32::from(self.attr.max_rd_atomic.max(1));
+        if read
+            && (self.req.rd_atomic >= rd_max
+                || Qp::starts_as_peer(self.peer_copy, self.qp_type, w, ctx.mrs))
+        {
             return None;
         }
         // The one packet's opcode, as the requester picks it.
-        let (operation, imm, inv) = super::requester::send_or_write(w.wr.opcode)?;
+        let (operation, imm, inv) = if read {
+            (Operation::ReadRequest, false, false)
+        } else {
+            super::requester::send_or_write(w.wr.opcode)?
+        };
         let opcode = opcode_for(Transport::Rc, operation, Position::Only, imm, inv)?;
         let send = operation == Operation::Send;
         let psn = self.req.psn;
@@ -70,17 +94,20 @@ impl Qp {
         hdr.bth.se = solicited_op && w.wr.flags.contains(SendFlags::SOLICITED);
         let ack = self.lone_lane_ack(ctx.config);
         hdr.lane_ack = ack;
-        let len = w.len as usize;
+        let len = if read { 0 } else { w.len as usize };
         if !fits(&hdr, len) {
             return None;
         }
         let (n, payload) = write_header(&hdr, len, out);
         let dst = &mut out[payload];
         match w.wr.inline.as_deref() {
+            _ if read => {}
             Some(d) => dst.copy_from_slice(&d[..len]),
             // A local protection error is the packet path's to report.
             None => super::gather(ctx.mrs, mem, self.pd, &w.wr.sgl, 0, dst).ok()?,
         }
+        // The PSNs it takes: one, or a READ's responses.
+        let npkts = if read { w.len.div_ceil(mtu).max(1) } else { 1 };
         // Committed: the record is the WQE's one packet, and the ACK it
         // carries leaves the responder's queue.
         if ack.is_some() {
@@ -88,11 +115,15 @@ impl Qp {
         }
         let w = &mut self.sq[0];
         w.started = true;
-        w.npkts = 1;
-        w.next_pkt = 1;
+        w.peer = false;
+        w.npkts = npkts;
+        w.next_pkt = npkts;
         w.first_psn = psn;
-        w.last_psn = psn;
-        self.req.psn = psn.add(1);
+        w.last_psn = psn.add(npkts - 1);
+        if read {
+            self.req.rd_atomic += 1;
+        }
+        self.req.psn = psn.add(npkts);
         if self.req.psn.after(self.req.high) {
             self.req.high = self.req.psn;
         }
@@ -107,6 +138,41 @@ impl Qp {
         ctx.stats.tx_bytes += n as u64;
         ctx.stats.tx_direct += 1;
         Some(n)
+    }
+
+    /// Whether the response with headers `h` and `len` bytes of payload
+    /// goes to the peer as a direct record: a one-packet READ response of
+    /// an RC QP whose peer is on a lane, records on. Ahead of the record
+    /// there is nothing to interleave with: responses leave in PSN order
+    /// from `resp.out`, records or packets alike.
+    pub(crate) fn answers_in_record(&self, ctx: &Ctx<'_>, h: &Headers, len: u32) -> bool {
+        ctx.config.direct
+            && self.peer_copy
+            && self.qp_type == QpType::Rc
+            && h.bth.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
+            && fits(h, len as usize)
+    }
+
+    /// Writes the direct record for a packet with headers `hdr` into `buf`
+    /// (`fill` writes its payload), as [`Qp::build`] writes the packet.
+    pub(crate) fn build_record<E>(
+        path: &super::Path,
+        hdr: &Headers,
+        payload_len: usize,
+        buf: &mut Vec<u8>,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Transmit, E> {
+        buf.resize(DIRECT_MAX_LEN, 0);
+        let out: &mut [u8; DIRECT_MAX_LEN] = (&mut buf[..DIRECT_MAX_LEN])
+            .try_into()
+            .expect("sized above");
+        let (n, payload) = write_header(hdr, payload_len, out);
+        fill(&mut out[payload])?;
+        Ok(Transmit {
+            src_ip: path.src_ip,
+            dst: path.dst,
+            len: n,
+        })
     }
 
     /// After [`Qp::start_direct`]: whether the QP has nothing to send,

@@ -866,14 +866,19 @@ impl Qp {
                     }
                 };
                 let mut unmapped = false;
-                let t = Qp::build::<()>(ctx.config, path, &h, plen as usize, buf, |dst| {
+                let fill = |dst: &mut [u8]| {
                     if !dst.is_empty() && host.read(mem, dst).is_err() {
                         unmapped = true;
                         return Err(());
                     }
                     Ok(())
-                })
-                .ok();
+                };
+                let t = if self.answers_in_record(ctx, &h, plen) {
+                    ctx.stats.tx_direct += 1;
+                    Qp::build_record(path, &h, plen as usize, buf, fill).ok()
+                } else {
+                    Qp::build(ctx.config, path, &h, plen as usize, buf, fill).ok()
+                };
                 if unmapped {
                     // On-demand memory gone since the check: as a failed check.
                     self.nak_read(ctx, rpsn, msn);
