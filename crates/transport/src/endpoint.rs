@@ -988,6 +988,32 @@ impl Endpoint {
         Ok(started)
     }
 
+    /// After a READ request was handled (`handle_direct`): its response,
+    /// if that is the QP's next datagram and goes as a response record
+    /// ([`Config::direct`]), written into `buf` for the driver to push into
+    /// the requester's lane at once, as it pushes a post's record (or the
+    /// NAK that took its place, a packet, if the region failed its check).
+    /// Otherwise nothing is taken, and the response waits for
+    /// [`Endpoint::poll_transmit`].
+    pub fn take_direct_answer(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        mem: &mut dyn Memory,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let (qps, mut ctx) = split!(self, now);
+        let qp = qps.get_mut(&qpn)?;
+        let t = qp.direct_answer(&mut ctx, mem, buf)?;
+        // As after a post's record: a QP that owes nothing more leaves the
+        // transmit queue, so the engine's next flush finds nothing to do.
+        if qp.scheduled && qp.owes_nothing() {
+            qp.scheduled = false;
+            self.ready.retain(|q| *q != qpn);
+        }
+        Some(t)
+    }
+
     /// Checks a send WR and appends it to its QP's send queue.
     fn enqueue_send(&mut self, now: Instant, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
         let limits = self.config.limits;

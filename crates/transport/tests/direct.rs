@@ -307,3 +307,62 @@ fn read_responses_are_packets_without_records_or_a_lane() {
         assert_eq!(a.mem.at(A_BASE, 8), b.mem.at(B_BASE, 8));
     }
 }
+
+/// The responder's driver takes a READ's response record right after the
+/// request (`take_direct_answer`): the same record `poll_transmit` would
+/// give, and nothing left for it; anything else at the front of the queue
+/// stays for `poll_transmit`.
+#[test]
+fn a_read_response_record_is_taken_at_once() {
+    let (mut a, mut b) = direct_pair();
+    let read = wr(WrOpcode::RdmaRead, &a, A_BASE, 8, B_BASE, b.key);
+    let rec = post_direct(&mut a, T0, read).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    let mut buf = Vec::new();
+    let t =
+        b.ep.take_direct_answer(T0, b.qpn, &mut b.mem, &mut buf)
+            .expect("the response");
+    assert!(is_direct(&buf[..t.len]));
+    assert!(!b.ep.wants_transmit(), "nothing left to flush");
+    assert!(drain(&mut b, T0).is_empty());
+    assert!(
+        b.ep.take_direct_answer(T0, b.qpn, &mut b.mem, &mut buf)
+            .is_none()
+    );
+    lane(&mut a, &b, T0, &buf[..t.len]);
+    assert_eq!(wcs(&mut a)[0].status, WcStatus::Success);
+    assert_eq!(a.mem.at(A_BASE, 8), b.mem.at(B_BASE, 8));
+    // A SEND's ACK at the front (B owes it, then A READs): not a READ, so
+    // nothing is taken and the queue keeps its order.
+    post_recv(&mut b, B_BASE + 4096, 64);
+    let send = send_direct(&mut a, A_BASE).expect("a direct record");
+    lane(&mut b, &a, T0, &send);
+    assert!(
+        b.ep.take_direct_answer(T0, b.qpn, &mut b.mem, &mut buf)
+            .is_none()
+    );
+    assert_eq!(drain(&mut b, T0).len(), 1, "the ACK");
+}
+
+/// A READ that fails the responder's checks is NAKed, not answered: the
+/// driver takes nothing at once, and the NAK goes as a packet, which ends
+/// the READ in REM_ACCESS_ERR with nothing read.
+#[test]
+fn a_bad_read_is_not_taken_at_once() {
+    let (mut a, mut b) = direct_pair();
+    let before = a.mem.at(A_BASE, 8).to_vec();
+    let read = wr(WrOpcode::RdmaRead, &a, A_BASE, 8, B_BASE, b.key ^ 0x100);
+    let rec = post_direct(&mut a, T0, read).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    let mut buf = Vec::new();
+    assert!(
+        b.ep.take_direct_answer(T0, b.qpn, &mut b.mem, &mut buf)
+            .is_none()
+    );
+    let nak = drain(&mut b, T0);
+    assert_eq!(nak.len(), 1);
+    assert!(!is_direct(&nak[0]), "a NAK is a packet");
+    lane(&mut a, &b, T0, &nak[0]);
+    assert_eq!(wcs(&mut a)[0].status, WcStatus::RemAccessErr);
+    assert_eq!(a.mem.at(A_BASE, 8), &before[..]);
+}

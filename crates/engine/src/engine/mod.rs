@@ -77,6 +77,9 @@ pub(crate) struct Core {
     mad: crate::mad::MadAgents,
     /// Peers' DREQs waiting for the application to poll (`dreq_hold.rs`).
     held_dreqs: dreq_hold::Held<dreq_hold::HeldMad>,
+    /// Where a READ's response record is built to go at once
+    /// (`Shared::answer_read_at_once`), kept between uses.
+    answer_buf: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -397,6 +400,7 @@ impl Engine {
                 gsi_psn: (seed as u32) & 0xFF_FFFF,
                 keepalive_at: None,
                 held_dreqs: dreq_hold::Held::default(),
+                answer_buf: Vec::new(),
                 mad,
             })),
             tx: Padded::new(Mutex::new(Tx {

@@ -342,6 +342,12 @@ impl ShmPath {
     }
 }
 
+/// Whether a lane datagram is a direct record standing for a READ request.
+fn is_read_request_record(d: &[u8]) -> bool {
+    softrdma_wire::direct::is_direct(d)
+        && d.get(2) == Some(&softrdma_wire::Opcode::RC_RDMA_READ_REQUEST.0)
+}
+
 fn doorbell(slot: u8) -> [u8; 20] {
     let mut d = [0u8; 20];
     d[0] = DOORBELL_OPCODE;
@@ -508,6 +514,30 @@ impl Shared {
         self.publish_lane(shm, out, slot, t.dst, &self.socket);
     }
 
+    /// After a READ request record was handled (`rec`, under the engine
+    /// lock): its response leaves now, pushed into the requester's lane as
+    /// a post pushes its record, instead of through the transmit queue at
+    /// the burst's end (~1,300 instructions of the engine's a response;
+    /// BENCHMARKS.md, "READs as direct records"). The transmit lock is only
+    /// tried (its order is transmit, then engine): when another thread
+    /// holds it, the response waits for the burst's flush as before; a
+    /// thread that finds it taken meanwhile leaves its packets to the
+    /// burst's flush too (`rx_shm` ends with one, or with them pending).
+    fn answer_read_at_once(&self, core: &mut Core, now: softrdma_transport::Instant, rec: &[u8]) {
+        let (Some(shm), Some(qpn)) = (&self.shm, dest_qpn(rec)) else {
+            return;
+        };
+        let Ok(mut tx) = self.tx.try_lock() else {
+            return;
+        };
+        let mut buf = std::mem::take(&mut core.answer_buf);
+        let mut mem = LaneMemory { shm, slot: None };
+        if let Some(t) = core.ep.take_direct_answer(now, qpn, &mut mem, &mut buf) {
+            self.push_direct(&mut tx, &buf[..t.len], &t, now.as_nanos());
+        }
+        core.answer_buf = buf;
+    }
+
     /// Wakes the receiver of lane `slot`: this process's progress thread
     /// directly, another's through its socket.
     fn ring(&self, shm: &ShmPath, slot: u8, dst: SocketAddr, via: &softrdma_udp::RoceSocket) {
@@ -563,6 +593,9 @@ impl Shared {
         if total == 0 {
             return 0;
         }
+        // A READ answered at once held the transmit lock: what others left
+        // it meanwhile (`tx_again`) goes now, as after a post's record.
+        self.after_drain();
         if requests > 0 {
             self.rx_requests.fetch_add(requests, Ordering::Relaxed);
         }
@@ -650,6 +683,9 @@ impl Shared {
             };
             if softrdma_wire::direct::is_direct(dg.payload) {
                 core.ep.handle_direct(now, dg, &mut mem);
+                if is_read_request_record(dg.payload) {
+                    self.answer_read_at_once(core, now, dg.payload);
+                }
                 return !super::rx::is_rc_response(dg.payload);
             }
             core.ep.handle_datagram_unchecked_icrc(now, dg, &mut mem);

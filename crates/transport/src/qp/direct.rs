@@ -153,6 +153,34 @@ impl Qp {
             && fits(h, len as usize)
     }
 
+    /// The READ response at the front of `resp.out` (the QP's next
+    /// response) into `buf` as a response record, taken off the queue as
+    /// `poll_response` takes it, if it goes as one: a READ of one packet's
+    /// worth that [`Qp::answers_in_record`] would send as a record. A
+    /// region that fails its check gives the NAK that takes its place
+    /// instead, as `poll_response` would.
+    pub(crate) fn direct_answer(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let one = matches!(
+            self.resp.out.front(),
+            Some(super::RespOut::Read {
+                len,
+                npkts: 1,
+                next: 0,
+                peer: false,
+                ..
+            }) if *len as usize <= softrdma_wire::direct::DIRECT_MAX_PAYLOAD
+        );
+        if !(one && ctx.config.direct && self.peer_copy && self.qp_type == QpType::Rc) {
+            return None;
+        }
+        self.poll_response(ctx, mem, buf)
+    }
+
     /// Writes the direct record for a packet with headers `hdr` into `buf`
     /// (`fill` writes its payload), as [`Qp::build`] writes the packet.
     pub(crate) fn build_record<E>(
