@@ -59,6 +59,15 @@ pub fn is_direct(datagram: &[u8]) -> bool {
     datagram.first() == Some(&DIRECT_OPCODE)
 }
 
+/// The RoCE opcode a direct record stands for (its third byte), without
+/// reading the rest; `None` for anything that is not a record.
+pub fn opcode(datagram: &[u8]) -> Option<Opcode> {
+    if !is_direct(datagram) {
+        return None;
+    }
+    datagram.get(2).copied().map(Opcode)
+}
+
 /// Whether a packet with these headers may go as a direct record: a
 /// one-packet ("only") RC SEND, WRITE or READ response whose payload fits,
 /// or an RC READ request.
@@ -243,6 +252,7 @@ mod tests {
         assert_eq!(p.hdr, want);
         assert_eq!(p.payload, payload);
         assert!(is_direct(&out[..n]));
+        assert_eq!(opcode(&out[..n]), Some(hdr.bth.opcode));
         n
     }
 

@@ -745,6 +745,25 @@ mod tests {
         );
     }
 
+    /// A one-repetition `--only same-host` run's facts.
+    fn same_host_meta() -> Meta {
+        Meta {
+            command: "cargo xtask bench --only same-host".into(),
+            reps: 1,
+            secs: 1,
+            iters: 10,
+            idle_secs: 2,
+            load_before: "1".into(),
+            load_after: "2".into(),
+            minutes: 1.0,
+            failures: vec![],
+            compare: None,
+            wire: false,
+            same_host: true,
+            notes: vec![],
+        }
+    }
+
     #[test]
     fn renders_same_host_ratios_and_verdicts() {
         let mut r = Results::new();
@@ -761,19 +780,9 @@ mod tests {
         r.insert("sh:ib_read_lat -e@shm".into(), one(50.0));
         r.insert("tcp_lat".into(), one(30.0));
         let m = Meta {
-            command: "cargo xtask bench --only same-host".into(),
-            reps: 1,
-            secs: 1,
-            iters: 10,
-            idle_secs: 2,
-            load_before: "1".into(),
-            load_after: "2".into(),
-            minutes: 1.0,
             failures: vec!["x: failed".into()],
-            compare: None,
-            wire: false,
-            same_host: true,
             notes: vec!["UCX rows skipped".into()],
+            ..same_host_meta()
         };
         let md = render(&r, &m);
         assert!(!md.contains("Targets (issue 6)"), "{md}");
@@ -826,19 +835,8 @@ mod tests {
         r.insert("pair:ib_send_lat/tag_lat".into(), s(&[5.0, 2.0]));
         r.insert("sh:ib_write_lat@shm".into(), s(&[0.8]));
         let m = Meta {
-            command: "cargo xtask bench --only same-host".into(),
             reps: 2,
-            secs: 1,
-            iters: 10,
-            idle_secs: 2,
-            load_before: "1".into(),
-            load_after: "1".into(),
-            minutes: 1.0,
-            failures: vec![],
-            compare: None,
-            wire: false,
-            same_host: true,
-            notes: vec![],
+            ..same_host_meta()
         };
         let md = render(&r, &m);
         assert!(

@@ -369,13 +369,12 @@ impl Shared {
 /// which only its requester waits for, rather than a request a responder serves.
 pub(super) fn is_rc_response(pkt: &[u8]) -> bool {
     // 0xE3: softrdma's peer-copy READ response (`softrdma_wire::peer`); a
-    // direct record names the opcode it stands for in its third byte.
-    let op = if softrdma_wire::direct::is_direct(pkt) {
-        pkt.get(2)
-    } else {
-        pkt.first()
+    // direct record, by the opcode it stands for.
+    let op = match softrdma_wire::direct::opcode(pkt) {
+        Some(op) => Some(op.0),
+        None => pkt.first().copied(),
     };
-    op.is_some_and(|&op| (0x0D..=0x12).contains(&op) || op == 0xE3)
+    op.is_some_and(|op| (0x0D..=0x12).contains(&op) || op == 0xE3)
 }
 
 #[cfg(test)]

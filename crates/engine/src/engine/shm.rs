@@ -342,12 +342,6 @@ impl ShmPath {
     }
 }
 
-/// Whether a lane datagram is a direct record standing for a READ request.
-fn is_read_request_record(d: &[u8]) -> bool {
-    softrdma_wire::direct::is_direct(d)
-        && d.get(2) == Some(&softrdma_wire::Opcode::RC_RDMA_READ_REQUEST.0)
-}
-
 fn doorbell(slot: u8) -> [u8; 20] {
     let mut d = [0u8; 20];
     d[0] = DOORBELL_OPCODE;
@@ -683,7 +677,8 @@ impl Shared {
             };
             if softrdma_wire::direct::is_direct(dg.payload) {
                 core.ep.handle_direct(now, dg, &mut mem);
-                if is_read_request_record(dg.payload) {
+                let read = Some(softrdma_wire::Opcode::RC_RDMA_READ_REQUEST);
+                if softrdma_wire::direct::opcode(dg.payload) == read {
                     self.answer_read_at_once(core, now, dg.payload);
                 }
                 return !super::rx::is_rc_response(dg.payload);

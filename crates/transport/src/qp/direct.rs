@@ -39,9 +39,7 @@ impl Qp {
         out: &mut [u8; DIRECT_MAX_LEN],
     ) -> Option<usize> {
         let idle = self.sq.len() == 1 && self.req.idx == 0 && self.req.psn == self.req.una;
-        if !(ctx.config.direct
-            && self.peer_copy
-            && self.qp_type == QpType::Rc
+        if !(self.takes_records(ctx)
             && self.state == QpState::Rts
             && idle
             && self.timers.rnr.is_none()
@@ -140,15 +138,19 @@ impl Qp {
         Some(n)
     }
 
+    /// Whether this QP's messages may go as direct records: records on, an
+    /// RC QP whose peer is on a lane.
+    fn takes_records(&self, ctx: &Ctx<'_>) -> bool {
+        ctx.config.direct && self.peer_copy && self.qp_type == QpType::Rc
+    }
+
     /// Whether the response with headers `h` and `len` bytes of payload
     /// goes to the peer as a direct record: a one-packet READ response of
     /// an RC QP whose peer is on a lane, records on. Ahead of the record
     /// there is nothing to interleave with: responses leave in PSN order
     /// from `resp.out`, records or packets alike.
     pub(crate) fn answers_in_record(&self, ctx: &Ctx<'_>, h: &Headers, len: u32) -> bool {
-        ctx.config.direct
-            && self.peer_copy
-            && self.qp_type == QpType::Rc
+        self.takes_records(ctx)
             && h.bth.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
             && fits(h, len as usize)
     }
@@ -175,7 +177,7 @@ impl Qp {
                 ..
             }) if *len as usize <= softrdma_wire::direct::DIRECT_MAX_PAYLOAD
         );
-        if !(one && ctx.config.direct && self.peer_copy && self.qp_type == QpType::Rc) {
+        if !(one && self.takes_records(ctx)) {
             return None;
         }
         self.poll_response(ctx, mem, buf)

@@ -873,12 +873,15 @@ impl Qp {
                     }
                     Ok(())
                 };
-                let t = if self.answers_in_record(ctx, &h, plen) {
-                    ctx.stats.tx_direct += 1;
+                let record = self.answers_in_record(ctx, &h, plen);
+                let t = if record {
                     Qp::build_record(path, &h, plen as usize, buf, fill).ok()
                 } else {
                     Qp::build(ctx.config, path, &h, plen as usize, buf, fill).ok()
                 };
+                if record && t.is_some() {
+                    ctx.stats.tx_direct += 1;
+                }
                 if unmapped {
                     // On-demand memory gone since the check: as a failed check.
                     self.nak_read(ctx, rpsn, msn);
