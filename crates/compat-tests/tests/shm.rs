@@ -306,39 +306,58 @@ fn peer_killed_during(
         stats_file(&format!("{program}-{victim:?}-killed-s")),
         stats_file(&format!("{program}-{victim:?}-killed-c")),
     ];
-    let port = unique_tcp_port();
-    let ps = port.to_string();
-    let mut args = vec!["-p", &ps, "--run_infinitely"];
-    args.extend_from_slice(extra);
     let deadline = Instant::now() + TIMEOUT;
-    let mut scmd = with_env(server.command(&args), env);
-    scmd.env("SOFTRDMA_SHM", "1")
-        .env("SOFTRDMA_STATS", &files[0]);
-    let mut s = spawn(&mut scmd);
-    while !is_listening(s.pid(), port) {
-        assert!(
-            s.poll().is_none() && Instant::now() < deadline,
-            "the {program} server did not start:\n{}",
+    let saddr = server.addr.to_string();
+    let mut attempt = 1;
+    let (mut s, mut c) = loop {
+        let port = unique_tcp_port();
+        let ps = port.to_string();
+        let mut args = vec!["-p", &ps, "--run_infinitely"];
+        args.extend_from_slice(extra);
+        let mut scmd = with_env(server.command(&args), env);
+        scmd.env("SOFTRDMA_SHM", "1")
+            .env("SOFTRDMA_STATS", &files[0]);
+        let mut s = spawn(&mut scmd);
+        while !is_listening(s.pid(), port) {
+            assert!(
+                s.poll().is_none() && Instant::now() < deadline,
+                "the {program} server did not start:\n{}",
+                s.finish(Instant::now())
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        args.push(&saddr);
+        let mut cmd = with_env(client.command(&args), env);
+        cmd.env("SOFTRDMA_STATS", &files[1])
+            .env("SOFTRDMA_SHM", "1");
+        let mut c = spawn(&mut cmd);
+        // perftest prints a result line every few seconds when running
+        // infinitely; the first one means traffic flows.
+        let running = c.wait_for_stdout(deadline, |o| o.contains("#bytes"));
+        if running && c.poll().is_none() {
+            break (s, c);
+        }
+        // perftest fits its cycle counter against gettimeofday before its
+        // first report and gives up when a loaded machine makes the fit poor
+        // ("Correlation coefficient r^2: 0.886377 < 0.9", then "Can't
+        // produce a report": a CI run, 2026-11-28). Nothing of the test
+        // has been measured yet: the pair starts again, twice at most.
+        if attempt < 3 && c.stderr_so_far().contains("Can't produce a report") {
+            attempt += 1;
+            c.kill();
+            s.kill();
+            let _ = (c.finish(Instant::now()), s.finish(Instant::now()));
+            for f in &files {
+                let _ = std::fs::remove_file(f);
+            }
+            continue;
+        }
+        panic!(
+            "{program} did not get going:\n{}\n{}",
+            c.finish(Instant::now()),
             s.finish(Instant::now())
         );
-        thread::sleep(Duration::from_millis(5));
-    }
-    let saddr = server.addr.to_string();
-    let mut cargs = args.clone();
-    cargs.push(&saddr);
-    let mut cmd = with_env(client.command(&cargs), env);
-    cmd.env("SOFTRDMA_STATS", &files[1])
-        .env("SOFTRDMA_SHM", "1");
-    let mut c = spawn(&mut cmd);
-    // perftest prints a result line every few seconds when running
-    // infinitely; the first one means traffic flows.
-    let running = c.wait_for_stdout(deadline, |o| o.contains("#bytes"));
-    assert!(
-        running && c.poll().is_none(),
-        "{program} did not get going:\n{}\n{}",
-        c.finish(Instant::now()),
-        s.finish(Instant::now())
-    );
+    };
     thread::sleep(Duration::from_millis(300));
     let (out, after, survivor_stats) = match victim {
         Victim::Responder => {
