@@ -19,6 +19,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -33,9 +34,12 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// 0.5 s); the rest is a hang bound for a busy machine.
 const SURVIVOR_BOUND: Duration = Duration::from_secs(15);
 
-/// A file for one process's counters.
+/// A file for one process's counters, of its own even when tests running
+/// side by side name the same program.
 fn stats_file(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("softrdma-shm-{}-{name}", std::process::id()));
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!("softrdma-shm-{}-{n}-{name}", std::process::id()));
     let _ = std::fs::remove_file(&p);
     p
 }
@@ -179,6 +183,19 @@ fn a_peer_without_the_path_is_reached_over_udp() {
 /// `program args` (perftest) between two processes with `env`; returns the
 /// server's and the client's stats files after both succeeded.
 fn perftest_pair(program: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf, PathBuf) {
+    let (ss, cs, out) = perftest_pair_with(program, args, env, env);
+    assert!(out.both_succeeded(), "{program}:\n{out}");
+    (ss, cs)
+}
+
+/// [`perftest_pair`] with the server's and the client's env apart; returns
+/// the stats files and the pair's output, unchecked.
+fn perftest_pair_with(
+    program: &str,
+    args: &[&str],
+    server_env: &[(&str, &str)],
+    client_env: &[(&str, &str)],
+) -> (PathBuf, PathBuf, PairOutput) {
     let bin = require_binary(program);
     let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
     let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
@@ -186,28 +203,29 @@ fn perftest_pair(program: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf
         stats_file(&format!("{program}-s")),
         stats_file(&format!("{program}-c")),
     );
-    let port = unique_tcp_port().to_string();
-    let mut sargs = vec!["-p", &port];
-    sargs.extend_from_slice(args);
-    let mut s = with_env(server.command(&sargs), env);
-    s.env("SOFTRDMA_STATS", &ss);
     let saddr = server.addr.to_string();
-    let mut cargs = sargs.clone();
-    cargs.push(&saddr);
-    let client_cmd = || {
-        let mut c = with_env(client.command(&cargs), env);
-        c.env("SOFTRDMA_STATS", &cs);
-        c
+    let run = || {
+        let port = unique_tcp_port().to_string();
+        let mut sargs = vec!["-p", &port];
+        sargs.extend_from_slice(args);
+        let mut s = with_env(server.command(&sargs), server_env);
+        s.env("SOFTRDMA_STATS", &ss);
+        let mut cargs = sargs.clone();
+        cargs.push(&saddr);
+        let client_cmd = || {
+            let mut c = with_env(client.command(&cargs), client_env);
+            c.env("SOFTRDMA_STATS", &cs);
+            c
+        };
+        if args.contains(&"-R") {
+            // rdma_cm: the server listens on the CM port, not on TCP.
+            let (turned_away, end) = (perftest::perftest_turned_away, cm::ServerEnd::Exits);
+            cm::run_cm_pair(&mut s, server.addr, client_cmd, turned_away, end, TIMEOUT)
+        } else {
+            run_pair(&mut s, port.parse().unwrap(), &mut client_cmd(), TIMEOUT)
+        }
     };
-    let out = if args.contains(&"-R") {
-        // rdma_cm: the server listens on the CM port, not on TCP.
-        let (turned_away, end) = (perftest::perftest_turned_away, cm::ServerEnd::Exits);
-        cm::run_cm_pair(&mut s, server.addr, client_cmd, turned_away, end, TIMEOUT)
-    } else {
-        run_pair(&mut s, port.parse().unwrap(), &mut client_cmd(), TIMEOUT)
-    };
-    assert!(out.both_succeeded(), "{program}:\n{out}");
-    (ss, cs)
+    (ss.clone(), cs.clone(), perftest::retry_clock_fit(run))
 }
 
 /// Every 1 MiB WRITE and 64 KiB SEND is one copy by the responder (the
@@ -494,22 +512,7 @@ fn a_capture_holds_the_data_or_says_it_bypassed_the_wire() {
     let pcap_s = pcap.to_str().unwrap();
     let args = ["-s", "65536", "-n", "100"];
     let client_captures = [("SOFTRDMA_SHM", "1"), ("SOFTRDMA_PCAP", pcap_s)];
-    // Only the client captures: perftest_pair gives both sides one env, so
-    // the server's capture goes to the same file; run the sides by hand.
-    let bin = require_binary("ib_write_bw");
-    let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
-    let client = Endpoint::compat(&bin, unique_loopback_addr(NET));
-    let ss = stats_file("capture-s");
-    let port = unique_tcp_port().to_string();
-    let mut sargs = vec!["-p", port.as_str()];
-    sargs.extend_from_slice(&args);
-    let mut s = with_env(server.command(&sargs), &ON);
-    s.env("SOFTRDMA_STATS", &ss);
-    let saddr = server.addr.to_string();
-    let mut cargs = sargs.clone();
-    cargs.push(&saddr);
-    let mut c = with_env(client.command(&cargs), &client_captures);
-    let out = run_pair(&mut s, port.parse().unwrap(), &mut c, TIMEOUT);
+    let (ss, _, out) = perftest_pair_with("ib_write_bw", &args, &ON, &client_captures);
     assert!(out.both_succeeded(), "{out}");
     assert_eq!(counter(&ss, "shm_peer_copies"), Some(0), "no peer copy");
     assert!(counter(&ss, "shm_rx").is_some_and(|n| n >= 1600), "lanes");
@@ -520,17 +523,7 @@ fn a_capture_holds_the_data_or_says_it_bypassed_the_wire() {
     // The server captures; the client copies nothing itself but sends
     // descriptors the server copies by.
     let _ = std::fs::remove_file(&pcap);
-    let server = Endpoint::compat(&bin, unique_loopback_addr(NET));
-    let port = unique_tcp_port().to_string();
-    let mut sargs = vec!["-p", port.as_str()];
-    sargs.extend_from_slice(&args);
-    let mut s = with_env(server.command(&sargs), &client_captures);
-    s.env("SOFTRDMA_STATS", &ss);
-    let saddr = server.addr.to_string();
-    let mut cargs = sargs.clone();
-    cargs.push(&saddr);
-    let mut c = with_env(client.command(&cargs), &ON);
-    let out = run_pair(&mut s, port.parse().unwrap(), &mut c, TIMEOUT);
+    let (ss, _, out) = perftest_pair_with("ib_write_bw", &args, &client_captures, &ON);
     assert!(out.both_succeeded(), "{out}");
     assert!(counter(&ss, "shm_peer_copies").is_some_and(|n| n >= 100));
     assert!(
