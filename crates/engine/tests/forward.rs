@@ -90,11 +90,12 @@ fn a_stale_table_delays_ud_datagrams_but_loses_none() {
             b.qpn,
             RecvWr {
                 wr_id: i as u64,
-                sgl: vec![Sge {
+                sgl: [Sge {
                     addr: base + (i * 1024) as u64,
                     length: 1024,
                     lkey: b.lkey,
-                }],
+                }]
+                .into(),
             },
         )
         .unwrap();
@@ -106,11 +107,12 @@ fn a_stale_table_delays_ud_datagrams_but_loses_none() {
     for i in 0..N {
         let mut wr = SendWr::new(i as u64, WrOpcode::Send);
         wr.flags = SendFlags::SIGNALED;
-        wr.sgl = vec![Sge {
+        wr.sgl = [Sge {
             addr: src + (i * 100) as u64,
             length: 100,
             lkey: a.lkey,
-        }];
+        }]
+        .into();
         wr.ud = Some(UdDest {
             av: AddressVector::to_ip(ip),
             remote_qpn: b.qpn,

@@ -175,11 +175,12 @@ fn pair(shm: bool) -> (Side, Side) {
 fn post(s: &Side, op: WrOpcode, (local, lkey): (u64, u32), len: u32, remote: u64, rkey: u32) {
     let mut w = SendWr::new(1, op);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: local,
         length: len,
         lkey,
-    }];
+    }]
+    .into();
     w.remote_addr = remote;
     w.rkey = rkey;
     w.compare_add = 5;
@@ -340,7 +341,14 @@ fn sends_into_on_demand_receive_buffers() {
                 length: N,
                 lkey,
             }];
-            b.e.post_recv(b.qpn, RecvWr { wr_id: 9, sgl }).unwrap();
+            b.e.post_recv(
+                b.qpn,
+                RecvWr {
+                    wr_id: 9,
+                    sgl: sgl.into(),
+                },
+            )
+            .unwrap();
             post(&a, WrOpcode::Send, a.sge(0), N, 0, 0);
             assert_eq!(wc(&a).status, send, "shm {shm} at {off}");
             let r = wc(&b);

@@ -88,11 +88,12 @@ fn pair() -> (Side, Side) {
 fn post(s: &Side, op: WrOpcode, local: u64, len: u32, remote: u64, rkey: u32) {
     let mut w = SendWr::new(1, op);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: local,
         length: len,
         lkey: s.key,
-    }];
+    }]
+    .into();
     w.remote_addr = remote;
     w.rkey = rkey;
     s.e.post_send(s.qpn, w).unwrap();
@@ -273,7 +274,8 @@ fn page_boundaries_and_unaligned_ranges_copy_byte_for_byte() {
                         length: len,
                         lkey: a.key,
                     },
-                ],
+                ]
+                .into(),
             },
         )
         .unwrap();

@@ -81,29 +81,32 @@ fn rc_send_and_write_between_engines() {
         b.qpn,
         RecvWr {
             wr_id: 9,
-            sgl: vec![Sge {
+            sgl: [Sge {
                 addr: bptr,
                 length: 65536,
                 lkey: b.lkey,
-            }],
+            }]
+            .into(),
         },
     )
     .unwrap();
     let aptr = a.buf.as_ptr() as u64;
     let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sgl = vec![Sge {
+    wr.sgl = [Sge {
         addr: aptr,
         length: 50_000,
         lkey: a.lkey,
-    }];
+    }]
+    .into();
     a.e.post_send(a.qpn, wr).unwrap();
     let mut w = SendWr::new(2, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: aptr,
         length: 100_000,
         lkey: a.lkey,
-    }];
+    }]
+    .into();
     w.remote_addr = bptr + 200_000;
     w.rkey = b.rkey;
     a.e.post_send(a.qpn, w).unwrap();
@@ -122,20 +125,22 @@ fn send_one(a: &Side, b: &Side, len: u32) {
         b.qpn,
         RecvWr {
             wr_id: 7,
-            sgl: vec![Sge {
+            sgl: [Sge {
                 addr: b.buf.as_ptr() as u64,
                 length: 65536,
                 lkey: b.lkey,
-            }],
+            }]
+            .into(),
         },
     )
     .unwrap();
     let mut wr = SendWr::new(8, WrOpcode::Send);
-    wr.sgl = vec![Sge {
+    wr.sgl = [Sge {
         addr: a.buf.as_ptr() as u64,
         length: len,
         lkey: a.lkey,
-    }];
+    }]
+    .into();
     a.e.post_send(a.qpn, wr).unwrap();
 }
 
@@ -196,11 +201,12 @@ fn event_pingpong_side(s: &Side, ch: &softrdma_engine::CompChannel, first: bool,
             s.qpn,
             RecvWr {
                 wr_id: i as u64,
-                sgl: vec![Sge {
+                sgl: [Sge {
                     addr: s.buf.as_ptr() as u64,
                     length: 64,
                     lkey: s.lkey,
-                }],
+                }]
+                .into(),
             },
         )
         .unwrap();
@@ -405,11 +411,12 @@ fn while_spinning<T: Send>(s: &Side, f: impl FnOnce() -> T + Send) -> T {
 /// `a`'s CQ only, which the tests leave there).
 fn write_one(a: &Side, b: &Side) {
     let mut w = SendWr::new(3, WrOpcode::RdmaWrite);
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: a.buf.as_ptr() as u64,
         length: 64,
         lkey: a.lkey,
-    }];
+    }]
+    .into();
     w.remote_addr = b.buf.as_ptr() as u64 + 4096;
     w.rkey = b.rkey;
     a.e.post_send(a.qpn, w).unwrap();

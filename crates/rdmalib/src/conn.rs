@@ -507,7 +507,7 @@ impl Connection {
             let id = self.wr_id(op);
             let mut wr = SendWr::new(id, opcode);
             wr.flags = SendFlags::SIGNALED;
-            wr.sgl = vec![self.res.buffer.sge(local_offset + done, n)?];
+            wr.sgl = [self.res.buffer.sge(local_offset + done, n)?].into();
             wr.remote_addr = self.remote.addr + remote_offset + done as u64;
             wr.rkey = self.remote.rkey;
             let link = self.usable()?;
@@ -541,7 +541,7 @@ impl Connection {
     fn post_slot(&self, link: &Link, i: usize) -> Result<()> {
         let wr = RecvWr {
             wr_id: RECV_TAG | i as u64,
-            sgl: vec![self.res.recv_sge(i)?],
+            sgl: [self.res.recv_sge(i)?].into(),
         };
         Ok(link.id.qp().expect("a link has a QP").post_recv(wr)?)
     }
@@ -553,7 +553,7 @@ impl Connection {
         for i in 0..res.recv_depth {
             qp.post_recv(RecvWr {
                 wr_id: RECV_TAG | i as u64,
-                sgl: vec![res.recv_sge(i)?],
+                sgl: [res.recv_sge(i)?].into(),
             })?;
         }
         Ok(())

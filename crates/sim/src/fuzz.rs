@@ -778,10 +778,11 @@ impl World {
         if opcode.is_atomic() || opcode == WrOpcode::AtomicWrite {
             // Atomics need one 8-byte SGE (the post is refused otherwise).
             w.inline = None;
-            w.sgl = vec![Sge {
+            w.sgl = [Sge {
                 length: 8,
                 ..self.local_sge(inp, node)
-            }];
+            }]
+            .into();
         }
         w.remote_addr = self.pick_va(inp, 1 - node);
         if opcode.is_atomic() || opcode == WrOpcode::AtomicWrite {

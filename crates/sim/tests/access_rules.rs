@@ -467,7 +467,14 @@ impl Fx {
         let now = self.net.now;
         self.net.nodes[node]
             .ep
-            .post_recv(now, qpn, RecvWr { wr_id, sgl })
+            .post_recv(
+                now,
+                qpn,
+                RecvWr {
+                    wr_id,
+                    sgl: sgl.into(),
+                },
+            )
             .unwrap();
     }
 
@@ -507,7 +514,7 @@ impl Fx {
 fn wr(id: u64, op: WrOpcode, sgl: Vec<Sge>) -> SendWr {
     let mut w = SendWr::new(id, op);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = sgl;
+    w.sgl = sgl.into();
     w
 }
 

@@ -34,22 +34,24 @@ fn rc_send_write_read_atomic() {
             b.qpn,
             RecvWr {
                 wr_id: 7,
-                sgl: vec![Sge {
+                sgl: [Sge {
                     addr: bbuf,
                     length: 8192,
                     lkey: b.mr.lkey,
-                }],
+                }]
+                .into(),
             },
         )
         .unwrap();
     let mut wr = SendWr::new(1, WrOpcode::SendWithImm);
     wr.flags = SendFlags::SIGNALED;
     wr.imm_data = 0xdeadbeef;
-    wr.sgl = vec![Sge {
+    wr.sgl = [Sge {
         addr: abuf,
         length: 5000,
         lkey: a.mr.lkey,
-    }];
+    }]
+    .into();
     net.nodes[0].ep.post_send(now, a.qpn, wr).unwrap();
     net.run_idle(Instant::from_millis(100));
     let wcs = poll_all(&mut net, 0, a.scq);
@@ -66,44 +68,48 @@ fn rc_send_write_read_atomic() {
     // WRITE 3000 bytes to b+10000, then READ them back to a+20000.
     let mut w = SendWr::new(2, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: abuf,
         length: 3000,
         lkey: a.mr.lkey,
-    }];
+    }]
+    .into();
     w.remote_addr = bbuf + 10000;
     w.rkey = b.mr.rkey;
     let now = net.now;
     net.nodes[0].ep.post_send(now, a.qpn, w).unwrap();
     let mut rd = SendWr::new(3, WrOpcode::RdmaRead);
     rd.flags = SendFlags::SIGNALED;
-    rd.sgl = vec![Sge {
+    rd.sgl = [Sge {
         addr: abuf + 20000,
         length: 3000,
         lkey: a.mr.lkey,
-    }];
+    }]
+    .into();
     rd.remote_addr = bbuf + 10000;
     rd.rkey = b.mr.rkey;
     net.nodes[0].ep.post_send(now, a.qpn, rd).unwrap();
     // FETCH_ADD then CMP_SWAP on b+40000 (value starts at 0).
     let mut fa = SendWr::new(4, WrOpcode::AtomicFetchAndAdd);
     fa.flags = SendFlags::SIGNALED;
-    fa.sgl = vec![Sge {
+    fa.sgl = [Sge {
         addr: abuf + 30000,
         length: 8,
         lkey: a.mr.lkey,
-    }];
+    }]
+    .into();
     fa.remote_addr = bbuf + 40000;
     fa.rkey = b.mr.rkey;
     fa.compare_add = 5;
     net.nodes[0].ep.post_send(now, a.qpn, fa).unwrap();
     let mut cs = SendWr::new(5, WrOpcode::AtomicCmpAndSwp);
     cs.flags = SendFlags::SIGNALED;
-    cs.sgl = vec![Sge {
+    cs.sgl = [Sge {
         addr: abuf + 30008,
         length: 8,
         lkey: a.mr.lkey,
-    }];
+    }]
+    .into();
     cs.remote_addr = bbuf + 40000;
     cs.rkey = b.mr.rkey;
     cs.compare_add = 5;

@@ -36,11 +36,12 @@ fn rc_mixed_under_faults() {
                     b.qpn,
                     RecvWr {
                         wr_id: i,
-                        sgl: vec![Sge {
+                        sgl: [Sge {
                             addr: b.mr.iova + 100_000 + i * 3000,
                             length: 3000,
                             lkey: b.mr.lkey,
-                        }],
+                        }]
+                        .into(),
                     },
                 )
                 .unwrap();
@@ -79,11 +80,12 @@ fn rc_mixed_under_faults() {
                 3 => (a.mr.iova + 900_000 + i * 8, 8),
                 _ => (a.mr.iova + i * 100, len),
             };
-            wr.sgl = vec![Sge {
+            wr.sgl = [Sge {
                 addr,
                 length: l,
                 lkey: a.mr.lkey,
-            }];
+            }]
+            .into();
             expect.push(i);
             net.nodes[0].ep.post_send(now, a.qpn, wr).unwrap();
         }

@@ -49,7 +49,7 @@ fn exchange(seed: u64, size: u64) -> Vec<WcStatus> {
         };
         let wr = RecvWr {
             wr_id: i,
-            sgl: vec![sge],
+            sgl: [sge].into(),
         };
         net.nodes[1].ep.post_recv(now, b.qpn, wr).unwrap();
     }
@@ -57,11 +57,12 @@ fn exchange(seed: u64, size: u64) -> Vec<WcStatus> {
         let atomic = matches!(op, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd);
         let mut w = SendWr::new(i, op);
         w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![Sge {
+        w.sgl = [Sge {
             addr: a.mr.iova + i * size,
             length: if atomic { 8 } else { size as u32 },
             lkey: a.mr.lkey,
-        }];
+        }]
+        .into();
         w.remote_addr = b.mr.iova + 2 * size + if atomic { 8 * i } else { i * size };
         w.rkey = b.mr.rkey;
         net.nodes[0].ep.post_send(now, a.qpn, w).unwrap();

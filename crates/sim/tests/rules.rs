@@ -65,7 +65,7 @@ impl Pair {
         let now = self.net.now;
         let wr = RecvWr {
             wr_id,
-            sgl: vec![sge(&s, off, len)],
+            sgl: [sge(&s, off, len)].into(),
         };
         self.net.nodes[node].ep.post_recv(now, s.qpn, wr).unwrap();
     }
@@ -135,7 +135,7 @@ pub(crate) fn sge(s: &Side, off: u64, len: u32) -> Sge {
 pub(crate) fn wr(id: u64, op: WrOpcode, sgl: Vec<Sge>) -> SendWr {
     let mut w = SendWr::new(id, op);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = sgl;
+    w.sgl = sgl.into();
     w
 }
 

@@ -42,11 +42,12 @@ fn xrc_mixed_under_faults() {
                     srq,
                     RecvWr {
                         wr_id: i,
-                        sgl: vec![Sge {
+                        sgl: [Sge {
                             addr: b.mr.iova + 100_000 + i * 3000,
                             length: 3000,
                             lkey: b.mr.lkey,
-                        }],
+                        }]
+                        .into(),
                     },
                 )
                 .unwrap();
@@ -83,11 +84,12 @@ fn xrc_mixed_under_faults() {
                 3 => (a.mr.iova + 900_000 + i * 8, 8),
                 _ => (a.mr.iova + i * 100, len_of(i)),
             };
-            wr.sgl = vec![Sge {
+            wr.sgl = [Sge {
                 addr,
                 length: l,
                 lkey: a.mr.lkey,
-            }];
+            }]
+            .into();
             net.nodes[0].ep.post_send(now, a.qpn, wr).unwrap();
         }
         let done = net.run_until(Instant::from_millis(60_000), |net| {

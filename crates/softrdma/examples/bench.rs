@@ -271,7 +271,7 @@ fn post_recvs(r: &Rdma, n: usize) -> Res<()> {
     for i in 0..n {
         r.qp.post_recv(RecvWr {
             wr_id: i as u64,
-            sgl: vec![r.mr.sge(0, 64).map_err(err("sge"))?],
+            sgl: [r.mr.sge(0, 64).map_err(err("sge"))?].into(),
         })
         .map_err(err("post_recv"))?;
     }
@@ -304,7 +304,7 @@ fn wait_recv(r: &Rdma, wcs: &mut Vec<softrdma::verbs::Wc>) -> Res<()> {
             if w.opcode == WcOpcode::Recv {
                 r.qp.post_recv(RecvWr {
                     wr_id: w.wr_id,
-                    sgl: vec![r.mr.sge(0, 64).map_err(err("sge"))?],
+                    sgl: [r.mr.sge(0, 64).map_err(err("sge"))?].into(),
                 })
                 .map_err(err("post_recv"))?;
                 got = true;
@@ -610,7 +610,7 @@ fn rdma_write_bw(a: &Args, r: &Rdma, raddr: u64, rkey: u32) -> Res<f64> {
             for k in 0..a.signal {
                 let slot = posted % slots;
                 let mut w = SendWr::new(posted as u64, WrOpcode::RdmaWrite);
-                w.sgl = vec![r.mr.sge(slot * a.size, a.size).map_err(err("sge"))?];
+                w.sgl = [r.mr.sge(slot * a.size, a.size).map_err(err("sge"))?].into();
                 w.remote_addr = raddr + (slot * a.size) as u64;
                 w.rkey = rkey;
                 if k == a.signal - 1 {

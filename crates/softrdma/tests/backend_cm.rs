@@ -135,7 +135,7 @@ fn child_rc_server() {
     conn.qp()
         .post_recv(RecvWr {
             wr_id: 1,
-            sgl: vec![mr.sge(0, 64).unwrap()],
+            sgl: [mr.sge(0, 64).unwrap()].into(),
         })
         .unwrap();
     let wc = conn.cq().poll_blocking(1, T).unwrap()[0];
@@ -151,15 +151,15 @@ fn child_rc_server() {
     mr.write(4096, &pat).unwrap();
     let mut w = SendWr::new(10, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![mr.sge(4096, 32768).unwrap()];
+    w.sgl = [mr.sge(4096, 32768).unwrap()].into();
     (w.remote_addr, w.rkey) = (addr, rkey);
     let mut r = SendWr::new(11, WrOpcode::RdmaRead);
     r.flags = SendFlags::SIGNALED;
-    r.sgl = vec![mr.sge(65536, 32768).unwrap()];
+    r.sgl = [mr.sge(65536, 32768).unwrap()].into();
     (r.remote_addr, r.rkey) = (addr, rkey);
     let mut f = SendWr::new(12, WrOpcode::AtomicFetchAndAdd);
     f.flags = SendFlags::SIGNALED;
-    f.sgl = vec![mr.sge(128, 8).unwrap()];
+    f.sgl = [mr.sge(128, 8).unwrap()].into();
     (f.remote_addr, f.rkey, f.compare_add) = (addr + 32768, rkey, 5);
     let mut s = SendWr::new(13, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
@@ -178,7 +178,7 @@ fn child_rc_server() {
     conn.qp()
         .post_recv(RecvWr {
             wr_id: 9,
-            sgl: vec![mr.sge(0, 64).unwrap()],
+            sgl: [mr.sge(0, 64).unwrap()].into(),
         })
         .unwrap();
     assert!(conn.wait_disconnected(Some(T)).unwrap());
@@ -215,7 +215,7 @@ fn child_rc_client() {
     conn.qp()
         .post_recv(RecvWr {
             wr_id: 1,
-            sgl: vec![mr.sge(40000, 64).unwrap()],
+            sgl: [mr.sge(40000, 64).unwrap()].into(),
         })
         .unwrap();
     let mut desc = mr.addr().to_le_bytes().to_vec();
@@ -224,7 +224,7 @@ fn child_rc_client() {
     let out = conn.pd().register(&desc, Access::LOCAL_WRITE).unwrap();
     let mut s = SendWr::new(2, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![out.sge(0, 16).unwrap()];
+    s.sgl = [out.sge(0, 16).unwrap()].into();
     conn.qp().post_send(s).unwrap();
     let mut wcs = conn.cq().poll_blocking(2, T).unwrap();
     wcs.sort_by_key(|w| w.wr_id);
@@ -272,7 +272,7 @@ fn child_ud_server() {
         .unwrap();
     qp.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![buf.sge(0, 40 + 64).unwrap()],
+        sgl: [buf.sge(0, 40 + 64).unwrap()].into(),
     })
     .unwrap();
     id.accept(&conn_param(b"ud ok")).unwrap();

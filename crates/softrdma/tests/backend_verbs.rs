@@ -105,33 +105,33 @@ fn child_device_and_rc() {
     mb.write(900_000, &7u64.to_ne_bytes()).unwrap();
     b.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![mb.sge(0, 100_000).unwrap()],
+        sgl: [mb.sge(0, 100_000).unwrap()].into(),
     })
     .unwrap();
     let target = mb.remote();
     let mut s = SendWr::new(10, WrOpcode::SendWithImm);
     s.imm_data = 0x0102_0304;
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![ma.sge(0, 70_000).unwrap()];
+    s.sgl = [ma.sge(0, 70_000).unwrap()].into();
     let mut w = SendWr::new(11, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 200_000).unwrap()];
+    w.sgl = [ma.sge(0, 200_000).unwrap()].into();
     w.remote_addr = target.addr + 300_000;
     w.rkey = target.rkey;
     let mut r = SendWr::new(12, WrOpcode::RdmaRead);
     r.flags = SendFlags::SIGNALED;
-    r.sgl = vec![ma.sge(500_000, 200_000).unwrap()];
+    r.sgl = [ma.sge(500_000, 200_000).unwrap()].into();
     r.remote_addr = target.addr + 300_000;
     r.rkey = target.rkey;
     let mut f = SendWr::new(13, WrOpcode::AtomicFetchAndAdd);
     f.flags = SendFlags::SIGNALED;
-    f.sgl = vec![ma.sge(800_000, 8).unwrap()];
+    f.sgl = [ma.sge(800_000, 8).unwrap()].into();
     f.remote_addr = target.addr + 900_000;
     f.rkey = target.rkey;
     f.compare_add = 35;
     let mut c = SendWr::new(14, WrOpcode::AtomicCmpAndSwp);
     c.flags = SendFlags::SIGNALED;
-    c.sgl = vec![ma.sge(808_000, 8).unwrap()];
+    c.sgl = [ma.sge(808_000, 8).unwrap()].into();
     c.remote_addr = target.addr + 900_000;
     c.rkey = target.rkey;
     c.compare_add = 42;
@@ -167,7 +167,7 @@ fn child_device_and_rc() {
     // Inline data from the request's own buffer; receives posted as a chain.
     b.post_recv_many((0..3).map(|i| RecvWr {
         wr_id: 20 + i,
-        sgl: vec![mb.sge(i as usize * 64, 64).unwrap()],
+        sgl: [mb.sge(i as usize * 64, 64).unwrap()].into(),
     }))
     .unwrap();
     let mut s = SendWr::new(30, WrOpcode::Send);
@@ -184,7 +184,7 @@ fn child_device_and_rc() {
     let raw = unsafe { pd.register_raw(own.as_mut_ptr(), own.len(), ALL) }.unwrap();
     let mut w = SendWr::new(40, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 4096).unwrap()];
+    w.sgl = [ma.sge(0, 4096).unwrap()].into();
     w.remote_addr = raw.addr();
     w.rkey = raw.rkey();
     a.post_send(w).unwrap();
@@ -195,7 +195,7 @@ fn child_device_and_rc() {
     // Errors: a bad rkey is a completion; bad verbs are errors with rdma-core's errno.
     let mut w = SendWr::new(50, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 8).unwrap()];
+    w.sgl = [ma.sge(0, 8).unwrap()].into();
     w.remote_addr = target.addr;
     w.rkey = target.rkey ^ 0x5a00;
     a.post_send(w).unwrap();
@@ -253,7 +253,7 @@ fn child_ud_srq_channels() {
     let buf = pd.alloc_mr(40 + 256, Access::LOCAL_WRITE).unwrap();
     rx.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![buf.sge(0, 40 + 256).unwrap()],
+        sgl: [buf.sge(0, 40 + 256).unwrap()].into(),
     })
     .unwrap();
     // Nothing yet: the channel stays quiet.
@@ -266,7 +266,7 @@ fn child_ud_srq_channels() {
     let mut wr = SendWr::new(2, WrOpcode::SendWithImm);
     wr.flags = SendFlags::SIGNALED;
     wr.imm_data = 77;
-    wr.sgl = vec![payload.sge(0, 10).unwrap()];
+    wr.sgl = [payload.sge(0, 10).unwrap()].into();
     wr.ud = Some(ah.dest(rx.qpn(), QKEY));
     tx.post_send(wr).unwrap();
     assert_eq!(
@@ -300,7 +300,7 @@ fn child_ud_srq_channels() {
     let sbuf = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     srq.post_recv(RecvWr {
         wr_id: 7,
-        sgl: vec![sbuf.sge(0, 64).unwrap()],
+        sgl: [sbuf.sge(0, 64).unwrap()].into(),
     })
     .unwrap();
     srq.set_limit(1).unwrap();
@@ -452,7 +452,7 @@ fn child_two_backends() {
     let dst = pn.alloc_mr(64, ALL).unwrap();
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![src.sge(0, 14).unwrap()];
+    w.sgl = [src.sge(0, 14).unwrap()].into();
     w.remote_addr = dst.addr();
     w.rkey = dst.rkey();
     qr.post_send(w).unwrap();

@@ -46,7 +46,7 @@ fn rc_pair(ca: &Context, pa: &Pd, cb: &Context, pb: &Pd, b_grants: Access) -> Pa
 fn signaled(id: u64, op: WrOpcode, sge: Sge, target: Option<&Mr>) -> SendWr {
     let mut w = SendWr::new(id, op);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![sge];
+    w.sgl = [sge].into();
     if let Some(t) = target {
         w.remote_addr = t.addr();
         w.rkey = t.rkey();
@@ -66,7 +66,7 @@ impl Pair {
         self.qb
             .post_recv(RecvWr {
                 wr_id,
-                sgl: vec![sge],
+                sgl: [sge].into(),
             })
             .unwrap();
     }
@@ -269,7 +269,7 @@ fn post_on_reset_or_init_qp_and_other_bad_posts_fail() {
     let send = || signaled(1, WrOpcode::Send, mr.sge(0, 64).unwrap(), None);
     let recv = |id| RecvWr {
         wr_id: id,
-        sgl: vec![mr.sge(0, 64).unwrap()],
+        sgl: [mr.sge(0, 64).unwrap()].into(),
     };
 
     // RESET: neither queue takes work.
@@ -285,7 +285,7 @@ fn post_on_reset_or_init_qp_and_other_bad_posts_fail() {
     // More SGEs than max_recv_sge.
     let two = RecvWr {
         wr_id: 4,
-        sgl: vec![mr.sge(0, 8).unwrap(), mr.sge(8, 8).unwrap()],
+        sgl: vec![mr.sge(0, 8).unwrap(), mr.sge(8, 8).unwrap()].into(),
     };
     assert_eq!(errno(qp.post_recv(two)), EINVAL);
 
@@ -339,11 +339,11 @@ fn post_on_reset_or_init_qp_and_other_bad_posts_fail() {
         "more SGEs than max_send_sge"
     );
     let mut w = SendWr::new(2, WrOpcode::AtomicFetchAndAdd);
-    w.sgl = vec![mr.sge(0, 4).unwrap()];
+    w.sgl = [mr.sge(0, 4).unwrap()].into();
     w.remote_addr = 0x1000;
     assert_eq!(errno(qp.post_send(w)), EINVAL, "4-byte atomic");
     let mut w = SendWr::new(2, WrOpcode::AtomicCmpAndSwp);
-    w.sgl = vec![mr.sge(0, 8).unwrap()];
+    w.sgl = [mr.sge(0, 8).unwrap()].into();
     w.remote_addr = 0x1004;
     assert_eq!(errno(qp.post_send(w)), EINVAL, "misaligned atomic");
     let mut w = SendWr::new(2, WrOpcode::Send);
@@ -357,7 +357,7 @@ fn post_on_reset_or_init_qp_and_other_bad_posts_fail() {
     // UD: RDMA opcodes and sends without an address handle are refused.
     let ud = ud_qp(&pd, &cq, 0x1111);
     let mut w = SendWr::new(3, WrOpcode::RdmaWrite);
-    w.sgl = vec![mr.sge(0, 8).unwrap()];
+    w.sgl = [mr.sge(0, 8).unwrap()].into();
     assert_eq!(errno(ud.post_send(w)), EINVAL);
     assert_eq!(errno(ud.post_send(send())), EINVAL, "UD send without an AH");
     // Nothing above produced a completion.
@@ -563,7 +563,7 @@ fn remote_access_errors_leave_remote_memory_untouched() {
         if matches!(case.op, Op::WriteImm) {
             p.qb.post_recv(RecvWr {
                 wr_id: 99,
-                sgl: vec![],
+                sgl: vec![].into(),
             })
             .unwrap();
         }
@@ -673,7 +673,7 @@ fn cq_overflow_moves_the_qp_to_error() {
     for i in 0..4 {
         qb.post_recv(RecvWr {
             wr_id: 100 + i,
-            sgl: vec![mb.sge(0, 64).unwrap()],
+            sgl: [mb.sge(0, 64).unwrap()].into(),
         })
         .unwrap();
     }
@@ -855,7 +855,7 @@ fn malformed_packets_are_dropped_and_counted() {
     let ud = ud_qp(&pb, &udcq, 0x1234);
     ud.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![mb.sge(0, 1024).unwrap()],
+        sgl: [mb.sge(0, 1024).unwrap()].into(),
     })
     .unwrap();
 

@@ -69,7 +69,7 @@ async fn connector_and_acceptor_async() {
         .unwrap();
     let mut s = SendWr::new(2, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![out.sge(0, 10).unwrap()];
+    s.sgl = [out.sge(0, 10).unwrap()].into();
     cconn.qp().post_send(s).unwrap();
     assert_eq!(
         cconn.cq().poll_blocking(1, T).unwrap()[0].status,

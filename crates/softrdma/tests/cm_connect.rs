@@ -101,18 +101,18 @@ fn rc_connect_accept_private_data_and_rdma_traffic() {
         .unwrap()
         .post_recv(RecvWr {
             wr_id: 100,
-            sgl: vec![ma.sge(100_000, 1000).unwrap()],
+            sgl: [ma.sge(100_000, 1000).unwrap()].into(),
         })
         .unwrap();
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 40_000).unwrap()];
+    w.sgl = [ma.sge(0, 40_000).unwrap()].into();
     w.remote_addr = baddr + 65_536;
     w.rkey = brkey;
     cq.post_send(w).unwrap();
     let mut r = SendWr::new(2, WrOpcode::RdmaRead);
     r.flags = SendFlags::SIGNALED;
-    r.sgl = vec![ma.sge(65_536, 30_000).unwrap()];
+    r.sgl = [ma.sge(65_536, 30_000).unwrap()].into();
     r.remote_addr = baddr;
     r.rkey = brkey;
     cq.post_send(r).unwrap();
@@ -127,7 +127,7 @@ fn rc_connect_accept_private_data_and_rdma_traffic() {
     let mut s = SendWr::new(3, WrOpcode::SendWithImm);
     s.flags = SendFlags::SIGNALED;
     s.imm_data = 0xC0FFEE;
-    s.sgl = vec![mb.sge(120_000, 21).unwrap()];
+    s.sgl = [mb.sge(120_000, 21).unwrap()].into();
     child.qp().unwrap().post_send(s).unwrap();
     assert_eq!(
         child.send_cq().unwrap().poll_blocking(1, T).unwrap()[0].status,
@@ -245,7 +245,7 @@ fn disconnect_reaches_both_sides_and_flushes_receives() {
             .unwrap()
             .post_recv(RecvWr {
                 wr_id: 10 + i,
-                sgl: vec![mb.sge(i as usize * 1024, 1024).unwrap()],
+                sgl: [mb.sge(i as usize * 1024, 1024).unwrap()].into(),
             })
             .unwrap();
     }
@@ -259,7 +259,7 @@ fn disconnect_reaches_both_sides_and_flushes_receives() {
         .unwrap()
         .post_recv(RecvWr {
             wr_id: 99,
-            sgl: vec![ma.sge(0, 1024).unwrap()],
+            sgl: [ma.sge(0, 1024).unwrap()].into(),
         })
         .unwrap();
     client.disconnect().unwrap();
@@ -322,7 +322,7 @@ fn sent(cha: &EventChannel, chb: &EventChannel, dst: SocketAddr) -> (CmId, CmId,
         .unwrap()
         .post_recv(RecvWr {
             wr_id: 5,
-            sgl: vec![mb.sge(0, 64).unwrap()],
+            sgl: [mb.sge(0, 64).unwrap()].into(),
         })
         .unwrap();
     let ma = client
@@ -332,7 +332,7 @@ fn sent(cha: &EventChannel, chb: &EventChannel, dst: SocketAddr) -> (CmId, CmId,
         .unwrap();
     let mut s = SendWr::new(1, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![ma.sge(0, 8).unwrap()];
+    s.sgl = [ma.sge(0, 8).unwrap()].into();
     client.qp().unwrap().post_send(s).unwrap();
     let sent = client.send_cq().unwrap().poll_blocking(1, T).unwrap();
     assert_eq!(sent[0].status, WcStatus::Success);
@@ -522,12 +522,12 @@ fn ids_without_qps_connect_with_init_qp_attr_and_establish() {
     let mb = pb.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![mb.sge(0, 64).unwrap()],
+        sgl: [mb.sge(0, 64).unwrap()].into(),
     })
     .unwrap();
     let mut s = SendWr::new(2, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![ma.sge(0, 13).unwrap()];
+    s.sgl = [ma.sge(0, 13).unwrap()].into();
     qa.post_send(s).unwrap();
     assert_eq!(
         cqa.poll_blocking(1, T).unwrap()[0].status,
@@ -539,13 +539,13 @@ fn ids_without_qps_connect_with_init_qp_attr_and_establish() {
     // And back.
     qa.post_recv(RecvWr {
         wr_id: 3,
-        sgl: vec![ma.sge(0, 13).unwrap()],
+        sgl: [ma.sge(0, 13).unwrap()].into(),
     })
     .unwrap();
     mb.write(0, b"...both ways!").unwrap();
     let mut s = SendWr::new(4, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![mb.sge(0, 13).unwrap()];
+    s.sgl = [mb.sge(0, 13).unwrap()].into();
     qb.post_send(s).unwrap();
     assert_eq!(
         cqb.poll_blocking(1, T).unwrap()[0].status,
@@ -791,7 +791,7 @@ fn uc_connection_inherits_the_transport_and_writes() {
     let (addr, rkey, _) = parse_desc(est.private_data());
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 5000).unwrap()];
+    w.sgl = [ma.sge(0, 5000).unwrap()].into();
     w.remote_addr = addr + 100;
     w.rkey = rkey;
     client.qp().unwrap().post_send(w).unwrap();

@@ -125,7 +125,7 @@ fn endpoints_connect_send_and_disconnect() {
             .unwrap();
         qp.post_recv(RecvWr {
             wr_id: 7,
-            sgl: vec![mr.sge(0, 4096).unwrap()],
+            sgl: [mr.sge(0, 4096).unwrap()].into(),
         })
         .unwrap();
         child.accept(&conn_param(b"ep accept")).unwrap();
@@ -158,7 +158,7 @@ fn endpoints_connect_send_and_disconnect() {
         .unwrap();
     let mut s = SendWr::new(1, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![mr.sge(0, 3000).unwrap()];
+    s.sgl = [mr.sge(0, 3000).unwrap()].into();
     ep.qp().unwrap().post_send(s).unwrap();
     assert_eq!(
         ep.send_cq().unwrap().poll_blocking(1, T).unwrap()[0].status,
@@ -199,7 +199,7 @@ fn connector_and_acceptor_round_trip() {
         conn.qp()
             .post_recv(RecvWr {
                 wr_id: 1,
-                sgl: vec![mr.sge(0, 1 << 16).unwrap()],
+                sgl: [mr.sge(0, 1 << 16).unwrap()].into(),
             })
             .unwrap();
         let ch = conn.comp_channel().expect("comp_channel option");
@@ -210,7 +210,7 @@ fn connector_and_acceptor_round_trip() {
         let (addr, rkey, _) = parse_desc(&got[..16]);
         let mut w = SendWr::new(2, WrOpcode::RdmaWrite);
         w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![mr.sge(16, got.len() - 16).unwrap()];
+        w.sgl = [mr.sge(16, got.len() - 16).unwrap()].into();
         w.remote_addr = addr;
         w.rkey = rkey;
         conn.qp().post_send(w).unwrap();
@@ -240,7 +240,7 @@ fn connector_and_acceptor_round_trip() {
     let out = conn.pd().register(&msg, Access::LOCAL_WRITE).unwrap();
     let mut s = SendWr::new(9, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![out.sge(0, msg.len()).unwrap()];
+    s.sgl = [out.sge(0, msg.len()).unwrap()].into();
     conn.qp().post_send(s).unwrap();
     assert_eq!(
         conn.cq().poll_blocking(1, T).unwrap()[0].status,

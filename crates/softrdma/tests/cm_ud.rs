@@ -46,7 +46,7 @@ fn sidr_resolves_the_service_and_datagrams_flow_both_ways() {
         .unwrap()
         .post_recv(RecvWr {
             wr_id: 1,
-            sgl: vec![mb.sge(0, 40 + 1024).unwrap()],
+            sgl: [mb.sge(0, 40 + 1024).unwrap()].into(),
         })
         .unwrap();
     child.accept(&conn_param(b"sidr ok")).unwrap();
@@ -71,7 +71,7 @@ fn sidr_resolves_the_service_and_datagrams_flow_both_ways() {
     let ah = pa.create_ah(to_server.ah_attr).unwrap();
     let mut s = SendWr::new(2, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![ma.sge(0, 17).unwrap()];
+    s.sgl = [ma.sge(0, 17).unwrap()].into();
     s.ud = Some(ah.dest(to_server.qp_num, to_server.qkey));
     client.qp().unwrap().post_send(s).unwrap();
     assert_eq!(
@@ -90,14 +90,14 @@ fn sidr_resolves_the_service_and_datagrams_flow_both_ways() {
         .unwrap()
         .post_recv(RecvWr {
             wr_id: 3,
-            sgl: vec![ma.sge(1024, 40 + 64).unwrap()],
+            sgl: [ma.sge(1024, 40 + 64).unwrap()].into(),
         })
         .unwrap();
     let back = child.pd().unwrap().create_ah(ud.ah_attr).unwrap();
     mb.write(2048, b"reply").unwrap();
     let mut s = SendWr::new(4, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![mb.sge(2048, 5).unwrap()];
+    s.sgl = [mb.sge(2048, 5).unwrap()].into();
     s.ud = Some(back.dest(rx[0].src_qp, RDMA_UDP_QKEY));
     child.qp().unwrap().post_send(s).unwrap();
     let rx = client.recv_cq().unwrap().poll_blocking(1, T).unwrap();
@@ -181,7 +181,7 @@ fn member(ctx: &Context, group: IpAddr, block_self: bool) -> (CmId, EventChannel
         .unwrap()
         .post_recv(RecvWr {
             wr_id: 1,
-            sgl: vec![mr.sge(0, 40 + 256).unwrap()],
+            sgl: [mr.sge(0, 40 + 256).unwrap()].into(),
         })
         .unwrap();
     id.join_multicast(group).unwrap();
@@ -204,7 +204,7 @@ fn multicast_datagrams_reach_every_member() {
     let ah = a.pd().unwrap().create_ah(ud.ah_attr).unwrap();
     let mut s = SendWr::new(2, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![ma.sge(1024, 12).unwrap()];
+    s.sgl = [ma.sge(1024, 12).unwrap()].into();
     s.ud = Some(ah.dest(ud.qp_num, ud.qkey));
     a.qp().unwrap().post_send(s).unwrap();
     assert_eq!(
@@ -226,18 +226,18 @@ fn multicast_datagrams_reach_every_member() {
         .unwrap()
         .post_recv(RecvWr {
             wr_id: 3,
-            sgl: vec![mc.sge(0, 40 + 256).unwrap()],
+            sgl: [mc.sge(0, 40 + 256).unwrap()].into(),
         })
         .unwrap();
     b.qp()
         .unwrap()
         .post_recv(RecvWr {
             wr_id: 4,
-            sgl: vec![mb.sge(0, 40 + 256).unwrap()],
+            sgl: [mb.sge(0, 40 + 256).unwrap()].into(),
         })
         .unwrap();
     let mut s = SendWr::new(5, WrOpcode::Send);
-    s.sgl = vec![ma.sge(1024, 12).unwrap()];
+    s.sgl = [ma.sge(1024, 12).unwrap()].into();
     s.ud = Some(ah.dest(ud.qp_num, ud.qkey));
     a.qp().unwrap().post_send(s).unwrap();
     assert_eq!(

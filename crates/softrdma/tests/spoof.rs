@@ -71,7 +71,7 @@ fn setup() -> Setup {
     let ud_b = ud_qp(&pb, &cq_b, 0x1234);
     ud_b.post_recv(RecvWr {
         wr_id: 50,
-        sgl: vec![mb.sge(4096, 2048).unwrap()],
+        sgl: [mb.sge(4096, 2048).unwrap()].into(),
     })
     .unwrap();
     let (uc, rc) = (qps.pop().unwrap(), qps.pop().unwrap());
@@ -203,12 +203,12 @@ fn still_works(s: &Setup) {
     s.rc_b
         .post_recv(RecvWr {
             wr_id: 7,
-            sgl: vec![s.mb.sge(6144, 64).unwrap()],
+            sgl: [s.mb.sge(6144, 64).unwrap()].into(),
         })
         .unwrap();
     let mut w = SendWr::new(8, WrOpcode::Send);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![s.ma.sge(0, 7).unwrap()];
+    w.sgl = [s.ma.sge(0, 7).unwrap()].into();
     s.rc_a.post_send(w).unwrap();
     let wa = s.cq_a.poll_blocking(1, T).unwrap()[0];
     assert_eq!((wa.wr_id, wa.status), (8, WcStatus::Success));
@@ -493,7 +493,7 @@ fn huge_lengths_touch_nothing() {
             s.rc_b
                 .post_recv(RecvWr {
                     wr_id: 1,
-                    sgl: vec![s.mb.sge(0, LEN).unwrap()],
+                    sgl: [s.mb.sge(0, LEN).unwrap()].into(),
                 })
                 .unwrap();
         }

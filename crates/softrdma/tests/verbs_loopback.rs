@@ -48,7 +48,7 @@ fn rc_all_operations() {
     ma.write(0, &data).unwrap();
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![mb.sge(0, 100_000).unwrap()],
+        sgl: [mb.sge(0, 100_000).unwrap()].into(),
     })
     .unwrap();
     let wall = || {
@@ -61,23 +61,23 @@ fn rc_all_operations() {
     let mut s = SendWr::new(10, WrOpcode::SendWithImm);
     s.imm_data = 0x01020304;
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![ma.sge(0, 70_000).unwrap()];
+    s.sgl = [ma.sge(0, 70_000).unwrap()].into();
     qa.post_send(s).unwrap();
     let mut w = SendWr::new(11, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 200_000).unwrap()];
+    w.sgl = [ma.sge(0, 200_000).unwrap()].into();
     w.remote_addr = mb.addr() + 300_000;
     w.rkey = mb.rkey();
     qa.post_send(w).unwrap();
     let mut r = SendWr::new(12, WrOpcode::RdmaRead);
     r.flags = SendFlags::SIGNALED;
-    r.sgl = vec![ma.sge(500_000, 200_000).unwrap()];
+    r.sgl = [ma.sge(500_000, 200_000).unwrap()].into();
     r.remote_addr = mb.addr() + 300_000;
     r.rkey = mb.rkey();
     qa.post_send(r).unwrap();
     let mut f = SendWr::new(13, WrOpcode::AtomicFetchAndAdd);
     f.flags = SendFlags::SIGNALED;
-    f.sgl = vec![ma.sge(800_000, 8).unwrap()];
+    f.sgl = [ma.sge(800_000, 8).unwrap()].into();
     f.remote_addr = mb.addr() + 900_000;
     f.rkey = mb.rkey();
     f.compare_add = 41;
@@ -137,7 +137,7 @@ fn bad_rkey_is_remote_access_error_and_memory_untouched() {
     connect_pair((&ca, &qa), (&cb, &qb), (2, 1));
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 64).unwrap()];
+    w.sgl = [ma.sge(0, 64).unwrap()].into();
     w.remote_addr = mb.addr();
     w.rkey = mb.rkey() ^ 0x100;
     qa.post_send(w).unwrap();
@@ -164,7 +164,7 @@ fn ud_send_with_grh() {
     ma.write(0, b"hello over UD").unwrap();
     qb.post_recv(RecvWr {
         wr_id: 5,
-        sgl: vec![mb.sge(0, 1024 + 40).unwrap()],
+        sgl: [mb.sge(0, 1024 + 40).unwrap()].into(),
     })
     .unwrap();
     let ah = pa
@@ -172,7 +172,7 @@ fn ud_send_with_grh() {
         .unwrap();
     let mut s = SendWr::new(6, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![ma.sge(0, 13).unwrap()];
+    s.sgl = [ma.sge(0, 13).unwrap()].into();
     s.ud = Some(ah.dest(qb.qpn(), 0x11111111));
     qa.post_send(s).unwrap();
     assert_eq!(
@@ -209,14 +209,14 @@ fn completion_channel_wakes_blocked_waiter() {
     connect_pair((&ca, &qa), (&cb, &qb), (9, 7));
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![mb.sge(0, 64).unwrap()],
+        sgl: [mb.sge(0, 64).unwrap()].into(),
     })
     .unwrap();
     cqb.req_notify(false).unwrap();
     let waiter = std::thread::spawn(move || ch.wait().unwrap());
     std::thread::sleep(Duration::from_millis(50));
     let mut s = SendWr::new(2, WrOpcode::Send);
-    s.sgl = vec![ma.sge(0, 8).unwrap()];
+    s.sgl = [ma.sge(0, 8).unwrap()].into();
     qa.post_send(s).unwrap();
     let fired = waiter.join().unwrap();
     assert_eq!(fired, cqb.id());
@@ -251,7 +251,7 @@ fn post_send_many_and_wait_timeout() {
     let wrs = (0..100).map(|i| {
         let mut w = SendWr::new(i, WrOpcode::RdmaWrite);
         w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![src.sge(i as usize * 64, 64).unwrap()];
+        w.sgl = [src.sge(i as usize * 64, 64).unwrap()].into();
         w.remote_addr = dst.addr() + i * 64;
         w.rkey = dst.rkey();
         w
@@ -270,7 +270,7 @@ fn post_send_many_and_wait_timeout() {
     let cap = qa.cap().max_send_wr as usize;
     let wrs = (0..cap + 1).map(|i| {
         let mut w = SendWr::new(1000 + i as u64, WrOpcode::RdmaWrite);
-        w.sgl = vec![src.sge(0, 8).unwrap()];
+        w.sgl = [src.sge(0, 8).unwrap()].into();
         w.remote_addr = dst.addr();
         w.rkey = dst.rkey();
         w
@@ -316,13 +316,13 @@ fn device_memory_regions_local_and_remote() {
     let target = region.remote();
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![ma.sge(0, 512).unwrap()];
+    w.sgl = [ma.sge(0, 512).unwrap()].into();
     w.remote_addr = target.addr + 256;
     w.rkey = target.rkey;
     qa.post_send(w).unwrap();
     let mut r = SendWr::new(2, WrOpcode::RdmaRead);
     r.flags = SendFlags::SIGNALED;
-    r.sgl = vec![ma.sge(4096, 512).unwrap()];
+    r.sgl = [ma.sge(4096, 512).unwrap()].into();
     r.remote_addr = target.addr + 256;
     r.rkey = target.rkey;
     qa.post_send(r).unwrap();
@@ -335,12 +335,12 @@ fn device_memory_regions_local_and_remote() {
 
     qa.post_recv(RecvWr {
         wr_id: 3,
-        sgl: vec![ma.sge(2048, 512).unwrap()],
+        sgl: [ma.sge(2048, 512).unwrap()].into(),
     })
     .unwrap();
     let mut s = SendWr::new(4, WrOpcode::Send);
     s.flags = SendFlags::SIGNALED;
-    s.sgl = vec![region.sge(256, 512).unwrap()];
+    s.sgl = [region.sge(256, 512).unwrap()].into();
     qb.post_send(s).unwrap();
     assert_eq!(
         qb_cq.poll_blocking(1, T).unwrap()[0].status,
@@ -358,7 +358,7 @@ fn device_memory_regions_local_and_remote() {
     drop(dm);
     let mut r = SendWr::new(5, WrOpcode::RdmaRead);
     r.flags = SendFlags::SIGNALED;
-    r.sgl = vec![ma.sge(6144, 512).unwrap()];
+    r.sgl = [ma.sge(6144, 512).unwrap()].into();
     r.remote_addr = target.addr + 256;
     r.rkey = target.rkey;
     qa.post_send(r).unwrap();

@@ -53,4 +53,4 @@ pub use types::{
     Access, AsyncEventType, GSI_QKEY, GSI_QPN, MULTICAST_QPN, Mtu, QpAttrMask, QpState, QpType,
     Qpn, SendFlags, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
-pub use wr::{RecvWr, SendWr, Sge, UdDest, Wc};
+pub use wr::{RecvWr, SendWr, Sge, Sgl, UdDest, Wc};

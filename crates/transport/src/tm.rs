@@ -29,7 +29,7 @@
 //! software as the device counted.
 
 use crate::cq::CqHandle;
-use crate::wr::{RecvWr, Sge};
+use crate::wr::{RecvWr, Sgl};
 
 /// TMH opcodes (`enum ibv_tmh_op`).
 pub mod tmh_op {
@@ -113,7 +113,7 @@ pub struct TagEntry {
     /// The receive's id (`tm.add.recv_wr_id`).
     pub recv_wr_id: u64,
     /// Where the data goes.
-    pub sgl: Vec<Sge>,
+    pub sgl: Sgl,
 }
 
 /// One `ibv_post_srq_ops` operation.
@@ -322,7 +322,7 @@ mod tests {
                 tag,
                 mask: 0xffff,
                 recv_wr_id: id,
-                sgl: vec![],
+                sgl: Sgl::new(),
             }),
             0,
             false,

@@ -16,6 +16,14 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+/// A scatter/gather list. One element is kept in place: the common work
+/// request (perftest, the pingpongs, UCX's small messages) has one, and a
+/// `Vec` cost each message an allocation at the post and a free at its
+/// completion, for its send and for its receive (~350 instructions a
+/// same-host `ib_send_lat` message, callgrind; BENCHMARKS.md, "The
+/// scatter list in place").
+pub type Sgl = smallvec::SmallVec<[Sge; 1]>;
+
 /// UD destination of a send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdDest {
@@ -37,7 +45,7 @@ pub struct SendWr {
     /// Flags.
     pub flags: SendFlags,
     /// Gather list (ignored when `inline` is set).
-    pub sgl: Vec<Sge>,
+    pub sgl: Sgl,
     /// Inline payload copied at post time (`IBV_SEND_INLINE`).
     pub inline: Option<Vec<u8>>,
     /// Immediate data as the big-endian word on the wire (or the rkey to invalidate).
@@ -66,7 +74,7 @@ impl SendWr {
             wr_id,
             opcode,
             flags: SendFlags::EMPTY,
-            sgl: Vec::new(),
+            sgl: Sgl::new(),
             inline: None,
             imm_data: 0,
             remote_addr: 0,
@@ -94,7 +102,7 @@ pub struct RecvWr {
     /// Caller's cookie.
     pub wr_id: u64,
     /// Scatter list.
-    pub sgl: Vec<Sge>,
+    pub sgl: Sgl,
 }
 
 /// A work completion (`struct ibv_wc`).

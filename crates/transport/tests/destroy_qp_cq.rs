@@ -59,7 +59,15 @@ fn a_destroyed_qps_flushes_leave_the_shared_cq_and_the_others_stay() {
             length: 64,
             lkey: mr.lkey,
         }];
-        ep.post_recv(now, q, RecvWr { wr_id: id, sgl }).unwrap();
+        ep.post_recv(
+            now,
+            q,
+            RecvWr {
+                wr_id: id,
+                sgl: sgl.into(),
+            },
+        )
+        .unwrap();
     }
     let err = QpAttr {
         qp_state: QpState::Err,

@@ -86,11 +86,12 @@ fn duplicate_read_requests_replace_the_response_stream() {
     let mut now = Instant::from_millis(1);
     let mut w = SendWr::new(1, WrOpcode::RdmaRead);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: BASE,
         length: 64 * 1024,
         lkey: a.lkey,
-    }];
+    }]
+    .into();
     w.remote_addr = BASE + 4096;
     w.rkey = b.lkey; // keys are equal to lkeys here
     a.ep.post_send(now, a.qpn, w).unwrap();

@@ -171,11 +171,12 @@ impl Pair {
     fn send(&mut self, len: u32) {
         let mut w = SendWr::new(1, WrOpcode::Send);
         w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![Sge {
+        w.sgl = [Sge {
             addr: BASE + MSG,
             length: len,
             lkey: self.a.lkey,
-        }];
+        }]
+        .into();
         self.a.ep.post_send(self.now, self.a.qpn, w).unwrap();
     }
 
@@ -205,7 +206,7 @@ impl Pair {
             tag,
             mask: u64::MAX,
             recv_wr_id: tag,
-            sgl,
+            sgl: sgl.into(),
         };
         self.op(0, TmOp::Add(e), 0, false);
     }
@@ -280,11 +281,12 @@ fn an_unexpected_message_after_an_rnr_nak_counts_once() {
     let lkey = p.b.lkey;
     let plain = RecvWr {
         wr_id: 77,
-        sgl: vec![Sge {
+        sgl: [Sge {
             addr: BASE + PLAIN_BUF,
             length: 4096,
             lkey,
-        }],
+        }]
+        .into(),
     };
     p.b.ep.post_srq_recv(p.srq, plain).unwrap();
     p.run(|_, _| false);
@@ -327,11 +329,12 @@ fn a_rendezvous_read_whose_response_is_lost_is_retried_then_fins() {
     let lkey = p.a.lkey;
     let fin_buf = RecvWr {
         wr_id: 88,
-        sgl: vec![Sge {
+        sgl: [Sge {
             addr: BASE + 0xF000,
             length: 64,
             lkey,
-        }],
+        }]
+        .into(),
     };
     p.a.ep.post_recv(p.now, p.a.qpn, fin_buf).unwrap();
     p.send(RNDV_HDR_LEN as u32);

@@ -129,7 +129,7 @@ fn setup() -> Setup {
             b_qpn,
             RecvWr {
                 wr_id: 1,
-                sgl: vec![]
+                sgl: vec![].into()
             }
         )
         .is_err(),
@@ -152,11 +152,12 @@ fn post_srq(s: &mut Setup, i: usize, wr_id: u64, at: u64, len: u32) {
             s.srqs[i].0,
             RecvWr {
                 wr_id,
-                sgl: vec![Sge {
+                sgl: [Sge {
                     addr: BASE + at,
                     length: len,
                     lkey,
-                }],
+                }]
+                .into(),
             },
         )
         .unwrap();
@@ -165,11 +166,12 @@ fn post_srq(s: &mut Setup, i: usize, wr_id: u64, at: u64, len: u32) {
 fn send(s: &mut Setup, wr_id: u64, srqn: u32, at: u64, len: u32) {
     let mut w = SendWr::new(wr_id, WrOpcode::Send);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: BASE + at,
         length: len,
         lkey: s.a.lkey,
-    }];
+    }]
+    .into();
     w.xrc_remote_srqn = srqn;
     s.a.ep.post_send(Instant::ZERO, s.a_qpn, w).unwrap();
 }
@@ -234,22 +236,24 @@ fn rdma_write_and_read_use_the_named_srqs_pd() {
     let srqn = s.srqs[0].2;
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: BASE + 0x100,
         length: 0x800,
         lkey: s.a.lkey,
-    }];
+    }]
+    .into();
     w.remote_addr = BASE + 0x4000;
     w.rkey = s.b.lkey;
     w.xrc_remote_srqn = srqn;
     s.a.ep.post_send(Instant::ZERO, s.a_qpn, w).unwrap();
     let mut r = SendWr::new(2, WrOpcode::RdmaRead);
     r.flags = SendFlags::SIGNALED;
-    r.sgl = vec![Sge {
+    r.sgl = [Sge {
         addr: BASE + 0xA000,
         length: 0x800,
         lkey: s.a.lkey,
-    }];
+    }]
+    .into();
     r.remote_addr = BASE + 0x4000;
     r.rkey = s.b.lkey;
     r.xrc_remote_srqn = srqn;

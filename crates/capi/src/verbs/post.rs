@@ -8,7 +8,9 @@ use super::objects::{self as o, Ah, Cq, Kind, Qp, Srq};
 use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
 use core::ffi::c_int;
-use softrdma_engine::transport::{RecvWr, SendFlags, SendWr, Sge, UdDest, VerbsError, WrOpcode};
+use softrdma_engine::transport::{
+    RecvWr, SendFlags, SendWr, Sge, Sgl, UdDest, VerbsError, WrOpcode,
+};
 
 /// Fills the live slots of a context's ops table.
 pub(crate) fn install_ops(ops: &mut ibv_context_ops) {
@@ -28,7 +30,7 @@ pub(crate) const MAX_INLINE: usize = 512;
 /// # Safety
 ///
 /// `sg` must point to `n` readable SGEs (or `n <= 0`).
-pub(super) unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
+pub(super) unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Sgl, c_int> {
     // SAFETY: forwarded contract.
     let s = unsafe { sge_slice(sg, n) }?;
     Ok(s.iter()

@@ -14,7 +14,7 @@ use super::objects::{self as o, Ah, Kind, Qp};
 use super::post::MAX_INLINE;
 use crate::ffi::*;
 use core::ffi::{c_int, c_void};
-use softrdma_engine::transport::{SendFlags, SendWr, Sge, UdDest, WrOpcode};
+use softrdma_engine::transport::{SendFlags, SendWr, Sge, Sgl, UdDest, WrOpcode};
 
 /// Work requests built since `ibv_wr_start`, and the first error.
 #[derive(Debug, Default)]
@@ -351,9 +351,9 @@ unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length
     set_last(qp, |_, w| {
         // A zero-length SGE names no memory (rxe ignores it).
         w.sgl = if length == 0 {
-            Vec::new()
+            Sgl::new()
         } else {
-            vec![Sge { addr, length, lkey }]
+            [Sge { addr, length, lkey }].into()
         };
         Ok(())
     })
@@ -365,7 +365,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
             return Err(libc::EINVAL);
         }
         w.sgl = if num_sge == 0 {
-            Vec::new()
+            Sgl::new()
         } else {
             // SAFETY: the verbs contract: `num_sge` readable entries.
             let l = unsafe { core::slice::from_raw_parts(sg_list, num_sge) };

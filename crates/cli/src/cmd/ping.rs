@@ -169,7 +169,7 @@ fn echo(conn: &Connection, size: u32) -> Result<u64, CliError> {
         conn.qp()
             .post_recv(RecvWr {
                 wr_id: 1,
-                sgl: vec![mr.sge(0, size as usize).or_err("sge")?],
+                sgl: [mr.sge(0, size as usize).or_err("sge")?].into(),
             })
             .or_err("post_recv")
     };
@@ -181,7 +181,7 @@ fn echo(conn: &Connection, size: u32) -> Result<u64, CliError> {
             (WcStatus::Success, WcOpcode::Recv) => {
                 let mut s = SendWr::new(2, WrOpcode::Send);
                 s.flags = SendFlags::SIGNALED;
-                s.sgl = vec![mr.sge(0, w.byte_len as usize).or_err("sge")?];
+                s.sgl = [mr.sge(0, w.byte_len as usize).or_err("sge")?].into();
                 conn.qp().post_send(s).or_err("post_send")?;
             }
             (WcStatus::Success, _) => {
@@ -239,12 +239,12 @@ fn client(args: &Args, host: &str) -> Result<ExitCode, CliError> {
         conn.qp()
             .post_recv(RecvWr {
                 wr_id: seq,
-                sgl: vec![mr.sge(size, size).or_err("sge")?],
+                sgl: [mr.sge(size, size).or_err("sge")?].into(),
             })
             .or_err("post_recv")?;
         let mut s = SendWr::new(seq, WrOpcode::Send);
         s.flags = SendFlags::SIGNALED;
-        s.sgl = vec![mr.sge(0, size).or_err("sge")?];
+        s.sgl = [mr.sge(0, size).or_err("sge")?].into();
         let t0 = Instant::now();
         conn.qp().post_send(s).or_err("post_send")?;
         wait_both(conn.cq(), timeout).map_err(|e| CliError::new(format!("seq {seq}: {e}")))?;

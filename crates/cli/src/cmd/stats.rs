@@ -194,7 +194,7 @@ fn self_test() -> Result<Vec<Snapshot>, CliError> {
     let req = |id: u64, op: WrOpcode, len: usize, rkey: u32| -> Result<SendWr, CliError> {
         let mut w = SendWr::new(id, op);
         w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![ma.sge(0, len).or_err("sge")?];
+        w.sgl = [ma.sge(0, len).or_err("sge")?].into();
         w.remote_addr = mb.addr();
         w.rkey = rkey;
         w.compare_add = 1;
@@ -240,7 +240,7 @@ fn self_test() -> Result<Vec<Snapshot>, CliError> {
     }
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![mb.sge(0, 4096).or_err("sge")?],
+        sgl: [mb.sge(0, 4096).or_err("sge")?].into(),
     })
     .or_err("post_recv")?;
     expect_ok(1)?;

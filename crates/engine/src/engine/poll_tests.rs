@@ -75,14 +75,14 @@ fn a_poller_returns_what_was_delivered_while_it_waited() {
         qpn,
         RecvWr {
             wr_id: 7,
-            sgl: vec![sge(ptr + 32, 32)],
+            sgl: [sge(ptr + 32, 32)].into(),
         },
     )
     .unwrap();
     // No thread receives the message until this one lets it.
     let mut rx = e.shared.rx.lock().unwrap();
     let mut wr = SendWr::new(1, WrOpcode::Send);
-    wr.sgl = vec![sge(ptr, 8)];
+    wr.sgl = [sge(ptr, 8)].into();
     e.post_send(qpn, wr).unwrap();
     let polled = e.shared.last_poll.load(Ordering::Relaxed);
     let e2 = Arc::clone(&e);
@@ -133,11 +133,12 @@ fn a_poll_that_finds_completions_hands_back_only_in_a_serve_window() {
     let completed = |wr_id| {
         let mut wr = SendWr::new(wr_id, WrOpcode::Send);
         wr.flags = softrdma_transport::SendFlags::SIGNALED;
-        wr.sgl = vec![Sge {
+        wr.sgl = [Sge {
             addr: ptr,
             length: 8,
             lkey: mr.lkey,
-        }];
+        }]
+        .into();
         e.post_send(qpn, wr).unwrap();
         // A UC SEND completes once sent (by this post, or the progress
         // thread's next tick when it was gathered).

@@ -366,7 +366,7 @@ mod tests {
         };
         let with = |op, sgl: Vec<Sge>| {
             let mut wr = SendWr::new(0, op);
-            wr.sgl = sgl;
+            wr.sgl = sgl.into();
             wr
         };
         assert_eq!(

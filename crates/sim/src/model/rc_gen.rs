@@ -133,11 +133,12 @@ impl World {
         wr.sgl = op.local.iter().map(|p| self.mem[s].sge(p)).collect();
         if len == 0 && kind != Kind::SendInline && self.rng.chance(0.5) {
             // A zero-length SGE (no lkey check applies to it).
-            wr.sgl = vec![softrdma_transport::Sge {
+            wr.sgl = [softrdma_transport::Sge {
                 addr: 0,
                 length: 0,
                 lkey: 0,
-            }];
+            }]
+            .into();
         }
         self.fill_op(d, &mut op, &mut wr);
         if let Some(pieces) = recv {

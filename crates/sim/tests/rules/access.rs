@@ -86,7 +86,7 @@ fn wrong_pd() {
     let mr = extra_mr(&mut p, Access(15), true);
     let mut w = SendWr::new(1, WrOpcode::RdmaRead);
     w.flags = softrdma_transport::SendFlags::SIGNALED;
-    w.sgl = vec![sge(&p.a, 0, 16)];
+    w.sgl = [sge(&p.a, 0, 16)].into();
     w.remote_addr = mr.iova;
     w.rkey = mr.rkey;
     let line = "RC_RDMA_READ_REQUEST psn=100 A va=0x200001000 rkey=mrX dlen=16";
@@ -114,7 +114,7 @@ fn mr_without_remote_write_read_atomic() {
         };
         let mut w = SendWr::new(1, op);
         w.flags = softrdma_transport::SendFlags::SIGNALED;
-        w.sgl = vec![sge(&p.a, 0, len)];
+        w.sgl = [sge(&p.a, 0, len)].into();
         w.remote_addr = mr.iova;
         w.rkey = mr.rkey;
         w.compare_add = 1;

@@ -21,11 +21,12 @@ fn send(net: &mut Net, a: &Side, b: &Side, id: u64, len: u32, qkey: u32) {
     let mut w = SendWr::new(id, WrOpcode::SendWithImm);
     w.flags = SendFlags::SIGNALED;
     w.imm_data = 0xABCD_0000 | id as u32;
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: a.mr.iova,
         length: len,
         lkey: a.mr.lkey,
-    }];
+    }]
+    .into();
     w.ud = Some(ud_dest(net, b, qkey));
     let now = net.now;
     net.nodes[0].ep.post_send(now, a.qpn, w).unwrap();
@@ -35,11 +36,12 @@ fn recv(net: &mut Net, b: &Side, id: u64, off: u64, len: u32) {
     let now = net.now;
     let w = RecvWr {
         wr_id: id,
-        sgl: vec![Sge {
+        sgl: [Sge {
             addr: b.mr.iova + off,
             length: len,
             lkey: b.mr.lkey,
-        }],
+        }]
+        .into(),
     };
     net.nodes[1].ep.post_recv(now, b.qpn, w).unwrap();
 }

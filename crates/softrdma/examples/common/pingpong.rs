@@ -548,7 +548,7 @@ impl Pp {
         for i in 0..n {
             let wr = RecvWr {
                 wr_id: RECV_WRID,
-                sgl: vec![sge],
+                sgl: [sge].into(),
             };
             if self.qp.post_recv(wr).is_err() {
                 return i;
@@ -571,7 +571,7 @@ impl Pp {
             wr.flags = wr.flags | SendFlags::INLINE;
             wr.inline = Some(self.mr.to_vec(off, len).map_err(|e| e.to_string())?);
         } else {
-            wr.sgl = vec![self.mr.sge(off, len).map_err(|e| e.to_string())?];
+            wr.sgl = [self.mr.sge(off, len).map_err(|e| e.to_string())?].into();
         }
         self.qp.post_send(wr).map_err(|e| e.to_string())
     }

@@ -28,7 +28,7 @@
 //!     println!("{:?} sent {:?}", req.peer_addr(), &req.private_data()[..5]);
 //!     let conn = req.accept(b"welcome")?; // QP in RTS, connection established
 //!     let mr = conn.pd().alloc_mr(64, Access::LOCAL_WRITE)?;
-//!     conn.qp().post_recv(RecvWr { wr_id: 1, sgl: vec![mr.sge(0, 64)?] })?;
+//!     conn.qp().post_recv(RecvWr { wr_id: 1, sgl: [mr.sge(0, 64)?].into() })?;
 //!     let wc = conn.cq().poll_blocking(1, Duration::from_secs(5))?;
 //!     Ok(mr.to_vec(0, wc[0].byte_len as usize)?)
 //! }
@@ -40,7 +40,7 @@
 //!     let mr = conn.pd().register(b"ping!", Access::LOCAL_WRITE)?;
 //!     let mut s = SendWr::new(7, WrOpcode::Send);
 //!     s.flags = SendFlags::SIGNALED;
-//!     s.sgl = vec![mr.sge(0, 5)?];
+//!     s.sgl = [mr.sge(0, 5)?].into();
 //!     conn.qp().post_send(s)?;
 //!     conn.cq().poll_blocking(1, Duration::from_secs(5))?;
 //!     conn.disconnect() // both sides see the disconnection

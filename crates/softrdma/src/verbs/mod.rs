@@ -28,7 +28,7 @@
 //! let target = dst.remote();
 //! let mut wr = SendWr::new(7, WrOpcode::RdmaWrite);
 //! wr.flags = SendFlags::SIGNALED;
-//! wr.sgl = vec![src.sge(0, src.len())?];
+//! wr.sgl = [src.sge(0, src.len())?].into();
 //! wr.remote_addr = target.addr;
 //! wr.rkey = target.rkey;
 //! a.post_send(wr)?;

@@ -140,7 +140,7 @@ impl Pd {
     ///     q.activate_ud(0)?;
     /// }
     /// let buf = pd.alloc_mr(40 + 64, Access::LOCAL_WRITE)?;
-    /// rx.post_recv(RecvWr { wr_id: 1, sgl: vec![buf.sge(0, 40 + 64)?] })?;
+    /// rx.post_recv(RecvWr { wr_id: 1, sgl: [buf.sge(0, 40 + 64)?].into() })?;
     ///
     /// let ah = pd.create_ah(AddressVector::to_ip(ctx.local_addr().ip()))?;
     /// let mut wr = SendWr::new(2, WrOpcode::Send);

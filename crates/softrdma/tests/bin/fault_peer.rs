@@ -68,7 +68,7 @@ fn post_recv(qp: &Qp, mr: &Mr, wr_id: u64, off: usize, len: usize) -> Res<()> {
     let sge = mr.sge(off, len).map_err(e("sge"))?;
     qp.post_recv(RecvWr {
         wr_id,
-        sgl: vec![sge],
+        sgl: [sge].into(),
     })
     .map_err(e("post_recv"))
 }
@@ -279,37 +279,38 @@ fn active_round(
     w.sgl = vec![
         sge(lay.send_src(), s / 3)?,
         sge(lay.send_src() + s / 3, s - s / 3)?,
-    ];
+    ]
+    .into();
     qp.post_send(w).map_err(e("post SEND"))?;
     // 2. RDMA WRITE of our write range into the peer's.
     let mut w = sig(2, WrOpcode::RdmaWrite);
-    w.sgl = vec![sge(lay.write_off(), s)?];
+    w.sgl = [sge(lay.write_off(), s)?].into();
     remote(&mut w, lay.write_off());
     qp.post_send(w).map_err(e("post WRITE"))?;
     // 3. WRITE with immediate: the first 100 bytes of our write range
     // (never overwritten here, so a retransmission carries the same bytes)
     // into the peer's atomic-results area, which its atomics leave alone.
     let mut w = sig(3, WrOpcode::RdmaWriteWithImm);
-    w.sgl = vec![sge(lay.write_off(), 100)?];
+    w.sgl = [sge(lay.write_off(), 100)?].into();
     remote(&mut w, lay.atomic_results() + 64);
     w.imm_data = (round as u32).to_be();
     qp.post_send(w).map_err(e("post WRITE_IMM"))?;
     // 4. RDMA READ of the peer's read range into ours.
     let mut w = sig(4, WrOpcode::RdmaRead);
-    w.sgl = vec![sge(lay.read_off(), s)?];
+    w.sgl = [sge(lay.read_off(), s)?].into();
     remote(&mut w, lay.read_off());
     qp.post_send(w).map_err(e("post READ"))?;
     // 5, 6. Atomics on the peer's first two atomic words.
     let cas_old = u64_at(&peer, lay.atomics());
     let mut w = sig(5, WrOpcode::AtomicCmpAndSwp);
-    w.sgl = vec![sge(lay.atomic_results(), 8)?];
+    w.sgl = [sge(lay.atomic_results(), 8)?].into();
     remote(&mut w, lay.atomics());
     w.compare_add = cas_old;
     w.swap = CAS_SWAP;
     qp.post_send(w).map_err(e("post CAS"))?;
     let fadd_old = u64_at(&peer, lay.atomics() + 8);
     let mut w = sig(6, WrOpcode::AtomicFetchAndAdd);
-    w.sgl = vec![sge(lay.atomic_results() + 8, 8)?];
+    w.sgl = [sge(lay.atomic_results() + 8, 8)?].into();
     remote(&mut w, lay.atomics() + 8);
     w.compare_add = FADD;
     qp.post_send(w).map_err(e("post FADD"))?;
@@ -346,7 +347,7 @@ fn passive_round(
     post_recv(qp, mr, 11, lay.recv_dst(), s)?;
     qp.post_recv(RecvWr {
         wr_id: 12,
-        sgl: vec![],
+        sgl: vec![].into(),
     })
     .map_err(e("post_recv"))?;
     let mine = pattern(round * 16 + if peer_seed == 1 { 2 } else { 1 }, lay.len());
@@ -436,7 +437,7 @@ fn post_stream_op(c: &Connection, mr: &Mr, (raddr, rkey): (u64, u32), n: u64) ->
         },
     );
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![mr.sge(off, 4096).map_err(e("sge"))?];
+    w.sgl = [mr.sge(off, 4096).map_err(e("sge"))?].into();
     w.remote_addr = raddr + off as u64;
     w.rkey = rkey;
     c.qp().post_send(w).map_err(e("post_send"))
@@ -809,7 +810,7 @@ fn soak_client(
         let to_server = |id, op, off, len, roff: u64| -> Res<SendWr> {
             let mut w = SendWr::new(id, op);
             w.flags = SendFlags::SIGNALED;
-            w.sgl = vec![mr.sge(off, len).map_err(e("sge"))?];
+            w.sgl = [mr.sge(off, len).map_err(e("sge"))?].into();
             w.remote_addr = raddr + roff;
             w.rkey = rkey;
             Ok(w)
@@ -828,7 +829,7 @@ fn soak_client(
         post(w, "CAS")?;
         let mut w = SendWr::new(5, WrOpcode::Send);
         w.flags = SendFlags::SIGNALED;
-        w.sgl = vec![mr.sge(0, 3000).map_err(e("sge"))?];
+        w.sgl = [mr.sge(0, 3000).map_err(e("sge"))?].into();
         post(w, "SEND")?;
         let wcs = wait_wcs(c.cq(), 5, WAIT, IDLE)?;
         for (i, w) in wcs.iter().enumerate() {

@@ -191,20 +191,21 @@ fn passive_phase(s: &Side, ch: &mut Chan, seed: u64) -> Result<(), String> {
             sgl: vec![
                 s.rc.mr.sge(RECV0_A.0, RECV0_A.1).map_err(e)?,
                 s.rc.mr.sge(RECV0_B, MIB).map_err(e)?,
-            ],
+            ]
+            .into(),
         },
         RecvWr {
             wr_id: 101,
-            sgl: vec![s.rc.mr.sge(RECV1, 4096).map_err(e)?],
+            sgl: [s.rc.mr.sge(RECV1, 4096).map_err(e)?].into(),
         },
         // WRITE with immediate consumes a receive but writes no receive buffer.
         RecvWr {
             wr_id: 102,
-            sgl: vec![],
+            sgl: vec![].into(),
         },
         RecvWr {
             wr_id: 103,
-            sgl: vec![s.rc.mr.sge(RECV1 + 8192, 64).map_err(e)?],
+            sgl: [s.rc.mr.sge(RECV1 + 8192, 64).map_err(e)?].into(),
         },
     ];
     for r in recvs {
@@ -318,7 +319,7 @@ fn active_phase(
 
     // 3. RDMA WRITE, 2 MiB.
     let mut w = SendWr::new(3, WrOpcode::RdmaWrite);
-    w.sgl = vec![s.rc.mr.sge(0, WRITE_LEN).map_err(e)?];
+    w.sgl = [s.rc.mr.sge(0, WRITE_LEN).map_err(e)?].into();
     w.remote_addr = raddr(WRITE_OFF);
     w.rkey = rkey;
     peer[WRITE_OFF..WRITE_OFF + WRITE_LEN].copy_from_slice(&mine[..WRITE_LEN]);
@@ -326,7 +327,7 @@ fn active_phase(
 
     // 4. RDMA WRITE with immediate (consumes the peer's empty receive).
     let mut w = SendWr::new(4, WrOpcode::RdmaWriteWithImm);
-    w.sgl = vec![s.rc.mr.sge(3 * MIB, WIMM_LEN).map_err(e)?];
+    w.sgl = [s.rc.mr.sge(3 * MIB, WIMM_LEN).map_err(e)?].into();
     w.remote_addr = raddr(WIMM_OFF);
     w.rkey = rkey;
     w.imm_data = IMM_WRITE;
@@ -340,7 +341,8 @@ fn active_phase(
     w.sgl = vec![
         s.rc.mr.sge(READ_DST_A, a_len).map_err(e)?,
         s.rc.mr.sge(READ_DST_B, b_len).map_err(e)?,
-    ];
+    ]
+    .into();
     w.remote_addr = raddr(READ_SRC);
     w.rkey = rkey;
     let src = &theirs[READ_SRC..READ_SRC + read_len];
@@ -353,7 +355,7 @@ fn active_phase(
     let new = 0x1111_2222_3333_4444u64 ^ phase;
     for (id, compare, res_off) in [(6u64, old, ATOMIC_RES), (7, !old, ATOMIC_RES + 8)] {
         let mut w = SendWr::new(id, WrOpcode::AtomicCmpAndSwp);
-        w.sgl = vec![s.rc.mr.sge(res_off, 8).map_err(e)?];
+        w.sgl = [s.rc.mr.sge(res_off, 8).map_err(e)?].into();
         w.remote_addr = raddr(CAS_OFF);
         w.rkey = rkey;
         w.compare_add = compare;
@@ -367,7 +369,7 @@ fn active_phase(
     // 7. Fetch-and-add.
     let fold = u64_at(&theirs, FADD_OFF);
     let mut w = SendWr::new(8, WrOpcode::AtomicFetchAndAdd);
-    w.sgl = vec![s.rc.mr.sge(ATOMIC_RES + 16, 8).map_err(e)?];
+    w.sgl = [s.rc.mr.sge(ATOMIC_RES + 16, 8).map_err(e)?].into();
     w.remote_addr = raddr(FADD_OFF);
     w.rkey = rkey;
     w.compare_add = 0x100 + phase;

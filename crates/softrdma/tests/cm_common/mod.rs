@@ -84,7 +84,7 @@ pub(crate) fn recv_buffer(conn: &Connection, len: usize) -> Mr {
     conn.qp()
         .post_recv(RecvWr {
             wr_id: 1,
-            sgl: vec![mr.sge(0, len).unwrap()],
+            sgl: [mr.sge(0, len).unwrap()].into(),
         })
         .unwrap();
     mr

@@ -472,11 +472,12 @@ pub(crate) fn wcs(n: &mut Node) -> Vec<Wc> {
 pub(crate) fn wr(op: WrOpcode, n: &Node, local: u64, len: u32, remote: u64, rkey: u32) -> SendWr {
     let mut w = SendWr::new(7, op);
     w.flags = SendFlags::SIGNALED;
-    w.sgl = vec![Sge {
+    w.sgl = [Sge {
         addr: local,
         length: len,
         lkey: n.key,
-    }];
+    }]
+    .into();
     w.remote_addr = remote;
     w.rkey = rkey;
     w
@@ -487,11 +488,12 @@ pub(crate) const T0: Instant = Instant::from_millis(1);
 pub(crate) fn post_recv(n: &mut Node, addr: u64, len: u32) {
     let wr = RecvWr {
         wr_id: 42,
-        sgl: vec![Sge {
+        sgl: [Sge {
             addr,
             length: len,
             lkey: n.key,
-        }],
+        }]
+        .into(),
     };
     n.ep.post_recv(T0, n.qpn, wr).unwrap();
 }

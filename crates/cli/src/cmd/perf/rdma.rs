@@ -199,7 +199,7 @@ impl Side {
         self.qp
             .post_recv(RecvWr {
                 wr_id: RECV_ID | slot,
-                sgl: vec![sge],
+                sgl: [sge].into(),
             })
             .or_err("post_recv")
     }
@@ -217,11 +217,11 @@ impl Side {
         let r = self.remote()?;
         let mut w = SendWr::new(id, op);
         if size > 0 {
-            w.sgl = vec![
-                self.mr
-                    .sge(self.len as usize, size as usize)
-                    .or_err("send buffer")?,
-            ];
+            w.sgl = [self
+                .mr
+                .sge(self.len as usize, size as usize)
+                .or_err("send buffer")?]
+            .into();
         }
         w.remote_addr = r.addr;
         w.rkey = r.rkey;

@@ -7,7 +7,7 @@ use super::{Ctx, Fail, Qp};
 use crate::qp::{SendWqe, TmInternal};
 use crate::tm::{Route, Rvh, TMH_LEN, Tmh, tmh_op};
 use crate::types::{WcFlags, WcOpcode, WcStatus, WrOpcode};
-use crate::wr::{RecvWr, SendWr, Sge, Wc};
+use crate::wr::{RecvWr, SendWr, Sge, Sgl, Wc};
 
 /// How a receive in progress on a TM SRQ completes.
 #[derive(Debug, Clone, Copy)]
@@ -101,7 +101,7 @@ impl Qp {
     /// completes the tag at once with `IBV_WC_LOC_LEN_ERR`.
     pub(super) fn start_rndv_read(&mut self, ctx: &mut Ctx<'_>, wqe: RecvWr, m: TmMsg, rvh: Rvh) {
         let mut left = rvh.len;
-        let mut sgl = Vec::new();
+        let mut sgl = Sgl::new();
         for s in &wqe.sgl {
             if left == 0 {
                 break;
