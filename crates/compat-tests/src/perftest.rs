@@ -377,7 +377,7 @@ pub fn perftest_turned_away(out: &RunOutput) -> bool {
 /// gettimeofday was too poor to turn cycles into time ("Correlation
 /// coefficient r^2: 0.886377 < 0.9" first), which a loaded 2-core CI
 /// machine can cause: the run says nothing of the device.
-const CLOCK_FIT_FAILED: &str = "Can't produce a report";
+pub const CLOCK_FIT_FAILED: &str = "Can't produce a report";
 
 /// Pairs started again at most after [`CLOCK_FIT_FAILED`].
 pub const CLOCK_FIT_RETRIES: u32 = 2;
