@@ -19,6 +19,8 @@
  *      within the CLOCK_REALTIME readings around the exchange);
  *   2. a batch of two work requests (RDMA WRITE, then RDMA READ back) in one
  *      ibv_wr_start/ibv_wr_complete, completing in order; ibv_wr_abort;
+ *      an RDMA WRITE gathered from two pieces by ibv_wr_set_sge_list, and
+ *      a NULL list making ibv_wr_complete EINVAL;
  *   3. fetch-and-add, compare-and-swap and an 8-byte ATOMIC WRITE;
  *   4. memory windows: type 2 bound with ibv_wr_bind_mw, written through,
  *      invalidated by the peer's SEND WITH INVALIDATE; type 1 bound with
@@ -125,7 +127,7 @@ static void setup(struct side *s)
 	struct ibv_qp_init_attr_ex qa = {
 		.send_cq = ibv_cq_ex_to_cq(s->cq),
 		.recv_cq = ibv_cq_ex_to_cq(s->cq),
-		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 1,
+		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 2,
 			 .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC,
 		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
@@ -277,6 +279,21 @@ int main(void)
 	ibv_wr_send(c.qpx);
 	ibv_wr_abort(c.qpx);
 	check(poll_for(c.cq, 100, NULL, NULL) == -2, "ibv_wr_abort posts nothing");
+	struct ibv_sge two[2] = {
+		{ (uintptr_t)c.buf + 100, 8, c.mr->lkey },
+		{ (uintptr_t)c.buf + 300, 8, c.mr->lkey },
+	};
+	start(&c, 40);
+	ibv_wr_rdma_write(c.qpx, s.mr->rkey, (uintptr_t)s.buf + 1600);
+	ibv_wr_set_sge_list(c.qpx, 2, two);
+	check(!ibv_wr_complete(c.qpx) && expect(&c, 40, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS) &&
+	      !memcmp(s.buf + 1600, c.buf + 100, 8) && !memcmp(s.buf + 1608, c.buf + 300, 8),
+	      "ibv_wr_set_sge_list: two pieces written in order");
+	start(&c, 41);
+	ibv_wr_rdma_write(c.qpx, s.mr->rkey, (uintptr_t)s.buf + 1600);
+	ibv_wr_set_sge_list(c.qpx, 1, NULL);
+	check(ibv_wr_complete(c.qpx) == EINVAL, "ibv_wr_set_sge_list: a NULL list is EINVAL");
+	check(poll_for(c.cq, 100, NULL, NULL) == -2, "and posts nothing");
 
 	/* 3. Atomics. */
 	uint64_t *word = (uint64_t *)(s.buf + 3072);

@@ -326,7 +326,7 @@ fn peer_killed_during(
     ];
     let deadline = Instant::now() + TIMEOUT;
     let saddr = server.addr.to_string();
-    let mut attempt = 1;
+    let mut retries = 0;
     let (mut s, mut c) = loop {
         let port = unique_tcp_port();
         let ps = port.to_string();
@@ -355,13 +355,14 @@ fn peer_killed_during(
         if running && c.poll().is_none() {
             break (s, c);
         }
-        // perftest fits its cycle counter against gettimeofday before its
-        // first report and gives up when a loaded machine makes the fit poor
-        // ("Correlation coefficient r^2: 0.886377 < 0.9", then "Can't
-        // produce a report": a CI run, 2026-11-28). Nothing of the test
-        // has been measured yet: the pair starts again, twice at most.
-        if attempt < 3 && c.stderr_so_far().contains("Can't produce a report") {
-            attempt += 1;
+        // perftest's own clock fit failed before its first report
+        // (`perftest::CLOCK_FIT_FAILED`). Nothing of the test has been
+        // measured yet: the pair starts again, as `retry_clock_fit` does
+        // for pairs that run to their end.
+        if retries < perftest::CLOCK_FIT_RETRIES
+            && c.stderr_so_far().contains(perftest::CLOCK_FIT_FAILED)
+        {
+            retries += 1;
             c.kill();
             s.kill();
             let _ = (c.finish(Instant::now()), s.finish(Instant::now()));

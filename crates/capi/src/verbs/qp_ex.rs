@@ -361,22 +361,11 @@ unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length
 
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
     set_last(qp, |_, w| {
-        if num_sge > 0 && sg_list.is_null() || num_sge > 1024 {
-            return Err(libc::EINVAL);
-        }
-        w.sgl = if num_sge == 0 {
-            Sgl::new()
-        } else {
-            // SAFETY: the verbs contract: `num_sge` readable entries.
-            let l = unsafe { core::slice::from_raw_parts(sg_list, num_sge) };
-            l.iter()
-                .map(|s| Sge {
-                    addr: s.addr,
-                    length: s.length,
-                    lkey: s.lkey,
-                })
-                .collect()
-        };
+        // As ibv_post_send's lists: EINVAL for a NULL list of entries or
+        // more than 1024 of them.
+        let n = c_int::try_from(num_sge).map_err(|_| libc::EINVAL)?;
+        // SAFETY: the verbs contract: `num_sge` readable entries.
+        w.sgl = unsafe { super::post::sges(sg_list, n) }?;
         Ok(())
     })
 }

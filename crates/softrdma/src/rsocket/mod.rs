@@ -224,7 +224,7 @@ impl RStream {
     fn post_recv(&self) -> io::Result<()> {
         let wr = crate::verbs::RecvWr {
             wr_id: WR_RECV,
-            sgl: Vec::new().into(),
+            sgl: Default::default(),
         };
         self.conn.qp().post_recv(wr).map_err(io_err)
     }
