@@ -225,7 +225,8 @@ fn perftest_pair_with(
             run_pair(&mut s, port.parse().unwrap(), &mut client_cmd(), TIMEOUT)
         }
     };
-    (ss.clone(), cs.clone(), perftest::retry_clock_fit(run))
+    let out = perftest::retry_clock_fit(run);
+    (ss, cs, out)
 }
 
 /// Every 1 MiB WRITE and 64 KiB SEND is one copy by the responder (the
