@@ -179,6 +179,32 @@ impl Shared {
             && self.waiter_lock.try_lock().is_ok()
     }
 
+    /// Wakes the thread of this process that reads the inbox, which raised
+    /// the doorbell flag to sleep: one blocked for a completion event that
+    /// took the socket sleeps in its own set, where the progress thread's
+    /// waker does not reach; else the progress thread. Waking only the
+    /// progress thread left a datagram this process pushed into its own
+    /// lane (a QP's peer in the same process) unread while the waiter
+    /// slept: pyverbs' `test_cq_events_rc` ran out of retries about once
+    /// in 60 runs (`tests/own_lane_waiter.rs`). The waiter counts itself
+    /// before it raises the flag (both `SeqCst`, as the ringer's reads of
+    /// them), so a ringer that saw the flag up sees the count.
+    pub(super) fn wake_inbox_reader(&self) {
+        let waiter = self
+            .waiter_poller
+            .as_ref()
+            .and_then(WaiterPoller::ours)
+            .filter(|_| self.waiters.load(Ordering::SeqCst) > 0);
+        match waiter {
+            Some(p) => {
+                let _ = p.waker().wake();
+            }
+            None => {
+                let _ = self.waker.wake();
+            }
+        }
+    }
+
     /// The progress thread receives from now on: the socket goes back into
     /// its epoll set now (it may be in standby, ticking up to a millisecond
     /// apart), and same-host senders must ring; what they pushed before is

@@ -532,12 +532,13 @@ impl Shared {
         core.answer_buf = buf;
     }
 
-    /// Wakes the receiver of lane `slot`: this process's progress thread
-    /// directly, another's through its socket.
+    /// Wakes the receiver of lane `slot`: another process through its
+    /// socket; in this one, the thread that reads the inbox
+    /// ([`Shared::wake_inbox_reader`]).
     fn ring(&self, shm: &ShmPath, slot: u8, dst: SocketAddr, via: &softrdma_udp::RoceSocket) {
         shm.doorbells.fetch_add(1, Ordering::Relaxed);
         if slot == shm.slot {
-            let _ = self.waker.wake();
+            self.wake_inbox_reader();
             return;
         }
         let d = doorbell(slot);
