@@ -26,9 +26,15 @@
 //!   receiver that went to sleep.
 //! * **Full lanes** refuse pushes ([`PushError::Full`]); the caller waits or
 //!   drops (RC retransmits).
+//! * **Channels** ([`Channel`]): a single-producer, single-consumer ring of
+//!   records packed densely, for one direction of one QP pair, with two
+//!   words the consumer writes for the producer (docs/PLAN-direct-queues.md,
+//!   step 2). The same guarantees as a lane's: nothing a peer writes takes
+//!   either side outside the channel. The engine does not use them yet.
 //!
 //! Linux only.
 
+mod channel;
 mod inbox;
 mod peer;
 mod ring;
@@ -36,6 +42,7 @@ mod share;
 mod ticket;
 mod vm;
 
+pub use channel::{Channel, ChannelError};
 pub use inbox::{INBOX_BYTES, Inbox, Outlet, can_copy_from};
 pub use peer::{CopyError, MAX_RANGES, Range, read_from};
 pub use ring::{DATA_CAP, Entry, LANE_BYTES, PushError, Ring, SLOT_BYTES, SLOTS};
