@@ -124,6 +124,19 @@ impl Channel {
         ((pos / 8 + 1) & POS_MASK) << LEN_BITS
     }
 
+    /// The room a record of `len` bytes takes: its header and its bytes,
+    /// up to the next multiple of 8 (producer and consumer both step by it).
+    fn room(len: u64) -> u64 {
+        (HEADER as u64 + len).next_multiple_of(8)
+    }
+
+    /// Consumer: the length in the header at `pos` if it is published for
+    /// `pos` (read with acquire: the record's bytes are then visible).
+    fn published(&self, pos: u64) -> Option<u64> {
+        let h = self.header(pos).load(Ordering::Acquire);
+        (h & !LEN_MASK == Self::tag(pos)).then_some(h & LEN_MASK)
+    }
+
     /// The consumer's word for the producer (RC: acknowledged through).
     pub fn ack(&self) -> &AtomicU64 {
         self.word(ACK)
@@ -140,7 +153,7 @@ impl Channel {
         if len > self.max_record() {
             return Err(ChannelError::TooBig);
         }
-        let need = (HEADER + len).next_multiple_of(8) as u64;
+        let need = Self::room(len as u64);
         let head = self.head.load(Ordering::Relaxed);
         let to_end = self.cap - head % self.cap;
         let (pad, at) = if need > to_end {
@@ -181,8 +194,8 @@ impl Channel {
     /// Consumer: whether no record waits (one load, on the line the last
     /// record ended on or the next one).
     pub fn is_empty(&self) -> bool {
-        let tail = self.word(TAIL).load(Ordering::Relaxed);
-        self.header(tail).load(Ordering::Acquire) & !LEN_MASK != Self::tag(tail)
+        self.published(self.word(TAIL).load(Ordering::Relaxed))
+            .is_none()
     }
 
     /// Consumer: hands up to `max` waiting records to `f`, oldest first,
@@ -195,17 +208,15 @@ impl Channel {
         let mut n = 0;
         // A pop never takes more than one ring's worth.
         while n < max && tail.wrapping_sub(start) < self.cap {
-            let h = self.header(tail).load(Ordering::Acquire);
-            if h & !LEN_MASK != Self::tag(tail) {
+            let Some(len) = self.published(tail) else {
                 break;
-            }
+            };
             let to_end = self.cap - tail % self.cap;
-            let len = h & LEN_MASK;
             if len == PAD {
                 tail += to_end;
                 continue;
             }
-            let need = (HEADER as u64 + len).next_multiple_of(8);
+            let need = Self::room(len);
             if need > to_end {
                 break;
             }
