@@ -24,7 +24,7 @@ fn a_post_into_the_own_lane_wakes_the_thread_waiting_for_the_event() {
     let mut cfg = EngineConfig::bound_to(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     cfg.busy_poll = false;
     cfg.shm = true;
-    let e = Arc::new(Engine::start(cfg).unwrap());
+    let e = Engine::start(cfg).unwrap();
     let mut buf = vec![0u8; 4096];
     let ptr = buf.as_mut_ptr() as u64;
     let pd = e.alloc_pd().unwrap();
