@@ -1,10 +1,18 @@
 //! Completion queues and shared receive queues: plain bounded queues plus
 //! their notification state.
+//!
+//! A CQ's completions are a [`CqRing`] the endpoint shares with its driver:
+//! the endpoint queues into it (under whatever serialises the endpoint), and
+//! a driver may take completions from it without that, as an application's
+//! poll takes a device's CQEs without the driver's other locks
+//! (docs/PLAN-direct-queues.md, step 1).
 
 use crate::Instant;
 use crate::mr::PdHandle;
 use crate::wr::{RecvWr, Wc};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Handle of a completion queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -23,9 +31,67 @@ pub(crate) enum Arm {
     Solicited,
 }
 
+/// A CQ's queued completions, oldest first, under a lock of their own.
+#[derive(Debug, Default)]
+pub struct CqRing {
+    entries: Mutex<VecDeque<Wc>>,
+    /// `entries.len()`, written under the lock: what a poller reads first,
+    /// so an empty CQ costs it no lock.
+    len: AtomicUsize,
+}
+
+impl CqRing {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Wc>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Completions queued (may be out of date as soon as it is read).
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Whether no completion is queued (as [`CqRing::len`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Removes up to `max` completions, oldest first, handing each to `f`
+    /// (under the ring's lock: `f` must not poll this CQ).
+    pub fn poll(&self, max: usize, mut f: impl FnMut(Wc)) -> usize {
+        if max == 0 || self.is_empty() {
+            return 0;
+        }
+        let mut q = self.lock();
+        let n = max.min(q.len());
+        for wc in q.drain(..n) {
+            f(wc);
+        }
+        self.len.store(q.len(), Ordering::Release);
+        n
+    }
+
+    fn push_back(&self, wc: Wc) {
+        let mut q = self.lock();
+        q.push_back(wc);
+        self.len.store(q.len(), Ordering::Release);
+    }
+
+    /// Keeps only the completions `keep` accepts, in order.
+    fn retain(&self, keep: impl FnMut(&Wc) -> bool) {
+        let mut q = self.lock();
+        q.retain(keep);
+        self.len.store(q.len(), Ordering::Release);
+    }
+
+    #[cfg(test)]
+    fn snapshot(&self) -> Vec<Wc> {
+        self.lock().iter().copied().collect()
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Cq {
-    pub(crate) entries: VecDeque<Wc>,
+    pub(crate) entries: Arc<CqRing>,
     pub(crate) cqe: u32,
     pub(crate) arm: Option<Arm>,
     /// QPs (and SRQs) using this CQ: destroy is EBUSY while non-zero.
@@ -48,13 +114,18 @@ pub(crate) struct Overflow;
 impl Cq {
     pub(crate) fn new(cqe: u32) -> Cq {
         Cq {
-            entries: VecDeque::new(),
+            entries: Arc::default(),
             cqe,
             arm: None,
             users: 0,
             ignore_overrun: false,
             last_stamp: Instant::ZERO,
         }
+    }
+
+    /// Drops the completions of QP `qpn`.
+    pub(crate) fn forget_qp(&self, qpn: u32) {
+        self.entries.retain(|w| w.qp_num != qpn);
     }
 
     /// Queues a completion; returns whether an armed notification fired.
@@ -122,10 +193,11 @@ mod tests {
         for ns in [1_000, 5_000_000, 1_150_000, 5_000_000, 6_000_000] {
             cq.push(stamped(ns), false).unwrap();
         }
-        let stamps: Vec<u64> = cq.entries.iter().map(|w| w.timestamp.as_nanos()).collect();
+        let queued = cq.entries.snapshot();
+        let stamps: Vec<u64> = queued.iter().map(|w| w.timestamp.as_nanos()).collect();
         assert_eq!(stamps, [1_000, 5_000_000, 5_000_001, 5_000_002, 6_000_000]);
         // Only the stamp changed.
-        let ids: Vec<u64> = cq.entries.iter().map(|w| w.wr_id).collect();
+        let ids: Vec<u64> = queued.iter().map(|w| w.wr_id).collect();
         assert_eq!(ids, [1_000, 5_000_000, 1_150_000, 5_000_000, 6_000_000]);
     }
 }

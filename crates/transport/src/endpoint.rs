@@ -8,7 +8,7 @@
 
 use crate::attr::{QpAttr, QpCap, QpInitAttr, check_modify};
 use crate::config::Config;
-use crate::cq::{Arm, Cq, CqHandle, Srq, SrqHandle};
+use crate::cq::{Arm, Cq, CqHandle, CqRing, Srq, SrqHandle};
 use crate::error::{VerbsError, inval};
 use crate::mr::{Memory, Mr, MrTable, PdHandle};
 use crate::mw::MwTable;
@@ -24,6 +24,7 @@ use rustc_hash::FxHashMap as HashMap;
 use softrdma_wire::{Packet, Psn, Transport, ip};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 /// A datagram received from the network.
 #[derive(Debug, Clone, Copy)]
@@ -340,14 +341,18 @@ impl Endpoint {
         &mut self,
         cq: CqHandle,
         max: usize,
-        mut f: impl FnMut(Wc),
+        f: impl FnMut(Wc),
     ) -> Result<usize, VerbsError> {
-        let c = self.cq_mut(cq)?;
-        let n = max.min(c.entries.len());
-        for wc in c.entries.drain(..n) {
-            f(wc);
-        }
-        Ok(n)
+        Ok(self.cq_mut(cq)?.entries.poll(max, f))
+    }
+
+    /// The completions of `cq`, for a driver to poll without the endpoint
+    /// ([`CqRing::poll`]): the same queue [`Endpoint::poll_cq`] takes from.
+    pub fn cq_ring(&self, cq: CqHandle) -> Result<Arc<CqRing>, VerbsError> {
+        self.cqs
+            .get(cq.0)
+            .map(|c| Arc::clone(&c.entries))
+            .ok_or_else(|| VerbsError::NotFound(format!("CQ {}", cq.0)))
     }
 
     /// Whether any CQ holds a completion not yet polled.
@@ -785,8 +790,8 @@ impl Endpoint {
                 // As mlx5 does: the completions of a reset QP leave its CQs,
                 // so a QP brought up again does not poll its old flushes.
                 for cq in [qp.send_cq, qp.recv_cq] {
-                    if let Some(c) = ctx.cqs.get_mut(cq.0) {
-                        c.entries.retain(|w| w.qp_num != qpn);
+                    if let Some(c) = ctx.cqs.get(cq.0) {
+                        c.forget_qp(qpn);
                     }
                 }
             }
@@ -890,7 +895,7 @@ impl Endpoint {
                     // it. libfabric's rxm reposted the receive buffer of such
                     // a flush to the endpoint it had just closed and crashed
                     // at teardown.
-                    c.entries.retain(|w| w.qp_num != qpn);
+                    c.forget_qp(qpn);
                 }
             }
             if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {

@@ -36,7 +36,7 @@ mod wr;
 // The public interface is:
 pub use attr::{AddressVector, QpAttr, QpCap, QpInitAttr, check_modify};
 pub use config::{Config, DeviceLimits};
-pub use cq::{CqHandle, SrqHandle};
+pub use cq::{CqHandle, CqRing, SrqHandle};
 pub use endpoint::{Datagram, Endpoint, Event, Transmit};
 pub use error::VerbsError;
 pub use mr::{

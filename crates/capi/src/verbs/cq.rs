@@ -40,6 +40,10 @@ pub(crate) fn new_cq(
         Ok(v) => v,
         Err(e) => return ret::null(e.errno()),
     };
+    let ring = match c.engine.cq_ring(h) {
+        Ok(r) => r,
+        Err(e) => return ret::null(e.errno()),
+    };
     if let Some(ch) = chan {
         c.engine.set_cq_channel(h, Some(ch.inner.clone()));
         ch.users.fetch_add(1, Ordering::SeqCst);
@@ -54,6 +58,7 @@ pub(crate) fn new_cq(
         Cq {
             cq,
             h,
+            ring,
             engine: c.engine.clone(),
             channel: channel.cast(),
             events: AtomicU32::new(0),

@@ -146,7 +146,7 @@ fn advance(cq: *mut ibv_cq_ex) -> c_int {
         return libc::EINVAL;
     };
     let mut got = None;
-    if let Err(e) = q.engine.poll_cq(q.h, 1, |w| got = Some(w)) {
+    if let Err(e) = q.engine.poll_cq_ring(&q.ring, q.h, 1, |w| got = Some(w)) {
         return e.errno();
     }
     *q.cur.lock().unwrap_or_else(|p| p.into_inner()) = got;

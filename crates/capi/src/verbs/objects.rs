@@ -11,7 +11,8 @@ use crate::ffi::*;
 use crate::guard::{ret, with_arg};
 use rustc_hash::FxHashMap as HashMap;
 use softrdma_engine::transport::{
-    AddressVector, CqHandle, Mr as TransportMr, PdHandle, QpType, Qpn, SrqHandle, VerbsError, Wc,
+    AddressVector, CqHandle, CqRing, Mr as TransportMr, PdHandle, QpType, Qpn, SrqHandle,
+    VerbsError, Wc,
 };
 use softrdma_engine::{CompChannel, Engine};
 use std::cell::Cell;
@@ -324,6 +325,8 @@ pub(crate) struct Channel {
 pub(crate) struct Cq {
     pub(crate) cq: ibv_cq_ex,
     pub(crate) h: CqHandle,
+    /// Its completions, polled without the engine lock (`Engine::poll_cq_ring`).
+    pub(crate) ring: Arc<CqRing>,
     pub(crate) engine: Arc<Engine>,
     pub(crate) channel: *mut Channel,
     /// Events handed out by `ibv_get_cq_event` (acknowledged ones are in `cq.comp_events_completed`).

@@ -367,11 +367,13 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
             return ret::neg(libc::EINVAL);
         }
         let mut i = 0usize;
-        let r = c.engine.poll_cq(c.h, num_entries as usize, |w| {
-            // SAFETY: the caller's array holds `num_entries` entries; i < num_entries.
-            unsafe { wc.add(i).write(wc_to_c(&w)) };
-            i += 1;
-        });
+        let r = c
+            .engine
+            .poll_cq_ring(&c.ring, c.h, num_entries as usize, |w| {
+                // SAFETY: the caller's array holds `num_entries` entries; i < num_entries.
+                unsafe { wc.add(i).write(wc_to_c(&w)) };
+                i += 1;
+            });
         match r {
             Ok(n) => n as c_int,
             Err(e) => ret::neg(e.errno()),

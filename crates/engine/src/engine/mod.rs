@@ -15,7 +15,7 @@ use crate::config::EngineConfig;
 use padded::Padded;
 use softrdma_cm::{Cm, CmConfig, CmError, IdHandle, PortSpace};
 use softrdma_transport::{
-    Config, CqHandle, Endpoint, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
+    Config, CqHandle, CqRing, Endpoint, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
 };
 use softrdma_udp::{Poller, RecvBatch, RoceSocket, SocketConfig, SocketStats, Waker};
 use std::collections::HashMap;
@@ -761,12 +761,57 @@ impl Engine {
         &self,
         cq: CqHandle,
         max: usize,
+        f: impl FnMut(Wc),
+    ) -> Result<usize, VerbsError> {
+        self.poll_cq_in(None, cq, max, f)
+    }
+
+    /// The completions of `cq` ([`CqRing`]), for [`Engine::poll_cq_ring`]:
+    /// a caller that polls the CQ often keeps it with its handle.
+    pub fn cq_ring(&self, cq: CqHandle) -> Result<Arc<CqRing>, VerbsError> {
+        self.lock().ep.cq_ring(cq)
+    }
+
+    /// [`Engine::poll_cq`] that first takes the completions already queued
+    /// in `ring` (`cq`'s, from [`Engine::cq_ring`]) without the engine lock:
+    /// a poll that finds completions then waits for no other thread's work
+    /// on the engine (docs/PLAN-direct-queues.md, step 1).
+    pub fn poll_cq_ring(
+        &self,
+        ring: &CqRing,
+        cq: CqHandle,
+        max: usize,
+        f: impl FnMut(Wc),
+    ) -> Result<usize, VerbsError> {
+        self.poll_cq_in(Some(ring), cq, max, f)
+    }
+
+    /// The completions already queued: from `ring` without the engine lock,
+    /// or under it; an empty CQ goes on under the lock (held DREQs).
+    fn poll_queued(
+        &self,
+        ring: Option<&CqRing>,
+        cq: CqHandle,
+        max: usize,
+        mut f: impl FnMut(Wc),
+    ) -> Result<usize, VerbsError> {
+        match ring.map_or(0, |r| r.poll(max, &mut f)) {
+            0 => self.shared.poll_cq_locked(cq, max, f, || self.now()),
+            n => Ok(n),
+        }
+    }
+
+    fn poll_cq_in(
+        &self,
+        ring: Option<&CqRing>,
+        cq: CqHandle,
+        max: usize,
         mut f: impl FnMut(Wc),
     ) -> Result<usize, VerbsError> {
         set_flag(&self.shared.posted_since_poll, false, Ordering::Relaxed);
         if !self.shared.busy_poll || max == 0 {
             self.shared.flush_pending();
-            return self.shared.poll_cq_locked(cq, max, &mut f, || self.now());
+            return self.poll_queued(ring, cq, max, &mut f);
         }
         // Gathered posts leave now; answers a poller held (ACKs) wait while
         // the application takes completions: its next post carries them
@@ -776,15 +821,10 @@ impl Engine {
         }
         let delivered = self.shared.delivered.load(Ordering::Relaxed);
         let mut newest = 0;
-        let n = self.shared.poll_cq_locked(
-            cq,
-            max,
-            |w| {
-                newest = newest.max(w.timestamp.as_nanos());
-                f(w)
-            },
-            || self.now(),
-        )?;
+        let n = self.poll_queued(ring, cq, max, |w| {
+            newest = newest.max(w.timestamp.as_nanos());
+            f(w)
+        })?;
         if n > 0 {
             // Completions were waiting: taken without a clock read unless
             // the socket is being handed between this thread and the

@@ -177,3 +177,72 @@ fn a_poll_that_finds_completions_hands_back_only_in_a_serve_window() {
     assert_ne!(s.left_at.load(Ordering::Relaxed), 0, "handed back");
     assert_eq!(s.last_call.load(Ordering::Relaxed), 0);
 }
+
+/// A poll through the CQ's ring (`Engine::poll_cq_ring`) takes completions
+/// already queued while another thread holds the engine lock, in order; a
+/// poll by handle waits for the lock; a poll that finds the ring empty goes
+/// on under the lock (held DREQs, the busy poller's receive).
+#[test]
+fn a_ring_poll_takes_queued_completions_without_the_engine_lock() {
+    let e = Arc::new(
+        Engine::start(EngineConfig::bound_to(SocketAddr::new(
+            IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            0,
+        )))
+        .unwrap(),
+    );
+    let mut buf = [7u8; 8];
+    let ptr = buf.as_mut_ptr() as u64;
+    let pd = e.alloc_pd().unwrap();
+    let (cq, _) = e.create_cq(16).unwrap();
+    let ring = e.cq_ring(cq).unwrap();
+    let qpn = uc_to_self(&e, pd, cq);
+    let mr = e.reg_mr(pd, ptr, 8, ptr, Access::LOCAL_WRITE).unwrap();
+    for wr_id in 1..=3 {
+        let mut wr = SendWr::new(wr_id, WrOpcode::Send);
+        wr.flags = softrdma_transport::SendFlags::SIGNALED;
+        wr.sgl = [Sge {
+            addr: ptr,
+            length: 8,
+            lkey: mr.lkey,
+        }]
+        .into();
+        e.post_send(qpn, wr).unwrap();
+    }
+    // UC SENDs complete once sent (the progress thread's tick at the latest).
+    let t0 = std::time::Instant::now();
+    while ring.len() < 3 {
+        assert!(t0.elapsed().as_secs() < 10, "the sends never completed");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let held = e.lock();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let poller = {
+        let (e, ring) = (Arc::clone(&e), Arc::clone(&ring));
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let n = e.poll_cq_ring(&ring, cq, 2, |w| got.push(w.wr_id)).unwrap();
+            tx.send((n, got)).unwrap();
+            // By handle: under the engine lock.
+            let mut got = Vec::new();
+            let n = e.poll_cq(cq, 4, |w| got.push(w.wr_id)).unwrap();
+            tx.send((n, got)).unwrap();
+        })
+    };
+    let first = rx.recv_timeout(std::time::Duration::from_secs(5));
+    assert_eq!(
+        first.expect("the ring poll waited for the engine lock"),
+        (2, vec![1, 2])
+    );
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(50))
+            .is_err(),
+        "a poll by handle takes the engine lock"
+    );
+    drop(held);
+    assert_eq!(rx.recv().unwrap(), (1, vec![3]));
+    poller.join().unwrap();
+    assert!(ring.is_empty());
+    // Empty: the same answer by ring or by handle.
+    assert_eq!(e.poll_cq_ring(&ring, cq, 4, |_| ()).unwrap(), 0);
+}

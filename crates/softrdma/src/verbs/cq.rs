@@ -180,7 +180,11 @@ impl AsRawFd for CompChannel {
 
 /// A CQ of one backend.
 pub(crate) enum CqImp {
-    Native(Arc<softrdma_engine::Engine>),
+    /// The engine, and the CQ's completions polled without its lock.
+    Native(
+        Arc<softrdma_engine::Engine>,
+        Arc<softrdma_transport::CqRing>,
+    ),
     RdmaCore(Arc<sys::Cq>),
 }
 
@@ -195,7 +199,7 @@ pub(crate) struct CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        if let CqImp::Native(e) = &self.imp {
+        if let CqImp::Native(e, _) = &self.imp {
             let h = self.h;
             e.set_cq_channel(h, None);
             let _ = e.destroy_cq(h);
@@ -227,7 +231,8 @@ impl Cq {
                 if let Some(ChanImp::Native(c)) = channel.map(|c| &c.ch) {
                     e.set_cq_channel(h, Some(Arc::clone(c)));
                 }
-                (h, CqImp::Native(Arc::clone(e)), cqe)
+                let ring = e.cq_ring(h)?;
+                (h, CqImp::Native(Arc::clone(e), ring), cqe)
             }
             Dev::RdmaCore(d) => {
                 let ch = match channel.map(|c| &c.ch) {
@@ -268,7 +273,7 @@ impl Cq {
     /// Moves up to `max` completions into `out` (`ibv_poll_cq`); returns how many.
     pub fn poll(&self, out: &mut Vec<Wc>, max: usize) -> Result<usize> {
         match &self.0.imp {
-            CqImp::Native(e) => Ok(e.poll_cq(self.0.h, max, |w| out.push(w))?),
+            CqImp::Native(e, r) => Ok(e.poll_cq_ring(r, self.0.h, max, |w| out.push(w))?),
             CqImp::RdmaCore(c) => Ok(c.poll(out, max)?),
         }
     }
@@ -276,9 +281,9 @@ impl Cq {
     /// One completion, if any.
     pub fn poll_one(&self) -> Result<Option<Wc>> {
         match &self.0.imp {
-            CqImp::Native(e) => {
+            CqImp::Native(e, ring) => {
                 let mut r = None;
-                e.poll_cq(self.0.h, 1, |w| r = Some(w))?;
+                e.poll_cq_ring(ring, self.0.h, 1, |w| r = Some(w))?;
                 Ok(r)
             }
             CqImp::RdmaCore(c) => {
@@ -313,7 +318,7 @@ impl Cq {
     /// Arms the CQ: its channel is notified of the next (solicited) completion.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         match &self.0.imp {
-            CqImp::Native(e) => {
+            CqImp::Native(e, _) => {
                 let h = self.0.h;
                 Ok(e.req_notify_cq(h, solicited_only)?)
             }

@@ -155,7 +155,7 @@ impl Qp {
         match &pd.0.imp {
             PdImp::Native(e, h) => {
                 let cq = |c: &Cq| match &c.0.imp {
-                    CqImp::Native(ce) if Arc::ptr_eq(ce, e) => Ok(c.0.h),
+                    CqImp::Native(ce, _) if Arc::ptr_eq(ce, e) => Ok(c.0.h),
                     _ => Err(other_device("CQ")),
                 };
                 let srq = match init.srq.map(|s| &s.0.imp) {
@@ -197,7 +197,7 @@ impl Qp {
     ) -> Result<Qp> {
         let cq = |c: &'_ Cq| match &c.0.imp {
             CqImp::RdmaCore(rc) => Ok(Arc::clone(rc)),
-            CqImp::Native(_) => Err(other_device("CQ")),
+            CqImp::Native(..) => Err(other_device("CQ")),
         };
         let (scq, rcq) = (cq(init.send_cq)?, cq(init.recv_cq)?);
         let srq = match init.srq.map(|s| &s.0.imp) {
