@@ -172,6 +172,34 @@ pub(super) fn held_answers_due(tx_pending: bool, pending_since: u64) -> u64 {
     }
 }
 
+/// When the progress thread must be up for answers left unsent
+/// (`tx_pending` since `pending_since`), at `now`: by their due time
+/// ([`held_answers_due`]) while it holds them for an application that
+/// left at `left_at` ([`holds_answers`]), and also while it is `attended`
+/// (it owns the socket or serves a waiter: nobody else sends them); else
+/// never (a busy poller sends them, and standby ticks anyway).
+///
+/// The hold window may end between the wake-up whose flush kept them (too
+/// young) and the next sleep: answers held then must still go. Without
+/// the `attended` case the thread could sleep for good with an ACK unsent.
+/// A hang seen once (1 run of same-host `ib_send_lat` in about 430,
+/// 2026-11-28) looked like that: the server waited for its last send's
+/// completion, the client, done, in perftest's closing handshake, its
+/// progress thread asleep without a deadline.
+pub(super) fn answers_due(
+    now: u64,
+    left_at: u64,
+    attended: bool,
+    tx_pending: bool,
+    pending_since: u64,
+) -> u64 {
+    if attended || holds_answers(now, left_at) {
+        held_answers_due(tx_pending, pending_since)
+    } else {
+        u64::MAX
+    }
+}
+
 /// How long after the last wait for a completion event the device socket
 /// stays in the waiting thread's epoll set (`receiving.rs`) while an
 /// application busy-polls. In any epoll set, the socket costs each datagram

@@ -542,6 +542,28 @@ fn answers_are_held_for_an_application_that_left_lately() {
 }
 
 #[test]
+fn answers_left_unsent_wake_the_progress_thread_while_it_holds_them_or_owns_the_socket() {
+    let left = 50 * MS;
+    let since = left + HOLD_WINDOW_NS - 5 * US;
+    let due = since + ANSWER_HOLD_NS;
+    // Holding: by their due time, attended or not.
+    let now = left + HOLD_WINDOW_NS - 1;
+    assert_eq!(answers_due(now, left, false, true, since), due);
+    assert_eq!(answers_due(now, left, true, true, since), due);
+    // The window ended after the flush kept them: owning the socket, the
+    // thread still wakes for them (it slept for good before).
+    let now = left + HOLD_WINDOW_NS;
+    assert!(!holds_answers(now, left));
+    assert_eq!(answers_due(now, left, true, true, since), due);
+    // A busy poller owns the socket: it sends them; standby ticks anyway.
+    assert_eq!(answers_due(now, left, false, true, since), NONE);
+    assert_eq!(answers_due(now, 0, false, true, since), NONE);
+    // Nothing unsent: no deadline.
+    assert_eq!(answers_due(now, left, true, false, since), NONE);
+    assert_eq!(answers_due(left, left, true, false, since), NONE);
+}
+
+#[test]
 fn a_wait_that_ended_polling_keeps_the_socket_if_the_progress_thread_looks_within_two_ticks() {
     let now = 10 * MS;
     // Awake: it decides with the thread's last call.

@@ -59,14 +59,13 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
             .then(|| s.rx_requests.load(Ordering::Relaxed));
         // Answers held for an application's post go out by their due time
         // (`policy::held_answers_due`) if it does not post.
-        let held_due = if policy::holds_answers(now, s.left_at.load(Ordering::Relaxed)) {
-            policy::held_answers_due(
-                s.tx_pending.load(Ordering::Relaxed),
-                s.pending_since.load(Ordering::Relaxed),
-            )
-        } else {
-            u64::MAX
-        };
+        let held_due = policy::answers_due(
+            now,
+            s.left_at.load(Ordering::Relaxed),
+            attended,
+            s.tx_pending.load(Ordering::Relaxed),
+            s.pending_since.load(Ordering::Relaxed),
+        );
         // Watching, this thread is the inbox's reader: same-host senders
         // ring while it sleeps; if they pushed already, it does not sleep.
         // A waiter that polls may keep the socket between its waits: this
