@@ -36,12 +36,8 @@ pub(crate) fn new_cq(
             None => return ret::null(libc::EINVAL),
         }
     };
-    let (h, n) = match c.engine.create_cq(cqe as u32) {
+    let (h, n, ring) = match c.engine.create_cq_with_ring(cqe as u32) {
         Ok(v) => v,
-        Err(e) => return ret::null(e.errno()),
-    };
-    let ring = match c.engine.cq_ring(h) {
-        Ok(r) => r,
         Err(e) => return ret::null(e.errno()),
     };
     if let Some(ch) = chan {

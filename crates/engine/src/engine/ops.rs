@@ -16,8 +16,8 @@
 
 use super::Engine;
 use softrdma_transport::{
-    Access, CqHandle, Mr, MwType, PdHandle, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, Qpn,
-    RecvWr, Rereg, SrqHandle, VerbsError,
+    Access, CqHandle, CqRing, Mr, MwType, PdHandle, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState,
+    Qpn, RecvWr, Rereg, SrqHandle, VerbsError,
 };
 use std::sync::Arc;
 
@@ -201,6 +201,18 @@ impl Engine {
     /// handle and actual size.
     pub fn create_cq(&self, cqe: u32) -> Result<(CqHandle, u32), VerbsError> {
         self.with(|ep, _| ep.create_cq(cqe))
+    }
+
+    /// [`Engine::create_cq`], with the CQ's completions for
+    /// [`Engine::poll_cq_ring`].
+    pub fn create_cq_with_ring(
+        &self,
+        cqe: u32,
+    ) -> Result<(CqHandle, u32, Arc<CqRing>), VerbsError> {
+        self.with(|ep, _| {
+            let (h, n) = ep.create_cq(cqe)?;
+            Ok((h, n, ep.cq_ring(h)?))
+        })
     }
 
     /// Makes a CQ drop completions that find it full instead of failing

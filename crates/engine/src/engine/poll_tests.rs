@@ -180,8 +180,7 @@ fn a_poll_that_finds_completions_hands_back_only_in_a_serve_window() {
 
 /// A poll through the CQ's ring (`Engine::poll_cq_ring`) takes completions
 /// already queued while another thread holds the engine lock, in order; a
-/// poll by handle waits for the lock; a poll that finds the ring empty goes
-/// on under the lock (held DREQs, the busy poller's receive).
+/// poll by handle waits for the lock.
 #[test]
 fn a_ring_poll_takes_queued_completions_without_the_engine_lock() {
     let e = Arc::new(

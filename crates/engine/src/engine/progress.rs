@@ -58,7 +58,8 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
             .count_requests
             .then(|| s.rx_requests.load(Ordering::Relaxed));
         // Answers held for an application's post go out by their due time
-        // (`policy::held_answers_due`) if it does not post.
+        // if it does not post, as do answers left unsent while this thread
+        // owns the socket (`policy::answers_due`).
         let held_due = policy::answers_due(
             now,
             s.left_at.load(Ordering::Relaxed),

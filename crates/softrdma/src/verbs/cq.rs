@@ -227,11 +227,10 @@ impl Cq {
                     )
                     .into());
                 }
-                let (h, cqe) = e.create_cq(cqe)?;
+                let (h, cqe, ring) = e.create_cq_with_ring(cqe)?;
                 if let Some(ChanImp::Native(c)) = channel.map(|c| &c.ch) {
                     e.set_cq_channel(h, Some(Arc::clone(c)));
                 }
-                let ring = e.cq_ring(h)?;
                 (h, CqImp::Native(Arc::clone(e), ring), cqe)
             }
             Dev::RdmaCore(d) => {
