@@ -6,6 +6,28 @@ use softrdma_transport::{
     QpType, RecvWr, SendWr, Sge, WrOpcode,
 };
 
+/// An engine on a loopback address of its own.
+fn loopback_engine() -> Engine {
+    Engine::start(EngineConfig::bound_to(SocketAddr::new(
+        IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        0,
+    )))
+    .unwrap()
+}
+
+/// A signalled 8-byte SEND of the buffer at `ptr` (its MR's `lkey`).
+fn signaled_send(wr_id: u64, ptr: u64, lkey: u32) -> SendWr {
+    let mut wr = SendWr::new(wr_id, WrOpcode::Send);
+    wr.flags = softrdma_transport::SendFlags::SIGNALED;
+    wr.sgl = [Sge {
+        addr: ptr,
+        length: 8,
+        lkey,
+    }]
+    .into();
+    wr
+}
+
 /// A UC QP of `e` connected to itself (no ACK comes back to be received).
 fn uc_to_self(e: &Engine, pd: PdHandle, cq: CqHandle) -> u32 {
     let cap = QpCap {
@@ -53,13 +75,7 @@ fn uc_to_self(e: &Engine, pd: PdHandle, cq: CqHandle) -> u32 {
 /// message's completion, not 0 with the completion in the CQ.
 #[test]
 fn a_poller_returns_what_was_delivered_while_it_waited() {
-    let e = Arc::new(
-        Engine::start(EngineConfig::bound_to(SocketAddr::new(
-            IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-            0,
-        )))
-        .unwrap(),
-    );
+    let e = Arc::new(loopback_engine());
     let mut buf = vec![0u8; 64];
     let ptr = buf.as_mut_ptr() as u64;
     let pd = e.alloc_pd().unwrap();
@@ -119,11 +135,7 @@ fn a_poller_returns_what_was_delivered_while_it_waited() {
 /// progress thread waits for the socket) does it hand back.
 #[test]
 fn a_poll_that_finds_completions_hands_back_only_in_a_serve_window() {
-    let e = Engine::start(EngineConfig::bound_to(SocketAddr::new(
-        IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-        0,
-    )))
-    .unwrap();
+    let e = loopback_engine();
     let mut buf = [7u8; 8];
     let ptr = buf.as_mut_ptr() as u64;
     let pd = e.alloc_pd().unwrap();
@@ -131,15 +143,8 @@ fn a_poll_that_finds_completions_hands_back_only_in_a_serve_window() {
     let qpn = uc_to_self(&e, pd, cq);
     let mr = e.reg_mr(pd, ptr, 8, ptr, Access::LOCAL_WRITE).unwrap();
     let completed = |wr_id| {
-        let mut wr = SendWr::new(wr_id, WrOpcode::Send);
-        wr.flags = softrdma_transport::SendFlags::SIGNALED;
-        wr.sgl = [Sge {
-            addr: ptr,
-            length: 8,
-            lkey: mr.lkey,
-        }]
-        .into();
-        e.post_send(qpn, wr).unwrap();
+        e.post_send(qpn, signaled_send(wr_id, ptr, mr.lkey))
+            .unwrap();
         // A UC SEND completes once sent (by this post, or the progress
         // thread's next tick when it was gathered).
         let t0 = std::time::Instant::now();
@@ -183,13 +188,7 @@ fn a_poll_that_finds_completions_hands_back_only_in_a_serve_window() {
 /// poll by handle waits for the lock.
 #[test]
 fn a_ring_poll_takes_queued_completions_without_the_engine_lock() {
-    let e = Arc::new(
-        Engine::start(EngineConfig::bound_to(SocketAddr::new(
-            IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-            0,
-        )))
-        .unwrap(),
-    );
+    let e = Arc::new(loopback_engine());
     let mut buf = [7u8; 8];
     let ptr = buf.as_mut_ptr() as u64;
     let pd = e.alloc_pd().unwrap();
@@ -198,15 +197,8 @@ fn a_ring_poll_takes_queued_completions_without_the_engine_lock() {
     let qpn = uc_to_self(&e, pd, cq);
     let mr = e.reg_mr(pd, ptr, 8, ptr, Access::LOCAL_WRITE).unwrap();
     for wr_id in 1..=3 {
-        let mut wr = SendWr::new(wr_id, WrOpcode::Send);
-        wr.flags = softrdma_transport::SendFlags::SIGNALED;
-        wr.sgl = [Sge {
-            addr: ptr,
-            length: 8,
-            lkey: mr.lkey,
-        }]
-        .into();
-        e.post_send(qpn, wr).unwrap();
+        e.post_send(qpn, signaled_send(wr_id, ptr, mr.lkey))
+            .unwrap();
     }
     // UC SENDs complete once sent (the progress thread's tick at the latest).
     let t0 = std::time::Instant::now();
