@@ -125,7 +125,9 @@ fn rc_pingpong_goes_through_shared_memory_when_on() {
 
 /// Direct records (on by default, `SOFTRDMA_DIRECT=0` turns them off):
 /// 64-byte messages, each posted to an idle QP, leave as records, and every
-/// buffer is still validated (`-c`); with them off, none does.
+/// buffer is still validated (`-c`); with them off, none does. The
+/// responder executes them by its express path (`SOFTRDMA_EXPRESS=0`
+/// leaves them to the generic one, with the same result).
 #[test]
 fn small_messages_go_as_direct_records() {
     require_compat_dir();
@@ -144,6 +146,18 @@ fn small_messages_go_as_direct_records() {
             "{}: {sent} records sent, {got} received:\n{out}",
             f.display()
         );
+        let express = counter(f, "rx_express").unwrap();
+        assert!(
+            express >= 1000,
+            "{}: {express} by the express path",
+            f.display()
+        );
+    }
+    let generic = [("SOFTRDMA_SHM", "1"), ("SOFTRDMA_EXPRESS", "0")];
+    let (ss, cs, out) = rc_pingpong_sized("express-off", 64, &generic, &generic);
+    for f in [&ss, &cs] {
+        assert!(counter(f, "rx_direct").unwrap() >= 1000, "{}", f.display());
+        assert_eq!(counter(f, "rx_express"), Some(0), "{}:\n{out}", f.display());
     }
 }
 

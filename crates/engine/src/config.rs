@@ -30,7 +30,10 @@ use std::io;
 ///   see `engine/shm/peer_copy.rs`);
 /// - `SOFTRDMA_DIRECT=0|1`: with the same-host path on, a lone small post
 ///   to an idle RC QP may leave as a direct record (default 1; see
-///   `softrdma_transport::Config::direct`).
+///   `softrdma_transport::Config::direct`);
+/// - `SOFTRDMA_EXPRESS=0|1`: with direct records on, the responder executes
+///   an in-order one-packet SEND or WRITE off a lane by its express path
+///   (default 1; see `softrdma_transport::Config::express`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {
@@ -66,6 +69,9 @@ pub struct EngineConfig {
     /// Let a lone small post to an idle RC QP whose peer is on a lane leave
     /// as a direct record (`SOFTRDMA_DIRECT`, default on; needs `shm`).
     pub direct: bool,
+    /// The responder's express path for in-order one-packet requests off a
+    /// lane (`SOFTRDMA_EXPRESS`, default on; needs `direct`).
+    pub express: bool,
 }
 
 /// [`EngineConfig::rnr_hold`] by default: a scheduling delay of a busy
@@ -156,6 +162,7 @@ impl EngineConfig {
             shm: flag("SOFTRDMA_SHM", true)?,
             peer_copy: flag("SOFTRDMA_PEER_COPY", true)?,
             direct: flag("SOFTRDMA_DIRECT", true)?,
+            express: flag("SOFTRDMA_EXPRESS", true)?,
             linger,
             verify_icrc,
             pcap: lookup("SOFTRDMA_PCAP")
@@ -183,6 +190,7 @@ impl EngineConfig {
             shm: false,
             peer_copy: true,
             direct: true,
+            express: true,
         }
     }
 }

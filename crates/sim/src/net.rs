@@ -158,6 +158,18 @@ pub struct NetStats {
     pub corrupted: u64,
     /// Packets delivered.
     pub delivered: u64,
+    /// A digest (FNV-1a) of every packet put on the wire, in order, with
+    /// its time and ends: two runs that sent the same bytes at the same
+    /// times have the same digest.
+    pub digest: u64,
+}
+
+/// Folds `bytes` into an FNV-1a digest.
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01B3);
+    }
+    h
 }
 
 /// The simulated network.
@@ -320,6 +332,14 @@ impl Net {
     fn send(&mut self, from: usize, dst: IpAddr, src: SocketAddr, mut data: Vec<u8>) {
         self.stats.sent += 1;
         let to = self.node_of(dst);
+        // FNV's offset basis starts the digest of a new network.
+        let h = match self.stats.digest {
+            0 => 0xCBF2_9CE4_8422_2325,
+            h => h,
+        };
+        let h = fnv(h, &self.now.as_nanos().to_le_bytes());
+        let h = fnv(h, &[from as u8, to.map_or(0xFF, |t| t as u8)]);
+        self.stats.digest = fnv(h, &data);
         let mut fate = Fate::Sent;
         let parsed = Packet::parse(&data).ok();
         if let Some(r) = self

@@ -104,6 +104,42 @@ fn rc_direct_records_under_faults() {
     }
 }
 
+/// The responder's express path (`Config::express`) against the generic
+/// one: the same seeded operations and faults with it on and off end with
+/// the same completions, counters, virtual time and packets on the network
+/// (`NetStats::digest`: every byte, in order; every byte in memory is
+/// checked by the oracle both ways), and it took many records. Any
+/// difference in what it checks, completes or ACKs changes the run: a
+/// missing ACK a retransmission, a wrong MSN the ACKs' bytes.
+#[test]
+fn rc_express_responder_runs_as_the_generic_one() {
+    for (seed, loss) in [(31, 0.0), (32, 0.01), (33, 0.1)] {
+        let run = |express: bool| {
+            let mut c = RcConfig::standard(seed, loss, 6_000);
+            (c.direct, c.express, c.window) = (true, express, 2);
+            run_rc(&c).unwrap_or_else(|e| panic!("seed {seed}, express {express}: {e}"))
+        };
+        let (on, off) = (run(true), run(false));
+        println!(
+            "seed {seed}, loss {loss}: {} of {} records by the express path",
+            on.stats.rx_express, on.stats.rx_direct
+        );
+        assert_eq!(off.stats.rx_express, 0);
+        // Records are also READ requests and responses, which it leaves.
+        assert!(on.stats.rx_express * 3 > on.stats.rx_direct, "{on}");
+        let mut stats = on.stats;
+        stats.rx_express = 0;
+        assert_eq!(stats, off.stats, "seed {seed}");
+        assert_eq!(on.net, off.net, "seed {seed}");
+        assert_eq!(
+            (on.succeeded, on.failed, on.bytes, on.elapsed),
+            (off.succeeded, off.failed, off.bytes, off.elapsed),
+            "seed {seed}"
+        );
+        assert_eq!(on.failed, 0);
+    }
+}
+
 /// UC: lost packets lose whole messages, receive WQEs are reused, nothing
 /// partial or corrupt is delivered, WRITE targets are never torn inside a packet.
 #[test]

@@ -117,6 +117,11 @@ pub struct Config {
     /// READ with a response record (default false). The engine turns it
     /// on with the lanes, unless it captures packets.
     pub direct: bool,
+    /// Whether the responder executes an in-order one-packet RC SEND or
+    /// WRITE off a same-host lane by its express path (default false):
+    /// the same checks, state, completion and ACK as the generic path,
+    /// without its dispatch. The engine turns it on with `direct`.
+    pub express: bool,
     /// With `verify_icrc`, also accept an IPv4 packet whose ICRC matches under
     /// some other IPv4 ID with DF set: Linux rxe sends a per-packet ID, which
     /// the ICRC covers and a UDP socket never sees (default true). The check is
@@ -167,6 +172,7 @@ impl Config {
             fill_icrc: true,
             lane_acks: false,
             direct: false,
+            express: false,
             icrc_any_ipv4_id: true,
             limits: DeviceLimits::default(),
             seed,

@@ -1274,8 +1274,12 @@ impl Endpoint {
             }
         }
         if pkt.info.is_request() {
-            let udp_len = d.payload.len();
-            qp.handle_request(&mut ctx, mem, pkt, d.src.ip(), d.dst_ip, udp_len);
+            // Off a lane, the common request takes the express path.
+            let express = !wire && ctx.config.express && qp.express_request(&mut ctx, mem, pkt);
+            if !express {
+                let udp_len = d.payload.len();
+                qp.handle_request(&mut ctx, mem, pkt, d.src.ip(), d.dst_ip, udp_len);
+            }
             // Then the ACK it carries, as the lane's next packet (only an RC
             // request on an RC QP gets here with one: `parse_lane`, `ty_ok`).
             if let Some(ack) = pkt.hdr.lane_ack.and_then(|a| crate::qp::ack_packet(qpn, a)) {

@@ -54,6 +54,9 @@ pub struct Stats {
     pub tx_direct: u64,
     /// Direct records received.
     pub rx_direct: u64,
+    /// Requests the responder executed by its express path
+    /// (`qp/responder/express.rs`).
+    pub rx_express: u64,
 }
 
 impl Stats {
@@ -85,6 +88,7 @@ impl Stats {
             ("cq_overflows", self.cq_overflows),
             ("tx_direct", self.tx_direct),
             ("rx_direct", self.rx_direct),
+            ("rx_express", self.rx_express),
         ]
     }
 }

@@ -14,6 +14,7 @@ fn direct_pair() -> (Node, Node) {
     pair_with(|c| {
         c.lane_acks = true;
         c.direct = true;
+        c.express = true;
     })
 }
 
@@ -51,6 +52,7 @@ fn a_ping_pong_goes_as_direct_records_that_carry_the_acks() {
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 8));
     assert_eq!(b.mem.at(B_BASE + 4096, 8), a.mem.at(A_BASE, 8));
+    assert_eq!(b.ep.stats().rx_express, 1, "the responder's express path");
     assert!(b.ep.wants_transmit(), "B owes A's SEND its ACK");
     // B's reply carries the ACK of A's SEND: nothing else leaves B, and
     // B says so (the engine skips a flush that would find nothing).
@@ -95,6 +97,9 @@ fn a_direct_write_lands_only_past_the_responders_checks() {
     lane(&mut b, &a, T0, &rec);
     assert_eq!(b.mem.at(B_BASE + 128, 8), &before[..]);
     assert_eq!(b.ep.stats().access_violations, 1);
+    // The express path took the first WRITE and left this one to the
+    // generic path, which refused it.
+    assert_eq!(b.ep.stats().rx_express, 1);
     run(&mut a, &mut b, T0);
     let got = wcs(&mut a);
     assert_eq!(got[0].status, WcStatus::RemAccessErr, "{got:?}");
@@ -154,6 +159,25 @@ fn a_record_that_finds_no_receive_is_sent_again_after_the_rnr_nak() {
     assert_eq!(wcs(&mut b).len(), 1);
     assert_eq!(b.mem.at(B_BASE + 4096, 8), a.mem.at(A_BASE, 8));
     assert_eq!(wcs(&mut a)[0].status, WcStatus::Success);
+}
+
+/// A SEND larger than its receive: the express path leaves it to the
+/// generic one, which fails the receive (LOC_LEN_ERR) and NAKs it, and
+/// nothing lands.
+#[test]
+fn a_record_that_does_not_fit_its_receive_gets_the_generic_answer() {
+    let (mut a, mut b) = direct_pair();
+    post_recv(&mut b, B_BASE + 4096, 4);
+    let before = b.mem.at(B_BASE + 4096, 8).to_vec();
+    let rec = send_direct(&mut a, A_BASE).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    assert_eq!(b.ep.stats().rx_express, 0);
+    assert_eq!(b.mem.at(B_BASE + 4096, 8), &before[..]);
+    let got = wcs(&mut b);
+    assert_eq!(got[0].status, WcStatus::LocLenErr, "{got:?}");
+    run(&mut a, &mut b, T0);
+    let got = wcs(&mut a);
+    assert_eq!(got[0].status, WcStatus::RemInvReqErr, "{got:?}");
 }
 
 /// A post behind a record in flight goes as a packet with the next PSN,

@@ -387,6 +387,9 @@ impl Engine {
         // And a post to an idle QP may leave as a direct record, unless
         // `SOFTRDMA_DIRECT=0`.
         tcfg.direct = tcfg.lane_acks && cfg.direct;
+        // Its responder takes the common request by the express path,
+        // unless `SOFTRDMA_EXPRESS=0`.
+        tcfg.express = tcfg.direct && cfg.express;
         let icrc_here = !tcfg.fill_icrc;
         let async_events = AsyncChannel::new()?;
         let shared = Arc::new_cyclic(|me| Shared {

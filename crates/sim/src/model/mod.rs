@@ -90,6 +90,9 @@ pub struct RcConfig {
     /// (`Config::direct`, the same-host path's; messages then stay below
     /// `PEER_COPY_MIN`, since the QPs are marked as reached through a lane).
     pub direct: bool,
+    /// With `direct`: the responder executes in-order one-packet SENDs and
+    /// WRITEs off records by its express path (`Config::express`).
+    pub express: bool,
 }
 
 impl RcConfig {
@@ -110,6 +113,7 @@ impl RcConfig {
             window: 48,
             reconnect: true,
             direct: false,
+            express: false,
         }
     }
 }
@@ -181,6 +185,7 @@ pub fn add_stats(a: &mut Stats, b: &Stats) {
     a.cq_overflows += b.cq_overflows;
     a.tx_direct += b.tx_direct;
     a.rx_direct += b.rx_direct;
+    a.rx_express += b.rx_express;
 }
 
 impl fmt::Display for Report {

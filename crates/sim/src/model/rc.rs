@@ -141,7 +141,10 @@ const MTUS: [Mtu; 5] = [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096
 
 impl World {
     pub(crate) fn new(cfg: &RcConfig) -> World {
-        let mut net = Net::new_with(cfg.nodes, cfg.seed, |c| c.direct = cfg.direct);
+        let mut net = Net::new_with(cfg.nodes, cfg.seed, |c| {
+            c.direct = cfg.direct;
+            c.express = cfg.direct && cfg.express;
+        });
         net.faults = cfg.faults;
         let rng = Rng::new(cfg.seed ^ 0xA5A5_0000_1234);
         let n = cfg.nodes;

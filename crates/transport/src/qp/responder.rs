@@ -6,6 +6,7 @@
 //! resources (RNR NAK when no receive is posted), lengths, R_Key, then executes.
 
 mod atomic_write;
+mod express;
 mod peer;
 mod tm;
 

@@ -1,0 +1,117 @@
+//! The responder's express path (docs/PLAN-direct-queues.md, step 4 under
+//! the engine lock): a one-packet RC SEND or RDMA WRITE (with or without
+//! immediate data) at the expected PSN, with no message in progress, no
+//! tag-matching receive queue and no RNR NAK held, is executed here without the
+//! generic path's dispatch (opcode sequence, tag matching, the message in
+//! progress, the length rules of first, middle and last packets).
+//!
+//! It does what the generic path does for such a request, in the same
+//! order, and nothing else: the same checks (QP rights, length, R_Key, PD,
+//! rights and bounds before any byte lands), the same state (PSN, MSN), the
+//! same completion and the same ACK. Whatever it does not take, including
+//! every request that would fail a check, it leaves untouched for the
+//! generic path, which then answers it (RNR NAK, NAK, error completion) as
+//! before. `Config::express` turns it on; the simulator runs the same
+//! operations both ways and compares (`crates/sim/tests/random_ops.rs`).
+
+use super::ACK;
+use crate::qp::{Ctx, Qp};
+use crate::types::{Access, QpState, QpType, WcFlags, WcOpcode, WcStatus};
+use crate::wr::Wc;
+use softrdma_wire::{Operation, Packet, Position};
+
+impl Qp {
+    /// Executes `pkt` by the express path if it may take it; false leaves
+    /// the QP and memory as they were.
+    pub(crate) fn express_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        pkt: &Packet<'_>,
+    ) -> bool {
+        let h = &pkt.hdr;
+        let len = pkt.payload.len();
+        let plain = self.qp_type == QpType::Rc
+            && self.state == QpState::Rts
+            && h.bth.psn == self.resp.psn
+            && self.resp.cur.is_none()
+            && self.resp.rnr_held.is_none()
+            && self.resp.spare.is_none()
+            && pkt.info.position == Position::Only
+            && !pkt.info.peer
+            && h.ieth.is_none()
+            && len <= self.mtu(ctx.config) as usize;
+        if !plain {
+            return false;
+        }
+        // A receive WQE for a SEND or a WRITE with immediate data; without
+        // one the generic path answers (RNR).
+        let wqe = match (pkt.info.operation, h.imm) {
+            (Operation::Send, _) | (Operation::Write, Some(_)) => match self.next_recv(ctx) {
+                Some(w) => Some(w),
+                None => return false,
+            },
+            (Operation::Write, None) => None,
+            _ => return false,
+        };
+        let opcode = if pkt.info.operation == Operation::Send {
+            let sgl = &wqe.expect("taken above").sgl;
+            if super::super::scatter(ctx.mrs, mem, self.pd, sgl, 0, pkt.payload).is_err() {
+                return false;
+            }
+            WcOpcode::Recv
+        } else {
+            let Some(reth) = h.reth else { return false };
+            let fits = reth.dma_len as usize == len && reth.dma_len <= ctx.config.limits.max_msg_sz;
+            if !(fits && self.attr.qp_access_flags.contains(Access::REMOTE_WRITE)) {
+                return false;
+            }
+            let (mrs, mws) = (ctx.mrs, &*ctx.mws);
+            let need = Access::REMOTE_WRITE;
+            let checked = crate::mw::check_remote(
+                mrs, mws, self.qpn, self.pd, reth.rkey, reth.va, len as u64, need,
+            );
+            let Ok(host) = checked else { return false };
+            if len > 0 && host.write(mem, pkt.payload).is_err() {
+                return false;
+            }
+            WcOpcode::RecvRdmaWithImm
+        };
+        let takes_wqe = wqe.is_some();
+        // Executed: the state and completion the generic path leaves.
+        ctx.stats.rx_express += 1;
+        let psn = h.bth.psn;
+        self.resp.sent_psn_nak = false;
+        self.resp.psn = psn.add(1);
+        self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+        if takes_wqe {
+            let w = self.take_recv_wqe(ctx).expect("looked at above");
+            let mut wc = Wc::new(w.wr_id, WcStatus::Success, opcode, self.qpn);
+            wc.byte_len = len as u32;
+            if let Some(imm) = h.imm {
+                wc.imm_data = imm;
+                wc.wc_flags = WcFlags::WITH_IMM;
+            }
+            self.complete_recv(ctx, wc, h.bth.se);
+        }
+        // A receive completion that did not fit took the QP to ERR: no ACK,
+        // as on the generic path.
+        if self.state != QpState::Err && h.bth.ack_req {
+            self.queue_ack(psn, ACK);
+        }
+        true
+    }
+
+    /// The receive WQE a message would take: the receive queue's, or its
+    /// shared receive queue's (not a tag-matching one: its messages are
+    /// routed by tag).
+    fn next_recv<'a>(&'a self, ctx: &'a Ctx<'_>) -> Option<&'a crate::wr::RecvWr> {
+        match self.srq {
+            None => self.rq.front(),
+            Some(h) => {
+                let srq = ctx.srqs.get(h.0).filter(|s| s.tm.is_none())?;
+                srq.wqes.front()
+            }
+        }
+    }
+}
