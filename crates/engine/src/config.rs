@@ -31,9 +31,11 @@ use std::io;
 /// - `SOFTRDMA_DIRECT=0|1`: with the same-host path on, a lone small post
 ///   to an idle RC QP may leave as a direct record (default 1; see
 ///   `softrdma_transport::Config::direct`);
-/// - `SOFTRDMA_EXPRESS=0|1`: with direct records on, the responder executes
-///   an in-order one-packet SEND or WRITE off a lane by its express path
-///   (default 1; see `softrdma_transport::Config::express`).
+/// - `SOFTRDMA_EXPRESS=0|1`: with direct records on, a lone small SEND or
+///   WRITE to an idle RC QP is written through the QP's express cell
+///   without the engine lock (`softrdma_transport::Express`), and the
+///   responder executes an in-order one-packet SEND or WRITE off a lane by
+///   its express path (default 1; see `softrdma_transport::Config::express`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EngineConfig {
@@ -69,8 +71,9 @@ pub struct EngineConfig {
     /// Let a lone small post to an idle RC QP whose peer is on a lane leave
     /// as a direct record (`SOFTRDMA_DIRECT`, default on; needs `shm`).
     pub direct: bool,
-    /// The responder's express path for in-order one-packet requests off a
-    /// lane (`SOFTRDMA_EXPRESS`, default on; needs `direct`).
+    /// The express post through each RC QP's cell, and the responder's
+    /// express path for in-order one-packet requests off a lane
+    /// (`SOFTRDMA_EXPRESS`, default on; needs `direct`).
     pub express: bool,
 }
 

@@ -162,6 +162,9 @@ pub struct NetStats {
     /// its time and ends: two runs that sent the same bytes at the same
     /// times have the same digest.
     pub digest: u64,
+    /// [`NetStats::digest`] without the times: two runs that sent the same
+    /// bytes in the same order, whenever, have the same content digest.
+    pub content: u64,
 }
 
 /// Folds `bytes` into an FNV-1a digest.
@@ -332,14 +335,12 @@ impl Net {
     fn send(&mut self, from: usize, dst: IpAddr, src: SocketAddr, mut data: Vec<u8>) {
         self.stats.sent += 1;
         let to = self.node_of(dst);
-        // FNV's offset basis starts the digest of a new network.
-        let h = match self.stats.digest {
-            0 => 0xCBF2_9CE4_8422_2325,
-            h => h,
-        };
-        let h = fnv(h, &self.now.as_nanos().to_le_bytes());
-        let h = fnv(h, &[from as u8, to.map_or(0xFF, |t| t as u8)]);
-        self.stats.digest = fnv(h, &data);
+        // FNV's offset basis starts the digests of a new network.
+        let start = |h: u64| if h == 0 { 0xCBF2_9CE4_8422_2325 } else { h };
+        let ends = [from as u8, to.map_or(0xFF, |t| t as u8)];
+        let h = fnv(start(self.stats.digest), &self.now.as_nanos().to_le_bytes());
+        self.stats.digest = fnv(fnv(h, &ends), &data);
+        self.stats.content = fnv(fnv(start(self.stats.content), &ends), &data);
         let mut fate = Fate::Sent;
         let parsed = Packet::parse(&data).ok();
         if let Some(r) = self

@@ -120,7 +120,9 @@ pub struct Config {
     /// Whether the responder executes an in-order one-packet RC SEND or
     /// WRITE off a same-host lane by its express path (default false):
     /// the same checks, state, completion and ACK as the generic path,
-    /// without its dispatch. The engine turns it on with `direct`.
+    /// without its dispatch. The engine turns it on with `direct`, and
+    /// then also posts through QPs' express cells
+    /// ([`crate::Endpoint::express`]).
     pub express: bool,
     /// With `verify_icrc`, also accept an IPv4 packet whose ICRC matches under
     /// some other IPv4 ID with DF set: Linux rxe sends a per-packet ID, which

@@ -12,7 +12,7 @@ use crate::cq::{Arm, Cq, CqHandle, CqRing, Srq, SrqHandle};
 use crate::error::{VerbsError, inval};
 use crate::mr::{Memory, Mr, MrTable, PdHandle};
 use crate::mw::MwTable;
-use crate::qp::{Ctx, Qp, SendWqe, ip_header_for_icrc};
+use crate::qp::{Ctx, Express, Qp, SendWqe, ip_header_for_icrc};
 use crate::rng::Rng;
 use crate::stats::Stats;
 use crate::table::Table;
@@ -137,7 +137,9 @@ impl Endpoint {
     /// Whether `qpn`'s send queue holds no work request (all completed or
     /// flushed; true for an unknown QP).
     pub fn send_queue_empty(&self, qpn: Qpn) -> bool {
-        self.qps.get(&qpn).is_none_or(|q| q.sq.is_empty())
+        self.qps
+            .get(&qpn)
+            .is_none_or(|q| q.sq.is_empty() && !q.has_lent_message())
     }
 
     /// Whether some QP has a packet to send ([`Endpoint::poll_transmit`]
@@ -739,6 +741,7 @@ impl Endpoint {
             .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
         let to = check_modify(qp.state, qp.qp_type, attr, mask)?;
         validate_values(attr, mask, &limits, ngids)?;
+        qp.reclaim(&mut ctx);
         let a = &mut qp.attr;
         // Attributes with no transport state of their own are taken as given.
         macro_rules! take {
@@ -878,10 +881,11 @@ impl Endpoint {
 
     /// Destroys a QP. Outstanding WRs vanish without completions (as in rdma-core).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), VerbsError> {
-        let qp = self
+        let mut qp = self
             .qps
             .remove(&qpn)
             .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
+        qp.revoke();
         // Type 2 windows bound to it stop granting access (its QPN may come back).
         self.mws.unbind_qp(qpn);
         // An XRC target holds none: its SRQ, PD and CQ are per request.
@@ -918,11 +922,16 @@ impl Endpoint {
     /// [`crate::PEER_COPY_MIN`] bytes or more then go as one peer-copy
     /// packet each (`qp/peer.rs`). Messages already started keep their form.
     pub fn set_peer_copy(&mut self, qpn: Qpn, on: bool) -> Result<(), VerbsError> {
-        let qp = self
-            .qps
+        // Its time is not read: a reclaim keeps the message's own.
+        let (qps, mut ctx) = split!(self, Instant::ZERO);
+        let qp = qps
             .get_mut(&qpn)
             .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
         qp.peer_copy = on && qp.qp_type == QpType::Rc;
+        if !qp.peer_copy {
+            qp.reclaim(&mut ctx);
+        }
+        self.rearm(qpn);
         Ok(())
     }
 
@@ -934,6 +943,22 @@ impl Endpoint {
     /// The QP type of `qpn`.
     pub fn qp_type(&self, qpn: Qpn) -> Option<QpType> {
         self.qps.get(&qpn).map(|q| q.qp_type)
+    }
+
+    /// The express cell of RC QP `qpn` (`qp/express.rs`), made on the first
+    /// call: from then on, whenever the QP is idle, its requester is lent
+    /// to the cell and [`Express::post`] writes a lone small SEND or WRITE
+    /// as a direct record without the endpoint. A driver asks for it only
+    /// if it posts through it; the cell lends only with records on
+    /// ([`Config::direct`]) to a peer on a lane.
+    pub fn express(&mut self, qpn: Qpn) -> Option<Arc<Express>> {
+        let generation = self.mrs.generation().clone();
+        let qp = self.qps.get_mut(&qpn).filter(|q| q.qp_type == QpType::Rc)?;
+        Some(
+            qp.express
+                .get_or_insert_with(|| Arc::new(Express::new(generation)))
+                .clone(),
+        )
     }
 
     /// Posts a send WR. Fails (EINVAL/ENOMEM) without side effects if it cannot be queued.
@@ -1009,6 +1034,8 @@ impl Endpoint {
     ) -> Option<Transmit> {
         let (qps, mut ctx) = split!(self, now);
         let qp = qps.get_mut(&qpn)?;
+        // An ACK the QP's cell owes goes first.
+        qp.unowe();
         let t = qp.direct_answer(&mut ctx, mem, buf)?;
         // As after a post's record: a QP that owes nothing more leaves the
         // transmit queue, so the engine's next flush finds nothing to do.
@@ -1032,6 +1059,8 @@ impl Endpoint {
         if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return inval(format!("post_send on a QP in {:?}", qp.state));
         }
+        // A post its express cell did not take: the transport's again.
+        qp.reclaim(&mut ctx);
         let op_ok = match qp.qp_type {
             QpType::Rc => true,
             QpType::Uc => matches!(
@@ -1282,15 +1311,20 @@ impl Endpoint {
             }
             // Then the ACK it carries, as the lane's next packet (only an RC
             // request on an RC QP gets here with one: `parse_lane`, `ty_ok`).
-            if let Some(ack) = pkt.hdr.lane_ack.and_then(|a| crate::qp::ack_packet(qpn, a)) {
+            if let Some(ack) = pkt.hdr.lane_ack.and_then(|a| crate::qp::ack_packet(qpn, a))
+                && !qp.settle(&mut ctx, &ack)
+            {
                 qp.handle_response(&mut ctx, mem, &ack);
             }
         } else if matches!(qp.qp_type, QpType::Rc | QpType::XrcSend) {
-            qp.handle_response(&mut ctx, mem, pkt);
+            if !qp.settle(&mut ctx, pkt) {
+                qp.handle_response(&mut ctx, mem, pkt);
+            }
         } else {
             ctx.stats.drop_bad_state += 1;
             return;
         }
+        qp.lend(&ctx);
         self.schedule(qpn);
     }
 
@@ -1367,6 +1401,7 @@ impl Endpoint {
             let Some(qp) = qps.get_mut(&qpn) else {
                 continue;
             };
+            qp.unowe();
             let t = qp.poll_transmit(&mut ctx, mem, buf);
             if t.is_none() {
                 qp.scheduled = false;

@@ -6,6 +6,8 @@ use crate::types::Access;
 use rustc_hash::FxHashMap as HashMap;
 pub use softrdma_wire::{PeerFile, PeerSeg, PlaceOffer, TicketRef};
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Access to the memory behind registered regions, in the host address space.
 ///
@@ -276,6 +278,10 @@ pub(crate) struct MrTable {
     free: VecDeque<u16>,
     overflow: HashMap<u32, Mr>,
     prf: KeyPrf,
+    /// Bumped by every change to a region or its removal: a copy of a
+    /// region's check made outside the table (the express post's cache,
+    /// `qp/express.rs`) is good while the generation it was made at holds.
+    generation: Arc<AtomicU64>,
 }
 
 impl Default for MrTable {
@@ -292,7 +298,18 @@ impl MrTable {
             free: VecDeque::new(),
             overflow: HashMap::default(),
             prf: KeyPrf::new(seed),
+            generation: Arc::default(),
         }
+    }
+
+    /// The table's generation (see the field), shared.
+    pub(crate) fn generation(&self) -> &Arc<AtomicU64> {
+        &self.generation
+    }
+
+    /// A region changes or goes: every copy of a check is stale.
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Registers a region and returns it with its (equal) L_Key and R_Key.
@@ -378,6 +395,7 @@ impl MrTable {
 
     /// The region whose key is `key`, to change in place (`mr_rereg.rs`).
     pub(crate) fn get_mut(&mut self, key: u32) -> Option<&mut Mr> {
+        self.bump();
         let slot = Self::slot_of(key);
         if self
             .slots
@@ -391,6 +409,7 @@ impl MrTable {
     }
 
     pub(crate) fn remove(&mut self, key: u32) -> Option<Mr> {
+        self.bump();
         let slot = Self::slot_of(key);
         if let Some(s) = self.slots.get_mut(slot)
             && s.mr.is_some_and(|m| m.lkey == key)

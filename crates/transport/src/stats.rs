@@ -57,6 +57,9 @@ pub struct Stats {
     /// Requests the responder executed by its express path
     /// (`qp/responder/express.rs`).
     pub rx_express: u64,
+    /// Direct records the express post wrote (`qp/express.rs`), counted
+    /// when the transport learns of them (settled or taken back).
+    pub tx_express: u64,
 }
 
 impl Stats {
@@ -89,6 +92,7 @@ impl Stats {
             ("tx_direct", self.tx_direct),
             ("rx_direct", self.rx_direct),
             ("rx_express", self.rx_express),
+            ("tx_express", self.tx_express),
         ]
     }
 }

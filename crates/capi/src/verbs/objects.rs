@@ -354,6 +354,9 @@ pub(crate) struct Qp {
     pub(crate) opened: bool,
     /// Work requests built by `ibv_wr_*` since `ibv_wr_start` (`qp_ex.rs`).
     pub(crate) batch: Mutex<super::qp_ex::Batch>,
+    /// The express cell its lone posts go through first (RC QPs on the
+    /// same-host path: `Engine::express`).
+    pub(crate) express: Option<Arc<softrdma_engine::transport::Express>>,
 }
 
 #[repr(C)]

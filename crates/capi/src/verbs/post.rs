@@ -292,7 +292,7 @@ unsafe fn post_one_send(
                 Ok(r) => r,
                 Err(e) => return refuse(e),
             };
-            if let Err(e) = q.engine.post_send(q.qpn, r) {
+            if let Err(e) = q.engine.post_send_via(q.express.as_deref(), q.qpn, r) {
                 return refuse(e.errno());
             }
             note_bind(w);

@@ -107,6 +107,7 @@ fn create(
             opened: false,
             max_sge: (actual.max_send_sge, actual.max_recv_sge),
             batch: Default::default(),
+            express: p.engine.express(qpn),
         },
         Kind::Qp,
     );

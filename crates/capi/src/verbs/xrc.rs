@@ -134,6 +134,7 @@ unsafe extern "C" fn vctx_open_qp(
                 opened: true,
                 max_sge: (0, 0),
                 batch: Default::default(),
+                express: None,
             },
             Kind::Qp,
         );
@@ -322,6 +323,7 @@ pub(crate) fn create_recv_qp(a: &mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
             opened: false,
             max_sge: (0, 0),
             batch: Default::default(),
+            express: None,
         },
         Kind::Qp,
     );

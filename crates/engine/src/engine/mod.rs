@@ -15,7 +15,7 @@ use crate::config::EngineConfig;
 use padded::Padded;
 use softrdma_cm::{Cm, CmConfig, CmError, IdHandle, PortSpace};
 use softrdma_transport::{
-    Config, CqHandle, CqRing, Endpoint, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
+    Config, CqHandle, CqRing, Endpoint, Express, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
 };
 use softrdma_udp::{Poller, RecvBatch, RoceSocket, SocketConfig, SocketStats, Waker};
 use std::collections::HashMap;
@@ -589,6 +589,39 @@ impl Engine {
     /// `post_send_many`: its iterator moved the 184-byte request twice
     /// more (BENCHMARKS.md, "A lone post").
     pub fn post_send(&self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        self.post_send_via(None, qpn, wr)
+    }
+
+    /// The express cell of RC QP `qpn` (`softrdma_transport::Express`), if
+    /// its posts may go through one: the same-host path with direct
+    /// records and `SOFTRDMA_EXPRESS` on. The handle keeps it; its posts
+    /// pass it to [`Engine::post_send_via`].
+    pub fn express(&self, qpn: u32) -> Option<Arc<Express>> {
+        let mut core = self.lock();
+        if !core.ep.config().express {
+            return None;
+        }
+        core.ep.express(qpn)
+    }
+
+    /// [`Engine::post_send`] through the QP's express cell `x` first: a
+    /// lone small SEND or WRITE to a lent, idle QP is written and pushed
+    /// into the peer's lane without the engine lock
+    /// (`softrdma_transport::Express::post`); anything else goes the
+    /// engine's way.
+    pub fn post_send_via(
+        &self,
+        x: Option<&Express>,
+        qpn: u32,
+        wr: SendWr,
+    ) -> Result<(), VerbsError> {
+        let wr = match x {
+            Some(x) => match self.post_express(x, wr) {
+                Ok(()) => return Ok(()),
+                Err(wr) => wr,
+            },
+            None => wr,
+        };
         let core = self.lock();
         let now = self.now();
         let idle = core.ep.send_queue_empty(qpn);
@@ -708,6 +741,27 @@ impl Engine {
         // ACK queued by the progress thread while the record was pushed
         // was lost this way, until a teardown dropped it: libfabric's
         // fi_pingpong (msg) then read a flushed send, 3 runs in 10.
+        self.shared.after_drain();
+        Ok(())
+    }
+
+    /// The express post: the record the cell wrote goes into the peer's
+    /// lane at once. Holds no engine lock; the transmit lock is taken after
+    /// the cell's is released (a post another thread makes to the same QP
+    /// meanwhile may pass the record: the responder's sequence NAK repairs
+    /// it, as for [`Engine::post_direct`]).
+    // The WR goes back by value for the engine's post (no allocation).
+    #[allow(clippy::result_large_err)]
+    fn post_express(&self, x: &Express, wr: SendWr) -> Result<(), SendWr> {
+        let now = self.now();
+        let mut rec = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
+        let t = x.post(now, wr, &mut crate::memory::HostMemory, &mut rec)?;
+        set_flag(&self.shared.posted_since_poll, true, Ordering::Relaxed);
+        let ns = now.as_nanos();
+        self.shared.note_busy(ns);
+        let mut tx = self.shared.tx.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.push_direct(&mut tx, &rec[..t.len], &t, ns);
+        drop(tx);
         self.shared.after_drain();
         Ok(())
     }

@@ -93,6 +93,9 @@ pub struct RcConfig {
     /// With `direct`: the responder executes in-order one-packet SENDs and
     /// WRITEs off records by its express path (`Config::express`).
     pub express: bool,
+    /// With `direct`: posts go through each QP's express cell first
+    /// (`Endpoint::express`, `Express::post`), as the C ABI's do.
+    pub express_post: bool,
 }
 
 impl RcConfig {
@@ -114,6 +117,7 @@ impl RcConfig {
             reconnect: true,
             direct: false,
             express: false,
+            express_post: false,
         }
     }
 }
@@ -186,6 +190,7 @@ pub fn add_stats(a: &mut Stats, b: &Stats) {
     a.tx_direct += b.tx_direct;
     a.rx_direct += b.rx_direct;
     a.rx_express += b.rx_express;
+    a.tx_express += b.tx_express;
 }
 
 impl fmt::Display for Report {

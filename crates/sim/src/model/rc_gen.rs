@@ -158,10 +158,26 @@ impl World {
         let sq = self.dirs[d].sq;
         let node = &mut self.net.nodes[s];
         let mut rec = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
-        match node
-            .ep
-            .post_send_direct(now, sq, wr, &mut node.mem, &mut rec)
-        {
+        // The express post first, as a driver with a cell posts.
+        let express = self.cfg.express_post.then(|| node.ep.express(sq)).flatten();
+        let wr = match express {
+            Some(x) => match x.post(now, wr, &mut node.mem, &mut rec) {
+                Ok(t) => {
+                    self.net.send_direct(s, &t, &rec[..t.len]);
+                    None
+                }
+                Err(wr) => Some(wr),
+            },
+            None => Some(wr),
+        };
+        let node = &mut self.net.nodes[s];
+        let posted = match wr {
+            None => Ok(None),
+            Some(wr) => node
+                .ep
+                .post_send_direct(now, sq, wr, &mut node.mem, &mut rec),
+        };
+        match posted {
             Ok(Some(t)) => self.net.send_direct(s, &t, &rec[..t.len]),
             Ok(None) => {}
             Err(e) => panic!("post_send on direction {d} failed: {e}"),

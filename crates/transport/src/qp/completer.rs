@@ -18,6 +18,7 @@ impl Qp {
         mem: &mut dyn crate::Memory,
         pkt: &Packet<'_>,
     ) {
+        debug_assert!(!self.is_lent(), "QP {:#x}: its requester is lent", self.qpn);
         if !matches!(self.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
             ctx.stats.drop_bad_state += 1;
             return;

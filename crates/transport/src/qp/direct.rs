@@ -38,6 +38,7 @@ impl Qp {
         mem: &mut dyn crate::Memory,
         out: &mut [u8; DIRECT_MAX_LEN],
     ) -> Option<usize> {
+        debug_assert!(!self.is_lent(), "QP {:#x}: its requester is lent", self.qpn);
         let idle = self.sq.len() == 1 && self.req.idx == 0 && self.req.psn == self.req.una;
         if !(self.takes_records(ctx)
             && self.state == QpState::Rts
@@ -135,6 +136,7 @@ impl Qp {
         ctx.stats.tx_packets += 1;
         ctx.stats.tx_bytes += n as u64;
         ctx.stats.tx_direct += 1;
+        self.remember_regions(ctx, &self.sq[0].wr);
         Some(n)
     }
 
@@ -210,6 +212,7 @@ impl Qp {
     /// WQE started, and each of its packets sent).
     pub(crate) fn owes_nothing(&self) -> bool {
         self.resp.out.is_empty()
+            && !self.owes_lent_ack()
             && self.req.idx >= self.sq.len()
             && self.sq.iter().all(|w| w.next_pkt >= w.npkts)
     }

@@ -5,6 +5,7 @@
 
 mod completer;
 mod direct;
+mod express;
 mod lane_ack;
 mod peer;
 mod requester;
@@ -27,6 +28,7 @@ use softrdma_wire::{Bth, Headers, Psn, Syndrome, ip};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 
+pub use express::Express;
 pub use peer::{PEER_COPY_MIN, PLACE_MAX};
 pub(crate) use sgl::{gather, scatter};
 
@@ -198,6 +200,9 @@ pub(crate) struct Timers {
     pub(crate) rnr: Option<Instant>,
     /// Responder: when a held RNR NAK ([`RespState::rnr_held`]) goes out.
     pub(crate) rnr_hold: Option<Instant>,
+    /// When a requester lent to its express cell is taken back (one ACK
+    /// timeout after the lending: `express.rs`).
+    pub(crate) lease: Option<Instant>,
 }
 
 /// A queue pair.
@@ -235,6 +240,8 @@ pub(crate) struct Qp {
     pub(crate) comm_est_sent: bool,
     /// XRC receive QPs: the XRC domain whose SRQs it delivers to.
     pub(crate) xrcd: Option<u32>,
+    /// The express cell a driver asked for (`express.rs`).
+    pub(crate) express: Option<std::sync::Arc<Express>>,
 }
 
 /// Which local address and path a packet of this QP uses.
@@ -282,6 +289,7 @@ impl Qp {
             riding: None,
             internal_wqes: 0,
             xrcd: None,
+            express: None,
         }
     }
 
@@ -409,6 +417,8 @@ impl Qp {
         if self.state == QpState::Err {
             return;
         }
+        // Its message, if lent, is flushed with the others.
+        self.reclaim(ctx);
         self.state = QpState::Err;
         self.flush(ctx);
         // The SRQ "last WQE reached" event comes once, on entering ERR: flush()
@@ -507,7 +517,10 @@ impl Qp {
         // payload (valgrind's memcheck failed the C ABI run on it).
         let ns = |t: Option<Instant>| t.map_or(u64::MAX, Instant::as_nanos);
         let t = &self.timers;
-        let first = ns(t.retrans).min(ns(t.rnr)).min(ns(t.rnr_hold));
+        let first = ns(t.retrans)
+            .min(ns(t.rnr))
+            .min(ns(t.rnr_hold))
+            .min(ns(t.lease));
         (first != u64::MAX).then(|| Instant::from_nanos(first))
     }
 
@@ -545,6 +558,10 @@ impl Qp {
     /// Handles timer expiries at `now`.
     pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
+        // First: a message taken back has its retransmission timer below.
+        if self.timers.lease.is_some_and(|t| t <= now) {
+            self.reclaim(ctx);
+        }
         if self.timers.rnr.is_some_and(|t| t <= now) {
             self.timers.rnr = None;
             self.rewind(ctx);

@@ -168,6 +168,7 @@ impl Qp {
         buf: &mut Vec<u8>,
         mtu: u32,
     ) -> Result<Option<Transmit>, WcStatus> {
+        debug_assert!(!self.is_lent(), "QP {:#x}: its requester is lent", self.qpn);
         let qpn = self.qpn;
         let qp_type = self.qp_type;
         let pd = self.pd;

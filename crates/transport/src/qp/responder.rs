@@ -720,6 +720,16 @@ impl Qp {
 
     fn queue_ack(&mut self, psn: Psn, syndrome: Syndrome) {
         let msn = self.resp.msn;
+        // A lent requester's cell carries the plain ACK (`express.rs`);
+        // anything else goes behind the ACK it owes.
+        if let Syndrome::Ack { .. } = syndrome {
+            let aeth = Aeth { syndrome, msn };
+            if self.owe(softrdma_wire::LaneAck { psn, aeth }) {
+                return;
+            }
+        } else {
+            self.unowe();
+        }
         if let (
             Syndrome::Ack { .. },
             Some(RespOut::Ack {

@@ -1,0 +1,508 @@
+//! The express post (docs/PLAN-direct-queues.md, "After step 1"): an idle
+//! RC QP whose peer is on a same-host lane lends its requester to an
+//! [`Express`] cell with a lock of its own, so that a lone small SEND or
+//! WRITE is written as a direct record at the application's post without
+//! the driver's engine lock, the transport's WQE or its timers.
+//!
+//! The transport keeps every rule: the cell holds one message at most
+//! (*Out*), at the next PSN, and hands it back as the started WQE it stands
+//! for whenever anything else touches the requester (*reclaim*): a post the
+//! cell does not take, `modify_qp`, an error, a NAK or RNR NAK, any
+//! response but the plain ACK of that message, and the *lease*, a timer the
+//! lending arms for one ACK timeout, so a lost record or ACK is sent again
+//! as a packet as after any post. The plain ACK of the message settles it
+//! without the transport: its send completion, and *Idle* at the next PSN.
+//!
+//! The responder's lone plain ACK, which a direct record would carry
+//! (`lane_ack.rs`), is *owed* to the cell while the QP is lent: the
+//! express post carries it; whoever polls the QP's output first takes it
+//! back into the responder's queue (`unowe`), in front of anything newer.
+//!
+//! A gather from an SGE needs its L_Key checked: the cell keeps the regions
+//! the transport checked for this QP's posts, each with the MR table's
+//! generation of that moment; any change to a region bumps the generation
+//! and every copy is stale.
+
+use super::{Ctx, Path, Qp, RespOut, SendWqe};
+use crate::endpoint::Transmit;
+use crate::mr::{Memory, MrTable, PdHandle};
+use crate::time::Instant;
+use crate::types::{Access, QpState, QpType, SendFlags, WcFlags, WcStatus, WrOpcode};
+use crate::wr::{SendWr, Wc};
+use softrdma_wire::direct::{DIRECT_MAX_LEN, DIRECT_MAX_PAYLOAD, write_header};
+use softrdma_wire::{Headers, LaneAck, Opcode, Packet, Position, Psn, Reth, Syndrome};
+use softrdma_wire::{Transport, opcode_for};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Regions a cell remembers (a ping-pong posts from one or two).
+const CACHED_MRS: usize = 4;
+
+/// A QP's express cell: shared between the transport and the driver,
+/// which posts through [`Express::post`].
+#[derive(Debug)]
+pub struct Express {
+    cell: Mutex<Cell>,
+    generation: Arc<AtomicU64>,
+}
+
+#[derive(Debug, Default)]
+struct Cell {
+    lent: Lent,
+    mrs: MrCache,
+}
+
+/// The regions the transport checked for this QP's posts.
+#[derive(Debug, Default)]
+struct MrCache {
+    mrs: [Option<CachedMr>; CACHED_MRS],
+    next: usize,
+}
+
+// One per QP, in place: boxing the outstanding WR would allocate a post.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Default)]
+enum Lent {
+    /// The transport has the requester: posts go its way.
+    #[default]
+    Held,
+    /// Lent, nothing outstanding.
+    Idle(Lane),
+    /// Lent, one message outstanding.
+    Out(Lane, Outstanding),
+}
+
+/// What a record of the lent QP needs.
+#[derive(Debug)]
+struct Lane {
+    /// The next PSN.
+    psn: Psn,
+    dest_qp: u32,
+    src_ip: IpAddr,
+    dst: SocketAddr,
+    /// Largest payload: the path MTU, and what a record holds.
+    max_len: u32,
+    max_inline: u32,
+    /// The responder's plain ACK, for the next record to carry.
+    owed: Option<LaneAck>,
+    /// Records may carry ACKs (`Config::lane_acks`).
+    carries: bool,
+}
+
+/// A region's check, good while the MR table is at `generation`.
+#[derive(Debug, Clone, Copy)]
+struct CachedMr {
+    lkey: u32,
+    iova: u64,
+    length: u64,
+    host: u64,
+    generation: u64,
+}
+
+/// The message a lent QP has outstanding.
+#[derive(Debug)]
+struct Outstanding {
+    wr: SendWr,
+    len: u32,
+    /// The record's length (the statistics count it when settled).
+    record: u32,
+    posted: Instant,
+}
+
+impl Express {
+    pub(crate) fn new(generation: Arc<AtomicU64>) -> Express {
+        Express {
+            cell: Mutex::default(),
+            generation,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Cell> {
+        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `wr` as a direct record into `out` at `now` if the QP is lent
+    /// and idle and the WR is a lone SEND or WRITE (± immediate data) of
+    /// one packet that fits a record, inline or from one SGE of a region
+    /// this cell knows; returns where the record goes, for the driver to
+    /// push into that lane (a record it cannot push is lost: the lease
+    /// sends it again). Otherwise hands `wr` back untouched, for the
+    /// transport's post.
+    // The WR goes back by value, as it came: boxing it would allocate a post.
+    #[allow(clippy::result_large_err)]
+    pub fn post(
+        &self,
+        now: Instant,
+        wr: SendWr,
+        mem: &mut dyn Memory,
+        out: &mut [u8; DIRECT_MAX_LEN],
+    ) -> Result<Transmit, SendWr> {
+        let mut g = self.lock();
+        let Cell { lent, mrs } = &mut *g;
+        let Lent::Idle(lane) = lent else {
+            return Err(wr);
+        };
+        let generation = self.generation.load(Ordering::Acquire);
+        let Some(n) = lane.write(&wr, mrs, mem, generation, out) else {
+            return Err(wr);
+        };
+        let t = Transmit {
+            src_ip: lane.src_ip,
+            dst: lane.dst,
+            len: n,
+        };
+        let Lent::Idle(mut lane) = std::mem::take(&mut g.lent) else {
+            unreachable!("matched above")
+        };
+        lane.owed = None;
+        lane.psn = lane.psn.add(1);
+        let len = wr.length() as u32;
+        let o = Outstanding {
+            wr,
+            len,
+            record: n as u32,
+            posted: now,
+        };
+        g.lent = Lent::Out(lane, o);
+        Ok(t)
+    }
+
+    /// Remembers the region of `lkey` (checked for a post of QP `pd`).
+    fn remember(&self, mrs: &MrTable, pd: PdHandle, lkey: u32) {
+        let Some(m) = mrs.get(lkey) else { return };
+        if m.pd != pd || m.access.contains(Access::ON_DEMAND) {
+            return;
+        }
+        let generation = mrs.generation().load(Ordering::Acquire);
+        let c = CachedMr {
+            lkey,
+            iova: m.iova,
+            length: m.length,
+            host: m.host,
+            generation,
+        };
+        self.lock().mrs.remember(c);
+    }
+}
+
+impl Lane {
+    /// The record for `wr` into `out` (its length), if the express post
+    /// takes it; writes nothing that counts otherwise.
+    fn write(
+        &self,
+        wr: &SendWr,
+        mrs: &MrCache,
+        mem: &mut dyn Memory,
+        generation: u64,
+        out: &mut [u8; DIRECT_MAX_LEN],
+    ) -> Option<usize> {
+        let (imm, send) = match wr.opcode {
+            WrOpcode::Send => (false, true),
+            WrOpcode::SendWithImm => (true, true),
+            WrOpcode::RdmaWrite => (false, false),
+            WrOpcode::RdmaWriteWithImm => (true, false),
+            _ => return None,
+        };
+        let known = SendFlags::SIGNALED
+            .with(SendFlags::SOLICITED)
+            .with(SendFlags::INLINE)
+            .with(SendFlags::FENCE);
+        let len = wr.length();
+        if !known.contains(wr.flags) || len > u64::from(self.max_len) {
+            return None;
+        }
+        // Where the payload comes from: inline bytes, or one SGE's region.
+        let host = match &wr.inline {
+            Some(d) if d.len() as u64 > u64::from(self.max_inline) => return None,
+            Some(_) => None,
+            None if len == 0 => None,
+            None => match wr.sgl.as_slice() {
+                [s] => Some(mrs.host_of(s.lkey, s.addr, len, generation)?),
+                _ => return None,
+            },
+        };
+        let operation = if send {
+            softrdma_wire::Operation::Send
+        } else {
+            softrdma_wire::Operation::Write
+        };
+        let opcode: Opcode = opcode_for(Transport::Rc, operation, Position::Only, imm, false)?;
+        let mut hdr = Headers::new(super::bth(opcode, self.dest_qp, self.psn));
+        hdr.bth.ack_req = true;
+        hdr.bth.se = (send || imm) && wr.flags.contains(SendFlags::SOLICITED);
+        if imm {
+            hdr.imm = Some(wr.imm_data);
+        }
+        if !send {
+            hdr.reth = Some(Reth {
+                va: wr.remote_addr,
+                rkey: wr.rkey,
+                dma_len: len as u32,
+            });
+        }
+        hdr.lane_ack = self.owed;
+        if !softrdma_wire::direct::fits(&hdr, len as usize) {
+            return None;
+        }
+        let (n, payload) = write_header(&hdr, len as usize, out);
+        let dst = &mut out[payload];
+        match (&wr.inline, host) {
+            (Some(d), _) => dst.copy_from_slice(d),
+            (None, Some(h)) => mem.read(h, dst),
+            (None, None) => {}
+        }
+        Some(n)
+    }
+}
+
+impl MrCache {
+    /// The host address of `[va, va + len)` through `lkey`, if a region
+    /// this cell remembers at `generation` holds it.
+    fn host_of(&self, lkey: u32, va: u64, len: u64, generation: u64) -> Option<u64> {
+        let m = self
+            .mrs
+            .iter()
+            .flatten()
+            .find(|m| m.lkey == lkey && m.generation == generation)?;
+        let end = va.checked_add(len)?;
+        (va >= m.iova && end <= m.iova.checked_add(m.length)?).then(|| m.host + (va - m.iova))
+    }
+
+    fn remember(&mut self, c: CachedMr) {
+        if let Some(slot) = self.mrs.iter_mut().flatten().find(|m| m.lkey == c.lkey) {
+            *slot = c;
+            return;
+        }
+        self.mrs[self.next] = Some(c);
+        self.next = (self.next + 1) % CACHED_MRS;
+    }
+}
+
+impl Qp {
+    /// Lends the requester to the QP's cell if it has one and is idle:
+    /// RTS, records on, its peer on a lane, nothing queued, outstanding or
+    /// timed, an ACK timeout to lease by. Arms the lease.
+    pub(crate) fn lend(&mut self, ctx: &Ctx<'_>) {
+        let Some(x) = &self.express else { return };
+        let idle = self.qp_type == QpType::Rc
+            && self.state == QpState::Rts
+            && ctx.config.direct
+            && self.peer_copy
+            && self.sq.is_empty()
+            && self.internal_wqes == 0
+            && self.req.psn == self.req.una
+            && self.req.una == self.req.high
+            && self.req.rd_atomic == 0
+            && self.timers.retrans.is_none()
+            && self.timers.rnr.is_none()
+            && self.riding.is_none()
+            && self.window(ctx) > 0;
+        let Some(lease) = self.ack_timeout_ns().filter(|_| idle) else {
+            return;
+        };
+        let Some(path) = Path::for_av(ctx, &self.attr.ah_attr) else {
+            return;
+        };
+        let mut g = x.lock();
+        if !matches!(g.lent, Lent::Held) {
+            return;
+        }
+        // The responder's lone plain ACK is the next record's to carry.
+        let owed = self.lone_lane_ack(ctx.config);
+        if owed.is_some() {
+            self.resp.out.pop_front();
+        }
+        g.lent = Lent::Idle(Lane {
+            psn: self.req.psn,
+            dest_qp: self.attr.dest_qp_num,
+            src_ip: path.src_ip,
+            dst: path.dst,
+            max_len: self.mtu(ctx.config).min(DIRECT_MAX_PAYLOAD as u32),
+            max_inline: ctx.config.limits.max_inline,
+            owed,
+            carries: ctx.config.lane_acks,
+        });
+        self.timers.lease = Some(ctx.now + core::time::Duration::from_nanos(lease));
+    }
+
+    /// Whether the requester is lent with a message outstanding.
+    pub(crate) fn has_lent_message(&self) -> bool {
+        self.express
+            .as_ref()
+            .is_some_and(|x| matches!(x.lock().lent, Lent::Out(..)))
+    }
+
+    /// Whether the cell holds an ACK of the responder's.
+    pub(crate) fn owes_lent_ack(&self) -> bool {
+        self.express.as_ref().is_some_and(|x| match &x.lock().lent {
+            Lent::Idle(lane) | Lent::Out(lane, _) => lane.owed.is_some(),
+            Lent::Held => false,
+        })
+    }
+
+    /// Whether the requester is lent.
+    pub(crate) fn is_lent(&self) -> bool {
+        self.express
+            .as_ref()
+            .is_some_and(|x| !matches!(x.lock().lent, Lent::Held))
+    }
+
+    /// Takes the requester back: an idle cell's next PSN, or its
+    /// outstanding message as the started WQE it stands for (its one
+    /// packet sent when it was posted, the retransmission timer from
+    /// then), and the ACK it owed into the responder's queue.
+    pub(crate) fn reclaim(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(x) = &self.express else { return };
+        let lent = std::mem::take(&mut x.lock().lent);
+        let (lane, out) = match lent {
+            Lent::Held => return,
+            Lent::Idle(lane) => (lane, None),
+            Lent::Out(lane, o) => (lane, Some(o)),
+        };
+        self.timers.lease = None;
+        if let Some(a) = lane.owed {
+            self.owed_back(a);
+        }
+        self.req.psn = lane.psn;
+        self.req.high = lane.psn;
+        self.req.una = lane.psn;
+        self.req.idx = 0;
+        self.req.noack = 0;
+        self.req.retry_started = false;
+        self.req.retry_left = self.attr.retry_cnt;
+        self.req.rnr_left = self.attr.rnr_retry;
+        let Some(o) = out else { return };
+        let psn = lane.psn.sub(1);
+        self.req.una = psn;
+        self.req.idx = 1;
+        let signaled = o.wr.flags.contains(SendFlags::SIGNALED);
+        self.sq.push_back(SendWqe {
+            wr: o.wr,
+            len: o.len,
+            signaled,
+            started: true,
+            first_psn: psn,
+            last_psn: psn,
+            npkts: 1,
+            next_pkt: 1,
+            error: None,
+            peer: false,
+            offer: None,
+            tm: None,
+        });
+        count_sent(ctx, o.record);
+        self.timers.retrans = self
+            .ack_timeout_ns()
+            .map(|ns| o.posted + core::time::Duration::from_nanos(ns));
+    }
+
+    /// A response to this QP while lent: the plain ACK of its outstanding
+    /// message settles it (true); anything else is the transport's, after
+    /// a reclaim (false).
+    pub(crate) fn settle(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) -> bool {
+        let Some(x) = &self.express else { return false };
+        let plain = pkt.hdr.bth.opcode == Opcode::RC_ACKNOWLEDGE
+            && pkt
+                .hdr
+                .aeth
+                .is_some_and(|a| matches!(a.syndrome, Syndrome::Ack { .. }));
+        let mut g = x.lock();
+        let settles = match &g.lent {
+            Lent::Out(lane, _) => plain && pkt.hdr.bth.psn == lane.psn.sub(1),
+            _ => false,
+        };
+        if !settles {
+            drop(g);
+            self.reclaim(ctx);
+            return false;
+        }
+        let Lent::Out(lane, o) = std::mem::take(&mut g.lent) else {
+            unreachable!("matched above")
+        };
+        g.lent = Lent::Idle(lane);
+        drop(g);
+        count_sent(ctx, o.record);
+        if !(o.wr.flags.contains(SendFlags::SIGNALED) || self.sq_sig_all) {
+            return true;
+        }
+        let mut wc = Wc::new(
+            o.wr.wr_id,
+            WcStatus::Success,
+            o.wr.opcode.wc_opcode(),
+            self.qpn,
+        );
+        wc.byte_len = o.len;
+        if o.wr.opcode == WrOpcode::SendWithImm || o.wr.opcode == WrOpcode::RdmaWriteWithImm {
+            wc.wc_flags = WcFlags::WITH_IMM;
+        }
+        if !Self::push_wc(ctx, self.send_cq, wc, false) {
+            self.enter_error(ctx);
+        }
+        true
+    }
+
+    /// The responder's plain ACK `a` for a lent QP with nothing else to
+    /// send: owed to the cell (true), for the next record to carry.
+    pub(crate) fn owe(&mut self, a: LaneAck) -> bool {
+        let Some(x) = &self.express else { return false };
+        if !self.resp.out.is_empty() {
+            return false;
+        }
+        match &mut x.lock().lent {
+            Lent::Idle(lane) | Lent::Out(lane, _) if lane.carries => {
+                if lane.owed.is_none_or(|o| !a.psn.before(o.psn)) {
+                    lane.owed = Some(a);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The ACK owed to the cell, back in front of the responder's queue
+    /// (before anything queued since, which is newer), for the transport
+    /// to send.
+    pub(crate) fn unowe(&mut self) {
+        let Some(x) = &self.express else { return };
+        let owed = match &mut x.lock().lent {
+            Lent::Idle(lane) | Lent::Out(lane, _) => lane.owed.take(),
+            Lent::Held => None,
+        };
+        if let Some(a) = owed {
+            self.owed_back(a);
+        }
+    }
+
+    fn owed_back(&mut self, a: LaneAck) {
+        self.resp.out.push_front(RespOut::Ack {
+            psn: a.psn,
+            syndrome: a.aeth.syndrome,
+            msn: a.aeth.msn,
+        });
+    }
+
+    /// The SGE regions of the WR this QP just started, for the cell.
+    pub(crate) fn remember_regions(&self, ctx: &Ctx<'_>, wr: &SendWr) {
+        if let (Some(x), None, [s]) = (&self.express, &wr.inline, wr.sgl.as_slice()) {
+            x.remember(ctx.mrs, self.pd, s.lkey);
+        }
+    }
+
+    /// The QP is gone: its cell lends nothing again (its message, if
+    /// any, goes with the QP, without a completion, as its WQEs do).
+    pub(crate) fn revoke(&mut self) {
+        if let Some(x) = self.express.take() {
+            x.lock().lent = Lent::Held;
+        }
+    }
+}
+
+/// The statistics of a record sent (counted when the transport learns of
+/// it: settled or reclaimed).
+fn count_sent(ctx: &mut Ctx<'_>, record: u32) {
+    ctx.stats.tx_packets += 1;
+    ctx.stats.tx_bytes += u64::from(record);
+    ctx.stats.tx_direct += 1;
+    ctx.stats.tx_express += 1;
+}

@@ -1,0 +1,216 @@
+//! The express post (`qp/express.rs`): an idle RC QP whose peer is on a
+//! lane lends its requester to its cell; a lone small SEND or WRITE posted
+//! through the cell leaves as a direct record without the endpoint, with
+//! the ACK the responder owes, is settled by its plain ACK, and is the
+//! transport's again (a started WQE) for anything else.
+
+#[allow(dead_code, unused_imports)]
+mod peer_harness;
+use peer_harness::*;
+use softrdma_transport::{Express, WcOpcode};
+
+fn express_pair() -> (Node, Node) {
+    pair_with(|c| {
+        c.lane_acks = true;
+        c.direct = true;
+        c.express = true;
+    })
+}
+
+fn cell(n: &mut Node) -> Arc<Express> {
+    n.ep.express(n.qpn).expect("an RC QP has a cell")
+}
+
+fn send8(n: &Node, at: u64) -> SendWr {
+    wr(WrOpcode::Send, n, at, 8, 0, 0)
+}
+
+/// Posts an 8-byte SEND from `at` through `x` at `now`: the record, or
+/// the WR handed back.
+#[allow(clippy::result_large_err)] // as `Express::post`
+fn post(x: &Express, n: &mut Node, now: Instant, at: u64) -> Result<Vec<u8>, SendWr> {
+    let w = send8(n, at);
+    let mut out = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
+    let t = x.post(now, w, &mut n.mem, &mut out)?;
+    Ok(out[..t.len].to_vec())
+}
+
+/// `count` receives of 64 bytes at `base` + 4 KiB, + 8 KiB, ...
+fn receives(n: &mut Node, base: u64, count: u64) {
+    for i in 0..count {
+        post_recv(n, base + 4096 * (i + 1), 64);
+    }
+}
+
+/// Past the retransmission timeout `connect` sets (4.1 ms) and the lease.
+fn later(k: u64) -> Instant {
+    T0 + Duration::from_millis(10 * k)
+}
+
+/// The first post of each side goes the transport's way (the cells know
+/// no region yet: the transport's post shows them one) and each packet
+/// handled lends the requester it found idle. After A's second SEND, a
+/// record of its cell carrying the ACK of B's first, both are lent, A's
+/// SEND is out and B owes its ACK.
+fn lent_pair() -> (Node, Node, Arc<Express>, Arc<Express>) {
+    lent_pair_with(6)
+}
+
+/// [`lent_pair`], with `b_receives` receives posted at B (at least 2).
+fn lent_pair_with(b_receives: u64) -> (Node, Node, Arc<Express>, Arc<Express>) {
+    let (mut a, mut b) = express_pair();
+    let (xa, xb) = (cell(&mut a), cell(&mut b));
+    receives(&mut a, A_BASE, 6);
+    receives(&mut b, B_BASE, b_receives);
+    let w = post(&xa, &mut a, T0, A_BASE).expect_err("not lent before any traffic");
+    let rec = post_direct(&mut a, T0, w).expect("a direct record");
+    lane(&mut b, &a, T0, &rec);
+    let w = post(&xb, &mut b, T0, B_BASE).expect_err("lent, but no region known");
+    let reply = post_direct(&mut b, T0, w).expect("a direct record");
+    assert_eq!(softrdma_wire::lane_packets(&reply).len(), 2, "SEND and ACK");
+    lane(&mut a, &b, T0, &reply);
+    assert_eq!(wcs(&mut a).len(), 2, "A's SEND done, B's arrived");
+    let rec = post(&xa, &mut a, T0, A_BASE + 8).expect("A is lent");
+    assert_eq!(softrdma_wire::lane_packets(&rec).len(), 2, "SEND and ACK");
+    lane(&mut b, &a, T0, &rec);
+    assert_eq!(wcs(&mut b).len(), 3, "B's SEND done, A's two arrived");
+    assert_eq!(b.mem.at(B_BASE + 4096 * 2, 8), a.mem.at(A_BASE + 8, 8));
+    (a, b, xa, xb)
+}
+
+/// [`lent_pair`], A's SEND settled by the ACK B owed, sent alone: both
+/// lent and idle, the completions taken.
+fn idle_pair() -> (Node, Node, Arc<Express>, Arc<Express>) {
+    idle_pair_with(6)
+}
+
+/// [`idle_pair`], with `b_receives` receives posted at B (at least 2).
+fn idle_pair_with(b_receives: u64) -> (Node, Node, Arc<Express>, Arc<Express>) {
+    let (mut a, mut b, xa, xb) = lent_pair_with(b_receives);
+    run(&mut a, &mut b, T0);
+    assert_eq!(wcs(&mut a).len(), 1, "A's second SEND");
+    (a, b, xa, xb)
+}
+
+#[test]
+fn a_ping_pong_goes_through_the_cells_with_the_acks_they_owe() {
+    let (mut a, mut b, xa, xb) = lent_pair();
+    for i in 1..4u64 {
+        let (at_a, at_b) = (A_BASE + 16 * i, B_BASE + 16 * i);
+        a.mem.write(at_a, &[i as u8; 8]);
+        b.mem.write(at_b, &[0x80 | i as u8; 8]);
+        let reply = post(&xb, &mut b, T0, at_b).expect("B is lent and idle");
+        assert!(drain(&mut b, T0).is_empty(), "the record is all B sends");
+        lane(&mut a, &b, T0, &reply);
+        // A's SEND completed (B's record carried its ACK), B's arrived.
+        let got = wcs(&mut a);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            got.iter()
+                .all(|w| w.status == WcStatus::Success && w.byte_len == 8)
+        );
+        assert_eq!(a.mem.at(A_BASE + 4096 * (i + 1), 8), &[0x80 | i as u8; 8]);
+        let rec = post(&xa, &mut a, T0, at_a).expect("A is lent and idle");
+        lane(&mut b, &a, T0, &rec);
+        let got = wcs(&mut b);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(b.mem.at(B_BASE + 4096 * (i + 2), 8), &[i as u8; 8]);
+    }
+    // A's last SEND waits for the ACK B owes: the first flush that finds
+    // it sends it alone.
+    assert!(wcs(&mut a).is_empty());
+    run(&mut a, &mut b, T0);
+    assert_eq!(wcs(&mut a).len(), 1, "A's last SEND settled by a lone ACK");
+    assert_eq!(a.ep.stats().tx_express, 4);
+    assert_eq!(b.ep.stats().tx_express, 3);
+    assert_eq!(a.ep.stats().retransmits + b.ep.stats().retransmits, 0);
+}
+
+#[test]
+fn a_lost_record_is_sent_again_as_a_packet_after_the_lease() {
+    let (mut a, mut b, xa, _) = idle_pair();
+    let _lost = post(&xa, &mut a, T0, A_BASE).expect("a record");
+    a.ep.handle_timeout(later(1));
+    let again = drain(&mut a, later(1));
+    assert_eq!(again.len(), 1, "the message, as a packet");
+    assert_eq!(a.ep.stats().retransmits, 1);
+    lane(&mut b, &a, later(1), &again[0]);
+    run(&mut a, &mut b, later(1));
+    let got = wcs(&mut a);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].status, WcStatus::Success);
+    assert_eq!(b.mem.at(B_BASE + 4096 * 3, 8), a.mem.at(A_BASE, 8));
+}
+
+#[test]
+fn a_post_the_cell_does_not_take_goes_behind_the_lent_message() {
+    let (mut a, mut b, xa, _) = idle_pair();
+    let first = post(&xa, &mut a, T0, A_BASE).expect("a record");
+    // A second SEND while the first is out: the transport's, after it.
+    let w = post(&xa, &mut a, T0, A_BASE + 64).expect_err("one out at most");
+    assert!(
+        post_direct(&mut a, T0, w).is_none(),
+        "queued behind the first"
+    );
+    let second = drain(&mut a, T0);
+    assert_eq!(second.len(), 1);
+    lane(&mut b, &a, T0, &first);
+    lane(&mut b, &a, T0, &second[0]);
+    run(&mut a, &mut b, T0);
+    let got = wcs(&mut b);
+    assert_eq!(got.len(), 2, "A's two SENDs: {got:?}");
+    assert_eq!(b.mem.at(B_BASE + 4096 * 3, 8), a.mem.at(A_BASE, 8));
+    assert_eq!(b.mem.at(B_BASE + 4096 * 4, 8), a.mem.at(A_BASE + 64, 8));
+    let got = wcs(&mut a);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(b.ep.stats().tx_nak_seq, 0, "in order");
+}
+
+#[test]
+fn an_rnr_nak_gives_the_message_back_to_the_transport() {
+    // B's two receives went to A's first two SENDs.
+    let (mut a, mut b, xa, _) = idle_pair_with(2);
+    let rec = post(&xa, &mut a, T0, A_BASE + 24).expect("A is lent");
+    lane(&mut b, &a, T0, &rec);
+    run(&mut a, &mut b, T0);
+    assert_eq!(a.ep.stats().rx_rnr_nak, 1);
+    assert!(wcs(&mut a).is_empty(), "waits for its RNR timer");
+    post_recv(&mut b, B_BASE + 4096 * 3, 64);
+    a.ep.handle_timeout(later(1));
+    run(&mut a, &mut b, later(1));
+    let got = wcs(&mut a);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].status, WcStatus::Success);
+    assert_eq!(b.mem.at(B_BASE + 4096 * 3, 8), a.mem.at(A_BASE + 24, 8));
+}
+
+#[test]
+fn a_message_lent_when_the_qp_fails_is_flushed() {
+    let (mut a, _b, xa, _) = idle_pair();
+    let _out = post(&xa, &mut a, T0, A_BASE).expect("a record");
+    let attr = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    a.ep.modify_qp(T0, a.qpn, &attr, M::STATE).unwrap();
+    let got = wcs(&mut a);
+    assert_eq!(got.len(), 1 + 5, "the lent SEND and five receives: {got:?}");
+    assert_eq!(got[0].status, WcStatus::WrFlushErr);
+    assert_eq!(got[0].opcode, WcOpcode::Send);
+    let w = post(&xa, &mut a, T0, A_BASE).expect_err("not lent in ERR");
+    assert_eq!(w.wr_id, 7);
+}
+
+#[test]
+fn a_region_changed_since_its_check_is_not_read_by_the_cell() {
+    let (mut a, _b, xa, _) = idle_pair();
+    let key = a.key;
+    a.ep.dereg_mr(key).unwrap();
+    let w = post(&xa, &mut a, T0, A_BASE).expect_err("the region is gone");
+    // The transport's post finds the key gone: a local protection error.
+    assert!(post_direct(&mut a, T0, w).is_none());
+    let _ = drain(&mut a, T0);
+    let got = wcs(&mut a);
+    assert_eq!(got[0].status, WcStatus::LocProtErr, "{got:?}");
+}
