@@ -6,6 +6,7 @@ use super::pd::{Pd, PdImp};
 use crate::backend::rdma_core::sys;
 use crate::{Error, Result};
 use softrdma_engine::Engine;
+use softrdma_engine::transport::Express;
 use softrdma_transport::{
     Access, AddressVector, Mtu, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, Qpn,
     RecvWr, SendWr, SrqHandle, VerbsError,
@@ -63,7 +64,9 @@ impl<'a> QpInit<'a> {
 
 /// A QP of one backend.
 pub(crate) enum QpImp {
-    Native(Arc<Engine>),
+    /// The engine, and the QP's express cell if its lone posts go through
+    /// one (`Engine::express`).
+    Native(Arc<Engine>, Option<Arc<Express>>),
     RdmaCore(sys::Qp),
 }
 
@@ -79,7 +82,7 @@ pub(crate) struct QpInner {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        if let QpImp::Native(e) = &self.imp {
+        if let QpImp::Native(e, _) = &self.imp {
             let q = self.qpn;
             let _ = e.destroy_qp(q);
         }
@@ -178,7 +181,7 @@ impl Qp {
                     init,
                     qpn,
                     cap,
-                    QpImp::Native(Arc::clone(e)),
+                    QpImp::Native(Arc::clone(e), e.express(qpn)),
                 ))
             }
             PdImp::RdmaCore(p) => Qp::with_rdma_core(pd, p, init, |parts| {
@@ -251,7 +254,7 @@ impl Qp {
     /// Modifies attributes (`ibv_modify_qp`); errors name what is wrong or missing.
     pub fn modify(&self, attr: &QpAttr, mask: M) -> Result<()> {
         match &self.0.imp {
-            QpImp::Native(e) => {
+            QpImp::Native(e, _) => {
                 let q = self.0.qpn;
                 Ok(e.modify_qp(q, attr, mask)?)
             }
@@ -262,7 +265,7 @@ impl Qp {
     /// Moves the QP to ERR (what a disconnection does to it).
     pub(crate) fn to_error(&self) -> Result<()> {
         match &self.0.imp {
-            QpImp::Native(_) => self.modify(
+            QpImp::Native(..) => self.modify(
                 &QpAttr {
                     qp_state: QpState::Err,
                     ..QpAttr::default()
@@ -276,7 +279,7 @@ impl Qp {
     /// Current attributes (`ibv_query_qp`).
     pub fn query(&self) -> Result<QpAttr> {
         match &self.0.imp {
-            QpImp::Native(e) => {
+            QpImp::Native(e, _) => {
                 let q = self.0.qpn;
                 Ok(e.query_qp(q)?.0)
             }
@@ -349,7 +352,7 @@ impl Qp {
     /// Posts a send work request (`ibv_post_send`).
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         match &self.0.imp {
-            QpImp::Native(e) => Ok(e.post_send(self.0.qpn, wr)?),
+            QpImp::Native(e, x) => Ok(e.post_send_via(x.as_deref(), self.0.qpn, wr)?),
             QpImp::RdmaCore(q) => {
                 posted(q.post_send(std::slice::from_ref(&wr))).map_err(|(_, e)| e)
             }
@@ -359,7 +362,7 @@ impl Qp {
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         match &self.0.imp {
-            QpImp::Native(e) => Ok(e.post_recv(self.0.qpn, wr)?),
+            QpImp::Native(e, _) => Ok(e.post_recv(self.0.qpn, wr)?),
             QpImp::RdmaCore(q) => {
                 posted(q.post_recv(std::slice::from_ref(&wr))).map_err(|(_, e)| e)
             }
@@ -375,7 +378,7 @@ impl Qp {
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> std::result::Result<(), (usize, Error)> {
         match &self.0.imp {
-            QpImp::Native(e) => e
+            QpImp::Native(e, _) => e
                 .post_send_many(self.0.qpn, wrs)
                 .map_err(|(n, e)| (n, e.into())),
             QpImp::RdmaCore(q) => posted(q.post_send(&wrs.into_iter().collect::<Vec<_>>())),
@@ -389,7 +392,7 @@ impl Qp {
         wrs: impl IntoIterator<Item = RecvWr>,
     ) -> std::result::Result<(), (usize, Error)> {
         match &self.0.imp {
-            QpImp::Native(e) => e
+            QpImp::Native(e, _) => e
                 .post_recv_many(self.0.qpn, wrs)
                 .map_err(|(n, e)| (n, e.into())),
             QpImp::RdmaCore(q) => posted(q.post_recv(&wrs.into_iter().collect::<Vec<_>>())),

@@ -138,6 +138,16 @@ impl Express {
         mem: &mut dyn Memory,
         out: &mut [u8; DIRECT_MAX_LEN],
     ) -> Result<Transmit, SendWr> {
+        // READs and atomics never go this way: not even the lock.
+        let kinds = [
+            WrOpcode::Send,
+            WrOpcode::SendWithImm,
+            WrOpcode::RdmaWrite,
+            WrOpcode::RdmaWriteWithImm,
+        ];
+        if !kinds.contains(&wr.opcode) {
+            return Err(wr);
+        }
         let mut g = self.lock();
         let Cell { lent, mrs } = &mut *g;
         let Lent::Idle(lane) = lent else {

@@ -120,6 +120,7 @@ impl Qp {
         wr.remote_addr = rvh.va;
         wr.rkey = rvh.rkey;
         self.push_internal(
+            ctx,
             wr,
             rvh.len,
             TmInternal::Read {
@@ -130,8 +131,16 @@ impl Qp {
         );
     }
 
-    /// Queues a WQE the device issues itself.
-    pub(crate) fn push_internal(&mut self, wr: SendWr, len: u32, tm: TmInternal) {
+    /// Queues a WQE the device issues itself (its requester taken back
+    /// from the express cell first: `express.rs`).
+    pub(crate) fn push_internal(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        wr: SendWr,
+        len: u32,
+        tm: TmInternal,
+    ) {
+        self.reclaim(ctx);
         self.internal_wqes += 1;
         self.sq.push_back(SendWqe {
             wr,
@@ -184,7 +193,7 @@ impl Qp {
                 .to_bytes()
                 .to_vec(),
             );
-            self.push_internal(fin, TMH_LEN as u32, TmInternal::Fin);
+            self.push_internal(ctx, fin, TMH_LEN as u32, TmInternal::Fin);
         }
     }
 }
