@@ -961,6 +961,21 @@ impl Endpoint {
         )
     }
 
+    /// After an express post of QP `qpn` ([`Express::post`]), which may
+    /// have carried the ACK its responder owed: a QP that owes nothing
+    /// more leaves the transmit queue, as after a direct record
+    /// ([`Endpoint::post_send_direct`]), so `wants_transmit` tells the
+    /// driver that no flush is due.
+    pub fn express_posted(&mut self, qpn: Qpn) {
+        if let Some(qp) = self.qps.get_mut(&qpn)
+            && qp.scheduled
+            && qp.owes_nothing()
+        {
+            qp.scheduled = false;
+            self.ready.retain(|q| *q != qpn);
+        }
+    }
+
     /// Posts a send WR. Fails (EINVAL/ENOMEM) without side effects if it cannot be queued.
     pub fn post_send(&mut self, now: Instant, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
         self.enqueue_send(now, qpn, wr)?;

@@ -616,11 +616,12 @@ impl Engine {
         wr: SendWr,
     ) -> Result<(), VerbsError> {
         let wr = match x {
-            Some(x) => match self.post_express(x, wr) {
+            // Asked first: a READ's post prepares no record.
+            Some(x) if x.wants(&wr) => match self.post_express(x, qpn, wr) {
                 Ok(()) => return Ok(()),
                 Err(wr) => wr,
             },
-            None => wr,
+            _ => wr,
         };
         let core = self.lock();
         let now = self.now();
@@ -752,7 +753,7 @@ impl Engine {
     /// it, as for [`Engine::post_direct`]).
     // The WR goes back by value for the engine's post (no allocation).
     #[allow(clippy::result_large_err)]
-    fn post_express(&self, x: &Express, wr: SendWr) -> Result<(), SendWr> {
+    fn post_express(&self, x: &Express, qpn: u32, wr: SendWr) -> Result<(), SendWr> {
         let now = self.now();
         let mut rec = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
         let t = x.post(now, wr, &mut crate::memory::HostMemory, &mut rec)?;
@@ -763,6 +764,15 @@ impl Engine {
         self.shared.push_direct(&mut tx, &rec[..t.len], &t, ns);
         drop(tx);
         self.shared.after_drain();
+        // The record carried the ACK the QP owed: if that was all it had to
+        // send, the next empty poll need not drain (as after
+        // `post_direct`). Only tried: another holder's flush does it.
+        if let Ok(mut core) = self.shared.core.try_lock() {
+            core.ep.express_posted(qpn);
+            if !core.ep.wants_transmit() && core.gsi_out.is_empty() {
+                set_flag(&self.shared.tx_pending, false, Ordering::Relaxed);
+            }
+        }
         Ok(())
     }
 

@@ -33,7 +33,7 @@ use softrdma_wire::direct::{DIRECT_MAX_LEN, DIRECT_MAX_PAYLOAD, write_header};
 use softrdma_wire::{Headers, LaneAck, Opcode, Packet, Position, Psn, Reth, Syndrome};
 use softrdma_wire::{Transport, opcode_for};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Regions a cell remembers (a ping-pong posts from one or two).
@@ -45,6 +45,17 @@ const CACHED_MRS: usize = 4;
 pub struct Express {
     cell: Mutex<Cell>,
     generation: Arc<AtomicU64>,
+    /// The driver's last post was of a kind the cell takes: only then is
+    /// the requester lent. A QP that posts READs (`ib_read_lat`) or only
+    /// answers would otherwise be lent and taken back at every message
+    /// for nothing (~560 instructions a READ; BENCHMARKS.md "The express
+    /// post").
+    wanted: AtomicBool,
+    /// Lent (*Idle* or *Out*): written under the cell's lock, and only the
+    /// transport lends or takes back, under its driver's lock, so there a
+    /// `false` read without the cell's lock is the truth (most QPs, most
+    /// of the time, cost no lock).
+    lent: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -115,6 +126,8 @@ impl Express {
         Express {
             cell: Mutex::default(),
             generation,
+            wanted: AtomicBool::new(false),
+            lent: AtomicBool::new(false),
         }
     }
 
@@ -138,14 +151,7 @@ impl Express {
         mem: &mut dyn Memory,
         out: &mut [u8; DIRECT_MAX_LEN],
     ) -> Result<Transmit, SendWr> {
-        // READs and atomics never go this way: not even the lock.
-        let kinds = [
-            WrOpcode::Send,
-            WrOpcode::SendWithImm,
-            WrOpcode::RdmaWrite,
-            WrOpcode::RdmaWriteWithImm,
-        ];
-        if !kinds.contains(&wr.opcode) {
+        if !self.wants(&wr) {
             return Err(wr);
         }
         let mut g = self.lock();
@@ -176,6 +182,24 @@ impl Express {
         };
         g.lent = Lent::Out(lane, o);
         Ok(t)
+    }
+
+    /// Whether [`Express::post`] may take `wr` (a SEND or WRITE, ± immediate
+    /// data, to a lent QP); the driver may ask first, before it prepares a
+    /// record. READs and atomics never go this way, and while a QP posts
+    /// them its requester is not lent.
+    pub fn wants(&self, wr: &SendWr) -> bool {
+        let kinds = [
+            WrOpcode::Send,
+            WrOpcode::SendWithImm,
+            WrOpcode::RdmaWrite,
+            WrOpcode::RdmaWriteWithImm,
+        ];
+        let takes = kinds.contains(&wr.opcode);
+        if self.wanted.load(Ordering::Relaxed) != takes {
+            self.wanted.store(takes, Ordering::Relaxed);
+        }
+        takes && self.lent.load(Ordering::Acquire)
     }
 
     /// Remembers the region of `lkey` (checked for a post of QP `pd`).
@@ -295,7 +319,8 @@ impl Qp {
     /// timed, an ACK timeout to lease by. Arms the lease.
     pub(crate) fn lend(&mut self, ctx: &Ctx<'_>) {
         let Some(x) = &self.express else { return };
-        let idle = self.qp_type == QpType::Rc
+        let idle = x.wanted.load(Ordering::Relaxed)
+            && self.qp_type == QpType::Rc
             && self.state == QpState::Rts
             && ctx.config.direct
             && self.peer_copy
@@ -333,19 +358,19 @@ impl Qp {
             owed,
             carries: ctx.config.lane_acks,
         });
+        x.lent.store(true, Ordering::Release);
         self.timers.lease = Some(ctx.now + core::time::Duration::from_nanos(lease));
     }
 
     /// Whether the requester is lent with a message outstanding.
     pub(crate) fn has_lent_message(&self) -> bool {
-        self.express
-            .as_ref()
+        self.lent_cell()
             .is_some_and(|x| matches!(x.lock().lent, Lent::Out(..)))
     }
 
     /// Whether the cell holds an ACK of the responder's.
     pub(crate) fn owes_lent_ack(&self) -> bool {
-        self.express.as_ref().is_some_and(|x| match &x.lock().lent {
+        self.lent_cell().is_some_and(|x| match &x.lock().lent {
             Lent::Idle(lane) | Lent::Out(lane, _) => lane.owed.is_some(),
             Lent::Held => false,
         })
@@ -353,9 +378,16 @@ impl Qp {
 
     /// Whether the requester is lent.
     pub(crate) fn is_lent(&self) -> bool {
+        self.lent_cell()
+            .is_some_and(|x| !matches!(x.lock().lent, Lent::Held))
+    }
+
+    /// The QP's cell if its requester is lent (the flag, no lock: see
+    /// [`Express`]).
+    fn lent_cell(&self) -> Option<&Arc<Express>> {
         self.express
             .as_ref()
-            .is_some_and(|x| !matches!(x.lock().lent, Lent::Held))
+            .filter(|x| x.lent.load(Ordering::Acquire))
     }
 
     /// Takes the requester back: an idle cell's next PSN, or its
@@ -363,8 +395,18 @@ impl Qp {
     /// packet sent when it was posted, the retransmission timer from
     /// then), and the ACK it owed into the responder's queue.
     pub(crate) fn reclaim(&mut self, ctx: &mut Ctx<'_>) {
-        let Some(x) = &self.express else { return };
-        let lent = std::mem::take(&mut x.lock().lent);
+        let Some(x) = self
+            .express
+            .as_ref()
+            .filter(|x| x.lent.load(Ordering::Acquire))
+        else {
+            return;
+        };
+        let lent = {
+            let mut g = x.lock();
+            x.lent.store(false, Ordering::Release);
+            std::mem::take(&mut g.lent)
+        };
         let (lane, out) = match lent {
             Lent::Held => return,
             Lent::Idle(lane) => (lane, None),
@@ -411,7 +453,13 @@ impl Qp {
     /// message settles it (true); anything else is the transport's, after
     /// a reclaim (false).
     pub(crate) fn settle(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) -> bool {
-        let Some(x) = &self.express else { return false };
+        let Some(x) = self
+            .express
+            .as_ref()
+            .filter(|x| x.lent.load(Ordering::Acquire))
+        else {
+            return false;
+        };
         let plain = pkt.hdr.bth.opcode == Opcode::RC_ACKNOWLEDGE
             && pkt
                 .hdr
@@ -419,8 +467,9 @@ impl Qp {
                 .is_some_and(|a| matches!(a.syndrome, Syndrome::Ack { .. }));
         let mut g = x.lock();
         let settles = match &g.lent {
+            Lent::Held => return false,
             Lent::Out(lane, _) => plain && pkt.hdr.bth.psn == lane.psn.sub(1),
-            _ => false,
+            Lent::Idle(_) => false,
         };
         if !settles {
             drop(g);
@@ -455,7 +504,13 @@ impl Qp {
     /// The responder's plain ACK `a` for a lent QP with nothing else to
     /// send: owed to the cell (true), for the next record to carry.
     pub(crate) fn owe(&mut self, a: LaneAck) -> bool {
-        let Some(x) = &self.express else { return false };
+        let Some(x) = self
+            .express
+            .as_ref()
+            .filter(|x| x.lent.load(Ordering::Acquire))
+        else {
+            return false;
+        };
         if !self.resp.out.is_empty() {
             return false;
         }
@@ -474,7 +529,13 @@ impl Qp {
     /// (before anything queued since, which is newer), for the transport
     /// to send.
     pub(crate) fn unowe(&mut self) {
-        let Some(x) = &self.express else { return };
+        let Some(x) = self
+            .express
+            .as_ref()
+            .filter(|x| x.lent.load(Ordering::Acquire))
+        else {
+            return;
+        };
         let owed = match &mut x.lock().lent {
             Lent::Idle(lane) | Lent::Out(lane, _) => lane.owed.take(),
             Lent::Held => None,
@@ -494,7 +555,9 @@ impl Qp {
 
     /// The SGE regions of the WR this QP just started, for the cell.
     pub(crate) fn remember_regions(&self, ctx: &Ctx<'_>, wr: &SendWr) {
-        if let (Some(x), None, [s]) = (&self.express, &wr.inline, wr.sgl.as_slice()) {
+        if let (Some(x), None, [s]) = (&self.express, &wr.inline, wr.sgl.as_slice())
+            && x.wanted.load(Ordering::Relaxed)
+        {
             x.remember(ctx.mrs, self.pd, s.lkey);
         }
     }
@@ -504,6 +567,7 @@ impl Qp {
     pub(crate) fn revoke(&mut self) {
         if let Some(x) = self.express.take() {
             x.lock().lent = Lent::Held;
+            x.lent.store(false, Ordering::Release);
         }
     }
 }

@@ -29,6 +29,10 @@ impl Qp {
         mem: &mut dyn crate::Memory,
         pkt: &Packet<'_>,
     ) -> bool {
+        // READ requests and atomics first out: they are the generic path's.
+        if !matches!(pkt.info.operation, Operation::Send | Operation::Write) {
+            return false;
+        }
         let h = &pkt.hdr;
         let len = pkt.payload.len();
         let plain = self.qp_type == QpType::Rc
