@@ -214,3 +214,26 @@ fn a_region_changed_since_its_check_is_not_read_by_the_cell() {
     let got = wcs(&mut a);
     assert_eq!(got[0].status, WcStatus::LocProtErr, "{got:?}");
 }
+
+#[test]
+fn an_empty_send_goes_through_the_cell_and_a_list_of_sges_does_not() {
+    let (mut a, mut b, xa, _) = idle_pair();
+    let mut out = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
+    let mut w = SendWr::new(9, WrOpcode::Send);
+    w.flags = SendFlags::SIGNALED;
+    let t = xa.post(T0, w, &mut a.mem, &mut out).expect("an empty SEND");
+    lane(&mut b, &a, T0, &out[..t.len]);
+    let got = wcs(&mut b);
+    assert_eq!((got.len(), got[0].byte_len), (1, 0), "{got:?}");
+    run(&mut a, &mut b, T0);
+    let got = wcs(&mut a);
+    assert_eq!(
+        (got.len(), got[0].wr_id, got[0].byte_len),
+        (1, 9, 0),
+        "{got:?}"
+    );
+    // Two SGEs: the transport's post, which checks the list.
+    let mut w = send8(&a, A_BASE);
+    w.sgl.push(w.sgl[0]);
+    assert!(xa.post(T0, w, &mut a.mem, &mut out).is_err());
+}

@@ -250,8 +250,11 @@ impl Lane {
         let host = match &wr.inline {
             Some(d) if d.len() as u64 > u64::from(self.max_inline) => return None,
             Some(_) => None,
-            None if len == 0 => None,
+            // One SGE at most (the transport's post checks a list against
+            // `max_send_sge`), and none needed for nothing.
             None => match wr.sgl.as_slice() {
+                [] => None,
+                [_] if len == 0 => None,
                 [s] => Some(mrs.host_of(s.lkey, s.addr, len, generation)?),
                 _ => return None,
             },
