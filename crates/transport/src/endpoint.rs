@@ -967,6 +967,17 @@ impl Endpoint {
     /// ([`Endpoint::post_send_direct`]), so `wants_transmit` tells the
     /// driver that no flush is due.
     pub fn express_posted(&mut self, qpn: Qpn) {
+        self.leave_ready_if_done(qpn);
+    }
+
+    /// After a record left at once (a direct post's, a READ's answer, an
+    /// express post's): if that was all the QP had to send (its WQE's one
+    /// packet, the responder's lone ACK if the record carried it), the QP
+    /// leaves the transmit queue, so `wants_transmit` tells the driver
+    /// that nothing is left to flush. A flush that found nothing cost a
+    /// same-host ping-pong both locks and a clock read per message
+    /// (BENCHMARKS.md, "A lone post").
+    fn leave_ready_if_done(&mut self, qpn: Qpn) {
         if let Some(qp) = self.qps.get_mut(&qpn)
             && qp.scheduled
             && qp.owes_nothing()
@@ -1002,29 +1013,18 @@ impl Endpoint {
     ) -> Result<Option<Transmit>, VerbsError> {
         self.enqueue_send(now, qpn, wr)?;
         let (qps, mut ctx) = split!(self, now);
-        let mut sent_all = false;
         let started = qps.get_mut(&qpn).and_then(|qp| {
             // The path first: starting the WQE commits it (PSN, carried ACK).
             let path = crate::qp::Path::for_av(&ctx, &qp.attr.ah_attr)?;
             let len = qp.start_direct(&mut ctx, mem, out)?;
-            // The record was all the QP had to send (its only WQE's one
-            // packet, and the responder's lone ACK if it carried one):
-            // out of the transmit queue, so `wants_transmit` tells the
-            // engine that nothing is left to flush. A flush that found
-            // nothing cost a same-host ping-pong both locks and a clock
-            // read per message (BENCHMARKS.md, "A lone post").
-            if qp.scheduled && qp.owes_nothing() {
-                qp.scheduled = false;
-                sent_all = true;
-            }
             Some(Transmit {
                 src_ip: path.src_ip,
                 dst: path.dst,
                 len,
             })
         });
-        if sent_all {
-            self.ready.retain(|q| *q != qpn);
+        if started.is_some() {
+            self.leave_ready_if_done(qpn);
         }
         match started {
             Some(_) => self.rearm(qpn),
@@ -1052,12 +1052,8 @@ impl Endpoint {
         // An ACK the QP's cell owes goes first.
         qp.unowe();
         let t = qp.direct_answer(&mut ctx, mem, buf)?;
-        // As after a post's record: a QP that owes nothing more leaves the
-        // transmit queue, so the engine's next flush finds nothing to do.
-        if qp.scheduled && qp.owes_nothing() {
-            qp.scheduled = false;
-            self.ready.retain(|q| *q != qpn);
-        }
+        // As after a post's record.
+        self.leave_ready_if_done(qpn);
         Some(t)
     }
 

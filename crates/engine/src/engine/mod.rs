@@ -720,9 +720,7 @@ impl Engine {
         // of a same-host `ib_write_lat` client's time (BENCHMARKS.md, "A
         // lone post"). Cleared under the engine lock, as `drain_tx_from`'s
         // flags are before it looks: who queues later sets it again.
-        if !core.ep.wants_transmit() && core.gsi_out.is_empty() {
-            set_flag(&self.shared.tx_pending, false, Ordering::Relaxed);
-        }
+        self.shared.nothing_pending_if_idle(&core);
         // Its retransmission timer may be the earliest now. (The post
         // raised no event: its QP is ready to send, nothing was flushed.)
         self.shared.wake_for_timers(&mut core);
@@ -769,9 +767,7 @@ impl Engine {
         // `post_direct`). Only tried: another holder's flush does it.
         if let Ok(mut core) = self.shared.core.try_lock() {
             core.ep.express_posted(qpn);
-            if !core.ep.wants_transmit() && core.gsi_out.is_empty() {
-                set_flag(&self.shared.tx_pending, false, Ordering::Relaxed);
-            }
+            self.shared.nothing_pending_if_idle(&core);
         }
         Ok(())
     }
@@ -1185,6 +1181,15 @@ impl Drop for Engine {
 impl Shared {
     fn now(&self) -> Instant {
         self.clock.now()
+    }
+
+    /// After a record left at once (a post's): with nothing queued to send
+    /// (`core`, the engine lock held), no answer is pending either, and
+    /// the next empty poll skips its flush.
+    fn nothing_pending_if_idle(&self, core: &Core) {
+        if !core.ep.wants_transmit() && core.gsi_out.is_empty() {
+            set_flag(&self.tx_pending, false, Ordering::Relaxed);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Core> {

@@ -52,9 +52,9 @@ pub struct Express {
     /// post").
     wanted: AtomicBool,
     /// Lent (*Idle* or *Out*): written under the cell's lock, and only the
-    /// transport lends or takes back, under its driver's lock, so there a
-    /// `false` read without the cell's lock is the truth (most QPs, most
-    /// of the time, cost no lock).
+    /// transport lends or takes back, under its driver's lock (the express
+    /// post only moves *Idle* to *Out*), so there the flag read without the
+    /// cell's lock is the truth (most QPs, most of the time, cost no lock).
     lent: AtomicBool,
 }
 
@@ -367,13 +367,12 @@ impl Qp {
 
     /// Whether the requester is lent with a message outstanding.
     pub(crate) fn has_lent_message(&self) -> bool {
-        self.lent_cell()
-            .is_some_and(|x| matches!(x.lock().lent, Lent::Out(..)))
+        lent(&self.express).is_some_and(|x| matches!(x.lock().lent, Lent::Out(..)))
     }
 
     /// Whether the cell holds an ACK of the responder's.
     pub(crate) fn owes_lent_ack(&self) -> bool {
-        self.lent_cell().is_some_and(|x| match &x.lock().lent {
+        lent(&self.express).is_some_and(|x| match &x.lock().lent {
             Lent::Idle(lane) | Lent::Out(lane, _) => lane.owed.is_some(),
             Lent::Held => false,
         })
@@ -381,16 +380,7 @@ impl Qp {
 
     /// Whether the requester is lent.
     pub(crate) fn is_lent(&self) -> bool {
-        self.lent_cell()
-            .is_some_and(|x| !matches!(x.lock().lent, Lent::Held))
-    }
-
-    /// The QP's cell if its requester is lent (the flag, no lock: see
-    /// [`Express`]).
-    fn lent_cell(&self) -> Option<&Arc<Express>> {
-        self.express
-            .as_ref()
-            .filter(|x| x.lent.load(Ordering::Acquire))
+        lent(&self.express).is_some()
     }
 
     /// Takes the requester back: an idle cell's next PSN, or its
@@ -398,11 +388,7 @@ impl Qp {
     /// packet sent when it was posted, the retransmission timer from
     /// then), and the ACK it owed into the responder's queue.
     pub(crate) fn reclaim(&mut self, ctx: &mut Ctx<'_>) {
-        let Some(x) = self
-            .express
-            .as_ref()
-            .filter(|x| x.lent.load(Ordering::Acquire))
-        else {
+        let Some(x) = lent(&self.express) else {
             return;
         };
         let lent = {
@@ -456,11 +442,7 @@ impl Qp {
     /// message settles it (true); anything else is the transport's, after
     /// a reclaim (false).
     pub(crate) fn settle(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<'_>) -> bool {
-        let Some(x) = self
-            .express
-            .as_ref()
-            .filter(|x| x.lent.load(Ordering::Acquire))
-        else {
+        let Some(x) = lent(&self.express) else {
             return false;
         };
         let plain = pkt.hdr.bth.opcode == Opcode::RC_ACKNOWLEDGE
@@ -507,11 +489,7 @@ impl Qp {
     /// The responder's plain ACK `a` for a lent QP with nothing else to
     /// send: owed to the cell (true), for the next record to carry.
     pub(crate) fn owe(&mut self, a: LaneAck) -> bool {
-        let Some(x) = self
-            .express
-            .as_ref()
-            .filter(|x| x.lent.load(Ordering::Acquire))
-        else {
+        let Some(x) = lent(&self.express) else {
             return false;
         };
         if !self.resp.out.is_empty() {
@@ -532,11 +510,7 @@ impl Qp {
     /// (before anything queued since, which is newer), for the transport
     /// to send.
     pub(crate) fn unowe(&mut self) {
-        let Some(x) = self
-            .express
-            .as_ref()
-            .filter(|x| x.lent.load(Ordering::Acquire))
-        else {
+        let Some(x) = lent(&self.express) else {
             return;
         };
         let owed = match &mut x.lock().lent {
@@ -573,6 +547,13 @@ impl Qp {
             x.lent.store(false, Ordering::Release);
         }
     }
+}
+
+/// A QP's cell if its requester is lent: the flag, no lock (see
+/// [`Express`]). A function of the field alone, so the QP's other fields
+/// stay free to change while it is held.
+fn lent(express: &Option<Arc<Express>>) -> Option<&Arc<Express>> {
+    express.as_ref().filter(|x| x.lent.load(Ordering::Acquire))
 }
 
 /// The statistics of a record sent (counted when the transport learns of
