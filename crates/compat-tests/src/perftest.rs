@@ -25,8 +25,9 @@ pub const ALLOWED_STDERR: [&str; 1] =
 
 /// What perftest prints when its sampled cycle-counter fit against
 /// gettimeofday is poor (r² < 0.9, a loaded machine): a warning, after which
-/// it takes the rate from `/proc/cpuinfo` and its report stays valid. Only
-/// when that fails too does it give up with [`CLOCK_FIT_FAILED`].
+/// it takes the rate from `/proc/cpuinfo` and its report is usually valid.
+/// When that fails too, it gives up with [`CLOCK_FIT_FAILED`] or prints a
+/// latency table of `inf` ([`perftest_clock_failed`] takes both).
 pub const CLOCK_FIT_WARNING: &str = "Correlation coefficient r^2: ";
 
 /// Whether `line` is one perftest may print on stderr for a good run.
@@ -396,13 +397,27 @@ pub const CLOCK_FIT_FAILED: &str = "Can't produce a report";
 /// Pairs started again at most after [`CLOCK_FIT_FAILED`].
 pub const CLOCK_FIT_RETRIES: u32 = 2;
 
-/// Whether a side of `out` gave up on [`CLOCK_FIT_FAILED`].
+/// Whether a side of `out` gave up on [`CLOCK_FIT_FAILED`], or printed a
+/// latency table of `inf` after [`CLOCK_FIT_WARNING`]: when the fallback
+/// rate is missing too, perftest's latency report divides by a rate of 0
+/// (CI, 2026-11-29: `ib_atomic_lat` printed "r^2: 0.876059 < 0.9" and a
+/// row of `inf`).
 pub fn perftest_clock_failed(out: &PairOutput) -> bool {
     let sides = [Some(&out.server), out.client.as_ref()];
     sides
         .into_iter()
         .flatten()
-        .any(|r| r.stderr.contains(CLOCK_FIT_FAILED))
+        .any(|r| side_clock_failed(&r.stdout, &r.stderr))
+}
+
+/// [`perftest_clock_failed`] for one side's output.
+fn side_clock_failed(stdout: &str, stderr: &str) -> bool {
+    let warned = stderr.lines().any(|l| l.starts_with(CLOCK_FIT_WARNING));
+    let unmeasured = || {
+        matches!(parse_result(stdout), Ok(Some(r))
+            if r.values.iter().any(|v| !v.is_finite()))
+    };
+    stderr.contains(CLOCK_FIT_FAILED) || (warned && unmeasured())
 }
 
 /// Runs `run` (a perftest pair) again, [`CLOCK_FIT_RETRIES`] times at most,
@@ -534,6 +549,18 @@ mod tests {
         ));
         assert!(!perftest_stderr_allowed(CLOCK_FIT_FAILED));
         assert!(!perftest_stderr_allowed("Failed to modify QP to RTR"));
+    }
+
+    #[test]
+    fn a_latency_table_of_inf_after_the_clock_warning_runs_again() {
+        let inf = LAT_OUT.replace("10.78", "inf");
+        let warning = "Correlation coefficient r^2: 0.876059 < 0.9\n";
+        assert!(side_clock_failed(&inf, warning));
+        // No warning: a table of inf is a failure of the device's run.
+        assert!(!side_clock_failed(&inf, ""));
+        // A warning, then a valid report (the rate from /proc/cpuinfo).
+        assert!(!side_clock_failed(LAT_OUT, warning));
+        assert!(side_clock_failed("", CLOCK_FIT_FAILED));
     }
 
     #[test]
