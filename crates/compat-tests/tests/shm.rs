@@ -126,9 +126,10 @@ fn rc_pingpong_goes_through_shared_memory_when_on() {
 /// Direct records (on by default, `SOFTRDMA_DIRECT=0` turns them off):
 /// 64-byte messages, each posted to an idle QP, leave as records, and every
 /// buffer is still validated (`-c`); with them off, none does. Most are
-/// written by the QP's express cell at the post, and the responder
-/// executes them by its express path (`SOFTRDMA_EXPRESS=0` leaves both to
-/// the engine and the generic responder, with the same result).
+/// written by the QP's express cell at the post, most receives posted
+/// into its receive cell, and the responder executes them by its express
+/// path (`SOFTRDMA_EXPRESS=0` leaves all three to the engine and the
+/// generic responder, with the same result).
 #[test]
 fn small_messages_go_as_direct_records() {
     require_compat_dir();
@@ -156,6 +157,9 @@ fn small_messages_go_as_direct_records() {
         // Most posts go through the QP's express cell, without the engine.
         let posted = counter(f, "tx_express").unwrap();
         assert!(posted >= 500, "{}: {posted} express posts", f.display());
+        // And the receives: ibv_rc_pingpong posts each alone.
+        let recvs = counter(f, "recv_express").unwrap();
+        assert!(recvs >= 500, "{}: {recvs} express receives", f.display());
     }
     let generic = [("SOFTRDMA_SHM", "1"), ("SOFTRDMA_EXPRESS", "0")];
     let (ss, cs, out) = rc_pingpong_sized("express-off", 64, &generic, &generic);
@@ -163,6 +167,12 @@ fn small_messages_go_as_direct_records() {
         assert!(counter(f, "rx_direct").unwrap() >= 1000, "{}", f.display());
         assert_eq!(counter(f, "rx_express"), Some(0), "{}:\n{out}", f.display());
         assert_eq!(counter(f, "tx_express"), Some(0), "{}:\n{out}", f.display());
+        assert_eq!(
+            counter(f, "recv_express"),
+            Some(0),
+            "{}:\n{out}",
+            f.display()
+        );
     }
 }
 

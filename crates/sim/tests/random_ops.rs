@@ -160,6 +160,7 @@ fn rc_express_post_under_faults() {
         );
         assert_eq!(r.failed, 0);
         assert!(r.stats.tx_express > 300, "{}", r.stats.tx_express);
+        assert!(r.stats.recv_express > 300, "{}", r.stats.recv_express);
         if loss > 0.0 {
             assert!(r.stats.retransmits > 0 && r.net.lost > 0);
         }
@@ -183,8 +184,9 @@ fn rc_express_post_sends_what_the_transport_would() {
         };
         let (on, off) = (run(true), run(false));
         assert!(on.stats.tx_express > 150, "{}", on.stats.tx_express);
+        assert!(on.stats.recv_express > 150, "{}", on.stats.recv_express);
         let mut stats = on.stats;
-        stats.tx_express = 0;
+        (stats.tx_express, stats.recv_express) = (0, 0);
         assert_eq!(stats, off.stats, "seed {seed}");
         assert_eq!(on.net.content, off.net.content, "seed {seed}");
         assert_eq!((on.succeeded, on.failed), (off.succeeded, 0), "seed {seed}");

@@ -161,7 +161,9 @@ impl Endpoint {
 
     /// Counters.
     pub fn stats(&self) -> Stats {
-        self.stats
+        let mut s = self.stats;
+        s.recv_express += self.qps.values().map(|q| q.rq.pulled()).sum::<u64>();
+        s
     }
 
     /// Adds a local address to the GID table; returns its index: the
@@ -801,6 +803,7 @@ impl Endpoint {
             QpState::Err => qp.enter_error(&mut ctx),
             s => qp.state = s,
         }
+        qp.gate_recvs();
         if to == QpState::Sqd && qp.attr.en_sqd_async_notify {
             ctx.events
                 .push_back(Event::QpAsync(qpn, AsyncEventType::SqDrained));
@@ -886,6 +889,7 @@ impl Endpoint {
             .remove(&qpn)
             .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
         qp.revoke();
+        self.stats.recv_express += qp.rq.pulled();
         // Type 2 windows bound to it stop granting access (its QPN may come back).
         self.mws.unbind_qp(qpn);
         // An XRC target holds none: its SRQ, PD and CQ are per request.
@@ -954,11 +958,11 @@ impl Endpoint {
     pub fn express(&mut self, qpn: Qpn) -> Option<Arc<Express>> {
         let generation = self.mrs.generation().clone();
         let qp = self.qps.get_mut(&qpn).filter(|q| q.qp_type == QpType::Rc)?;
-        Some(
-            qp.express
-                .get_or_insert_with(|| Arc::new(Express::new(generation)))
-                .clone(),
-        )
+        if qp.express.is_none() {
+            let recv = qp.express_recv();
+            qp.express = Some(Arc::new(Express::new(generation, recv)));
+        }
+        qp.express.clone()
     }
 
     /// After an express post of QP `qpn` ([`Express::post`]), which may

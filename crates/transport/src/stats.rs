@@ -60,6 +60,9 @@ pub struct Stats {
     /// Direct records the express post wrote (`qp/express.rs`), counted
     /// when the transport learns of them (settled or taken back).
     pub tx_express: u64,
+    /// Receives posted through a QP's express cell (`qp/recv_queue.rs`),
+    /// counted when the transport takes them into the QP's queue.
+    pub recv_express: u64,
 }
 
 impl Stats {
@@ -93,6 +96,7 @@ impl Stats {
             ("rx_direct", self.rx_direct),
             ("rx_express", self.rx_express),
             ("tx_express", self.tx_express),
+            ("recv_express", self.recv_express),
         ]
     }
 }

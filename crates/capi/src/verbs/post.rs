@@ -336,7 +336,7 @@ unsafe extern "C" fn post_recv(
 ) -> c_int {
     // SAFETY: each request's SGE list is readable (verbs contract).
     let conv = |q: &Qp, w: &ibv_recv_wr| unsafe { recv_wr(w, q.max_sge.1) };
-    let post = |q: &Qp, wrs, _: &[_]| q.engine.post_recv_many(q.qpn, wrs);
+    let post = |q: &Qp, wrs, _: &[_]| q.engine.post_recv_via(q.express.as_deref(), q.qpn, wrs);
     // SAFETY: application-owned chain and `bad_wr` (verbs contract).
     unsafe { post_chain(qp.cast(), Kind::Qp, wr, bad_wr, conv, post) }
 }

@@ -117,6 +117,8 @@ impl Shared {
                 qpn,
             },
         );
+        self.dreqs_held
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         true
     }
 
@@ -150,6 +152,9 @@ impl Shared {
         let due = core
             .held_dreqs
             .take_due(now, |h| completions_before(ep, h.qpn));
+        let held = core.held_dreqs.deadline().is_some();
+        self.dreqs_held
+            .store(held, std::sync::atomic::Ordering::Relaxed);
         for h in due {
             let dg = Datagram {
                 src: h.src,

@@ -236,4 +236,22 @@ fn a_ring_poll_takes_queued_completions_without_the_engine_lock() {
     assert!(ring.is_empty());
     // Empty: the same answer by ring or by handle.
     assert_eq!(e.poll_cq_ring(&ring, cq, 4, |_| ()).unwrap(), 0);
+    // An empty ring with no DREQ held: no engine lock either (a busy
+    // poller's empty polls are its reaction time).
+    let held = e.lock();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let poller = {
+        let (e, ring) = (Arc::clone(&e), Arc::clone(&ring));
+        std::thread::spawn(move || {
+            let n = e.poll_cq_ring(&ring, cq, 4, |_| ()).unwrap();
+            tx.send(n).unwrap();
+        })
+    };
+    let empty = rx.recv_timeout(std::time::Duration::from_secs(5));
+    drop(held);
+    assert_eq!(
+        empty.expect("an empty ring poll waited for the engine lock"),
+        0
+    );
+    poller.join().unwrap();
 }

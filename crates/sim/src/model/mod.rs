@@ -191,6 +191,7 @@ pub fn add_stats(a: &mut Stats, b: &Stats) {
     a.rx_direct += b.rx_direct;
     a.rx_express += b.rx_express;
     a.tx_express += b.tx_express;
+    a.recv_express += b.recv_express;
 }
 
 impl fmt::Display for Report {

@@ -304,7 +304,15 @@ impl World {
                 wr_id: rec.wr_id,
                 sgl,
             };
-            self.net.nodes[r].ep.post_recv(now, rq, wr).unwrap();
+            // Through the QP's cell first, as a driver with one posts.
+            let ep = &mut self.net.nodes[r].ep;
+            let wr = match self.cfg.express_post.then(|| ep.express(rq)).flatten() {
+                Some(x) => x.post_recv(wr).err(),
+                None => Some(wr),
+            };
+            if let Some(wr) = wr {
+                ep.post_recv(now, rq, wr).unwrap();
+            }
             self.dirs[d].recvs.push_back(rec);
         }
     }

@@ -362,7 +362,9 @@ impl Qp {
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         match &self.0.imp {
-            QpImp::Native(e, _) => Ok(e.post_recv(self.0.qpn, wr)?),
+            QpImp::Native(e, x) => Ok(e
+                .post_recv_via(x.as_deref(), self.0.qpn, std::iter::once(wr))
+                .map_err(|(_, e)| e)?),
             QpImp::RdmaCore(q) => {
                 posted(q.post_recv(std::slice::from_ref(&wr))).map_err(|(_, e)| e)
             }
@@ -392,8 +394,8 @@ impl Qp {
         wrs: impl IntoIterator<Item = RecvWr>,
     ) -> std::result::Result<(), (usize, Error)> {
         match &self.0.imp {
-            QpImp::Native(e, _) => e
-                .post_recv_many(self.0.qpn, wrs)
+            QpImp::Native(e, x) => e
+                .post_recv_via(x.as_deref(), self.0.qpn, wrs)
                 .map_err(|(n, e)| (n, e.into())),
             QpImp::RdmaCore(q) => posted(q.post_recv(&wrs.into_iter().collect::<Vec<_>>())),
         }

@@ -23,12 +23,12 @@
 //! generation of that moment; any change to a region bumps the generation
 //! and every copy is stale.
 
-use super::{Ctx, Path, Qp, RespOut, SendWqe};
+use super::{Ctx, ExpressRecv, Path, Qp, RespOut, SendWqe};
 use crate::endpoint::Transmit;
 use crate::mr::{Memory, MrTable, PdHandle};
 use crate::time::Instant;
 use crate::types::{Access, QpState, QpType, SendFlags, WcFlags, WcStatus, WrOpcode};
-use crate::wr::{SendWr, Wc};
+use crate::wr::{RecvWr, SendWr, Wc};
 use softrdma_wire::direct::{DIRECT_MAX_LEN, DIRECT_MAX_PAYLOAD, write_header};
 use softrdma_wire::{Headers, LaneAck, Opcode, Packet, Position, Psn, Reth, Syndrome};
 use softrdma_wire::{Transport, opcode_for};
@@ -56,6 +56,8 @@ pub struct Express {
     /// post only moves *Idle* to *Out*), so there the flag read without the
     /// cell's lock is the truth (most QPs, most of the time, cost no lock).
     lent: AtomicBool,
+    /// The QP's receive cell (none with an SRQ): [`Express::post_recv`].
+    recv: Option<Arc<ExpressRecv>>,
 }
 
 #[derive(Debug, Default)]
@@ -122,12 +124,24 @@ struct Outstanding {
 }
 
 impl Express {
-    pub(crate) fn new(generation: Arc<AtomicU64>) -> Express {
+    pub(crate) fn new(generation: Arc<AtomicU64>, recv: Option<Arc<ExpressRecv>>) -> Express {
         Express {
             cell: Mutex::default(),
             generation,
             wanted: AtomicBool::new(false),
             lent: AtomicBool::new(false),
+            recv,
+        }
+    }
+
+    /// Queues a receive WR without the driver's lock if the QP's receive
+    /// cell takes it ([`ExpressRecv::post`]); otherwise hands it back for
+    /// the transport's post.
+    #[allow(clippy::result_large_err)]
+    pub fn post_recv(&self, wr: RecvWr) -> Result<(), RecvWr> {
+        match &self.recv {
+            Some(r) => r.post(wr),
+            None => Err(wr),
         }
     }
 
@@ -542,6 +556,7 @@ impl Qp {
     /// The QP is gone: its cell lends nothing again (its message, if
     /// any, goes with the QP, without a completion, as its WQEs do).
     pub(crate) fn revoke(&mut self) {
+        self.close_recvs();
         if let Some(x) = self.express.take() {
             x.lock().lent = Lent::Held;
             x.lent.store(false, Ordering::Release);

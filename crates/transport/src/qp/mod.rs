@@ -8,6 +8,7 @@ mod direct;
 mod express;
 mod lane_ack;
 mod peer;
+mod recv_queue;
 mod requester;
 mod responder;
 mod sgl;
@@ -30,6 +31,7 @@ use std::net::{IpAddr, SocketAddr};
 
 pub use express::Express;
 pub use peer::{PEER_COPY_MIN, PLACE_MAX};
+pub use recv_queue::ExpressRecv;
 pub(crate) use sgl::{gather, scatter};
 
 /// The parts of the endpoint a QP works against while it runs.
@@ -219,7 +221,7 @@ pub(crate) struct Qp {
     pub(crate) cap: QpCap,
     pub(crate) attr: QpAttr,
     pub(crate) sq: VecDeque<SendWqe>,
-    pub(crate) rq: VecDeque<RecvWr>,
+    pub(crate) rq: recv_queue::RecvQueue,
     pub(crate) req: ReqState,
     pub(crate) resp: RespState,
     pub(crate) timers: Timers,
@@ -278,7 +280,7 @@ impl Qp {
                 ..QpAttr::default()
             },
             sq: VecDeque::new(),
-            rq: VecDeque::new(),
+            rq: recv_queue::RecvQueue::default(),
             req: ReqState::default(),
             resp: RespState::default(),
             timers: Timers::default(),
@@ -420,6 +422,7 @@ impl Qp {
         // Its message, if lent, is flushed with the others.
         self.reclaim(ctx);
         self.state = QpState::Err;
+        self.gate_recvs();
         self.flush(ctx);
         // The SRQ "last WQE reached" event comes once, on entering ERR: flush()
         // also runs for every WR posted to a QP already in ERR.
@@ -453,7 +456,7 @@ impl Qp {
         if let Some(w) = self.resp.spare.take() {
             recv.push(w);
         }
-        recv.extend(self.rq.drain(..));
+        recv.extend(self.rq.take_all());
         for w in recv {
             let wc = Wc::new(
                 w.wr_id,
@@ -468,9 +471,10 @@ impl Qp {
     /// Back to RESET: queues emptied without completions, all state cleared.
     pub(crate) fn reset(&mut self) {
         self.state = QpState::Reset;
+        self.gate_recvs();
         self.sq.clear();
         self.internal_wqes = 0;
-        self.rq.clear();
+        self.rq.take_all();
         self.req = ReqState::default();
         self.resp = RespState::default();
         self.timers = Timers::default();

@@ -159,6 +159,12 @@ impl Qp {
                         self.resp.rnr_held = Some(psn);
                         self.timers.rnr_hold =
                             Some(ctx.now + std::time::Duration::from_nanos(ctx.config.rnr_hold_ns));
+                        // A receive posted to the cell since the queue was
+                        // found empty ends the hold as a post would.
+                        self.gate_recvs();
+                        if !self.rq.is_empty() {
+                            self.recv_posted();
+                        }
                     }
                 } else {
                     ctx.stats.tx_rnr_nak += 1;
@@ -695,6 +701,7 @@ impl Qp {
     pub(crate) fn release_rnr_nak(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(psn) = self.resp.rnr_held.take() {
             self.timers.rnr_hold = None;
+            self.gate_recvs();
             if self.resp.psn == psn && self.state != QpState::Err {
                 ctx.stats.tx_rnr_nak += 1;
                 let t = self.attr.min_rnr_timer;
@@ -711,6 +718,7 @@ impl Qp {
             return false;
         };
         self.timers.rnr_hold = None;
+        self.gate_recvs();
         if self.resp.psn != psn || self.state == QpState::Err {
             return false;
         }

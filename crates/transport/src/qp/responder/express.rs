@@ -50,6 +50,8 @@ impl Qp {
         }
         // A receive WQE for a SEND or a WRITE with immediate data; without
         // one the generic path answers (RNR).
+        // The receives posted to the QP's cell are its queue's too.
+        self.rq.pull();
         let wqe = match (pkt.info.operation, h.imm) {
             (Operation::Send, _) | (Operation::Write, Some(_)) => match self.next_recv(ctx) {
                 Some(w) => Some(w),
@@ -111,7 +113,7 @@ impl Qp {
     /// routed by tag).
     fn next_recv<'a>(&'a self, ctx: &'a Ctx<'_>) -> Option<&'a crate::wr::RecvWr> {
         match self.srq {
-            None => self.rq.front(),
+            None => self.rq.peek(),
             Some(h) => {
                 let srq = ctx.srqs.get(h.0).filter(|s| s.tm.is_none())?;
                 srq.wqes.front()
