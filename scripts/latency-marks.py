@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 NAMES = {
-    1: "post_send called", 19: "engine post_send", 20: "engine locked, clock read",
-    21: "transport started the WQE, record built", 22: "timers checked",
+    1: "post_send called", 19: "engine post_send", 20: "clock read (engine locked unless express)",
+    21: "record built (express cell, or the transport's WQE)", 22: "timers checked",
     23: "transmit lock taken", 2: "record pushed into the lane", 3: "post_send returned",
     13: "peer: inbox has work", 14: "peer: engine locked", 4: "peer: record popped",
     30: "peer: record read", 31: "peer: responder done (receive WQE, copy, completion)",
@@ -34,7 +34,7 @@ NAMES = {
 # post: (from, to, across processes).
 PATH = [
     (1, 19, False), (19, 20, False), (20, 21, False), (21, 22, False), (22, 23, False),
-    (23, 2, False), (2, 13, True), (13, 14, False), (14, 4, False), (4, 30, False),
+    (21, 23, False), (23, 2, False), (2, 13, True), (13, 14, False), (14, 4, False), (4, 30, False),
     (30, 31, False), (31, 32, False), (32, 33, False), (33, 8, False), (8, 15, False),
     (15, 16, False), (16, 18, False), (18, 24, False), (24, 17, False), (17, 9, False),
     (9, 10, False), (10, 11, False), (11, 12, False), (12, 5, False), (5, 18, False),
@@ -75,7 +75,8 @@ def main():
         prev[p] = (k, t)
     # The second poll (the send's completion, which the record's ACK made):
     # its own names, though its marks are the first poll's.
-    label = {(5, 18): "peer: 2nd poll_cq finds the send completion",
+    label = {(21, 23): "transmit lock taken (express post: no engine lock, timers)",
+             (5, 18): "peer: 2nd poll_cq finds the send completion",
              (24, 5): "peer: 2nd poll_cq returns it"}
     total = 0.0
     print(f"{'step (to the mark named)':62s} {'median ns':>9s} {'n':>7s}")
