@@ -189,11 +189,8 @@ fn an_rnr_nak_gives_the_message_back_to_the_transport() {
 fn a_message_lent_when_the_qp_fails_is_flushed() {
     let (mut a, _b, xa, _) = idle_pair();
     let _out = post(&xa, &mut a, T0, A_BASE).expect("a record");
-    let attr = QpAttr {
-        qp_state: QpState::Err,
-        ..QpAttr::default()
-    };
-    a.ep.modify_qp(T0, a.qpn, &attr, M::STATE).unwrap();
+    a.ep.modify_qp(T0, a.qpn, &to(QpState::Err), M::STATE)
+        .unwrap();
     let got = wcs(&mut a);
     assert_eq!(got.len(), 1 + 5, "the lent SEND and five receives: {got:?}");
     assert_eq!(got[0].status, WcStatus::WrFlushErr);

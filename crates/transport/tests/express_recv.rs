@@ -41,13 +41,6 @@ fn send(a: &mut Node, b: &mut Node, at: u64) {
     run(a, b, T0);
 }
 
-fn to(state: QpState) -> QpAttr {
-    QpAttr {
-        qp_state: state,
-        ..QpAttr::default()
-    }
-}
-
 #[test]
 fn receives_take_messages_in_the_order_of_their_posts_whichever_way_they_went() {
     let (mut a, mut b) = express_pair(0);

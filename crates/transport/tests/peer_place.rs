@@ -179,10 +179,6 @@ fn a_flushed_reset_or_destroyed_read_revokes_its_ticket() {
         post_read(&mut a, &b, DST, 64 * 1024);
         let req = drain(&mut a, T0);
         assert_eq!(log(&a), [Ev::Arm(0)]);
-        let to = |qp_state| QpAttr {
-            qp_state,
-            ..QpAttr::default()
-        };
         match how {
             End::Flush => a.ep.modify_qp(T0, a.qpn, &to(QpState::Err), M::STATE),
             End::Reset => a.ep.modify_qp(T0, a.qpn, &to(QpState::Reset), M::STATE),

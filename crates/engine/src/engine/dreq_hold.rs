@@ -21,6 +21,7 @@ use softrdma_transport::Datagram;
 use softrdma_transport::{Endpoint, Instant, Qpn};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// The longest a DREQ waits for the application's poll: an application that
@@ -117,8 +118,7 @@ impl Shared {
                 qpn,
             },
         );
-        self.dreqs_held
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.dreqs_held.store(true, Ordering::Relaxed);
         true
     }
 
@@ -153,8 +153,7 @@ impl Shared {
             .held_dreqs
             .take_due(now, |h| completions_before(ep, h.qpn));
         let held = core.held_dreqs.deadline().is_some();
-        self.dreqs_held
-            .store(held, std::sync::atomic::Ordering::Relaxed);
+        self.dreqs_held.store(held, Ordering::Relaxed);
         for h in due {
             let dg = Datagram {
                 src: h.src,

@@ -231,6 +231,14 @@ mod tests {
         }
     }
 
+    /// A queue of `max_wr` receives of one SGE, its gate open.
+    fn open(max_wr: u32) -> (RecvQueue, Arc<ExpressRecv>) {
+        let mut q = RecvQueue::default();
+        let x = q.express(max_wr, 1);
+        q.gate(true);
+        (q, x)
+    }
+
     fn ids(q: &mut RecvQueue) -> Vec<u64> {
         q.take_all().into_iter().map(|w| w.wr_id).collect()
     }
@@ -253,9 +261,7 @@ mod tests {
 
     #[test]
     fn the_cell_declines_a_full_queue_and_too_many_sges() {
-        let mut q = RecvQueue::default();
-        let x = q.express(2, 1);
-        q.gate(true);
+        let (mut q, x) = open(2);
         x.post(wr(1)).unwrap();
         q.push_back(wr(2));
         // Two of two: the third goes to the transport, which refuses it.
@@ -272,9 +278,7 @@ mod tests {
 
     #[test]
     fn closing_the_gate_pulls_what_waits() {
-        let mut q = RecvQueue::default();
-        let x = q.express(8, 1);
-        q.gate(true);
+        let (mut q, x) = open(8);
         x.post(wr(7)).unwrap();
         q.gate(false);
         assert!(x.post(wr(8)).is_err());

@@ -485,6 +485,14 @@ pub(crate) fn wr(op: WrOpcode, n: &Node, local: u64, len: u32, remote: u64, rkey
 
 pub(crate) const T0: Instant = Instant::from_millis(1);
 
+/// The attributes of a move to `state` alone (with `M::STATE`).
+pub(crate) fn to(state: QpState) -> QpAttr {
+    QpAttr {
+        qp_state: state,
+        ..QpAttr::default()
+    }
+}
+
 pub(crate) fn post_recv(n: &mut Node, addr: u64, len: u32) {
     let wr = RecvWr {
         wr_id: 42,
