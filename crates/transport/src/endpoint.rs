@@ -1242,6 +1242,13 @@ impl Endpoint {
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += d.payload.len() as u64;
         self.stats.rx_direct += 1;
+        // A one-packet SEND or WRITE, read in place: no `Packet` built.
+        if self.config.express
+            && let Some(r) = softrdma_wire::direct::read_request(d.payload)
+            && self.direct_request(now, d, &r, mem)
+        {
+            return;
+        }
         match softrdma_wire::direct::read(d.payload) {
             Ok(pkt) => self.handle_packet(now, d, &pkt, mem, false),
             Err(_) => self.stats.drop_malformed += 1,
@@ -1308,14 +1315,9 @@ impl Endpoint {
             ctx.stats.drop_bad_state += 1;
             return;
         }
-        if qp.qp_type != QpType::Ud {
-            // rxe check_addr: connected QPs take packets from their peer only.
-            let av = &qp.attr.ah_attr;
-            let local = ctx.config.gids.get(usize::from(av.sgid_index));
-            if av.dest_ip() != d.src.ip() || local != Some(&d.dst_ip) {
-                ctx.stats.drop_bad_addr += 1;
-                return;
-            }
+        if qp.qp_type != QpType::Ud && !from_peer(qp, ctx.config, d) {
+            ctx.stats.drop_bad_addr += 1;
+            return;
         }
         if pkt.info.is_request() {
             // Off a lane, the common request takes the express path.
@@ -1341,6 +1343,43 @@ impl Endpoint {
         }
         qp.lend(&ctx);
         self.schedule(qpn);
+    }
+
+    /// Executes record request `r` of datagram `d` by the responder's
+    /// express path, with the ACK it carries, if an RC QP of this endpoint
+    /// takes it there (true). False leaves everything as it was, for
+    /// `handle_packet` to check and answer the same record as a `Packet`
+    /// (drops and their counters included).
+    fn direct_request(
+        &mut self,
+        now: Instant,
+        d: &Datagram<'_>,
+        r: &softrdma_wire::direct::DirectRequest<'_>,
+        mem: &mut dyn Memory,
+    ) -> bool {
+        let qpn = r.dest_qp;
+        let (qps, mut ctx) = split!(self, now);
+        let Some(qp) = qps.get_mut(&qpn) else {
+            return false;
+        };
+        if qp.qp_type != QpType::Rc || !from_peer(qp, ctx.config, d) {
+            return false;
+        }
+        let req = crate::qp::ExpressReq::of_record(r);
+        if !qp.express_exec(&mut ctx, mem, &req) {
+            return false;
+        }
+        ctx.stats.rx_in_place += 1;
+        // Then the ACK it carries, as in `handle_packet`.
+        if let Some(a) = r.ack
+            && !qp.settle_carried(&mut ctx, a)
+            && let Some(ack) = crate::qp::ack_packet(qpn, a)
+        {
+            qp.handle_response(&mut ctx, mem, &ack);
+        }
+        qp.lend(&ctx);
+        self.schedule(qpn);
+        true
     }
 
     /// A UD packet to a multicast group: every attached QP gets a copy.
@@ -1525,4 +1564,12 @@ fn qpn_range(slot: u8) -> (Qpn, Qpn) {
             (base.max(0x10), base | 0xFFFF.min(0x00FF_FFFE - base))
         }
     }
+}
+
+/// rxe's `check_addr`: a connected QP takes packets from its peer only, to
+/// the address of its own GID.
+fn from_peer(qp: &Qp, config: &Config, d: &Datagram<'_>) -> bool {
+    let av = &qp.attr.ah_attr;
+    let local = config.gids.get(usize::from(av.sgid_index));
+    av.dest_ip() == d.src.ip() && local == Some(&d.dst_ip)
 }

@@ -57,6 +57,9 @@ pub struct Stats {
     /// Requests the responder executed by its express path
     /// (`qp/responder/express.rs`).
     pub rx_express: u64,
+    /// Of those, records read in place (`direct::read_request`), without
+    /// the `Packet` a record is otherwise read into.
+    pub rx_in_place: u64,
     /// Direct records the express post wrote (`qp/express.rs`), counted
     /// when the transport learns of them (settled or taken back).
     pub tx_express: u64,
@@ -95,6 +98,7 @@ impl Stats {
             ("tx_direct", self.tx_direct),
             ("rx_direct", self.rx_direct),
             ("rx_express", self.rx_express),
+            ("rx_in_place", self.rx_in_place),
             ("tx_express", self.tx_express),
             ("recv_express", self.recv_express),
         ]

@@ -53,6 +53,7 @@ fn a_ping_pong_goes_as_direct_records_that_carry_the_acks() {
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 8));
     assert_eq!(b.mem.at(B_BASE + 4096, 8), a.mem.at(A_BASE, 8));
     assert_eq!(b.ep.stats().rx_express, 1, "the responder's express path");
+    assert_eq!(b.ep.stats().rx_in_place, 1, "read in place");
     assert!(b.ep.wants_transmit(), "B owes A's SEND its ACK");
     // B's reply carries the ACK of A's SEND: nothing else leaves B, and
     // B says so (the engine skips a flush that would find nothing).
@@ -97,12 +98,41 @@ fn a_direct_write_lands_only_past_the_responders_checks() {
     lane(&mut b, &a, T0, &rec);
     assert_eq!(b.mem.at(B_BASE + 128, 8), &before[..]);
     assert_eq!(b.ep.stats().access_violations, 1);
-    // The express path took the first WRITE and left this one to the
-    // generic path, which refused it.
+    // The express path took the first WRITE (read in place) and left
+    // this one to the generic path, which refused it.
     assert_eq!(b.ep.stats().rx_express, 1);
+    assert_eq!(b.ep.stats().rx_in_place, 1);
     run(&mut a, &mut b, T0);
     let got = wcs(&mut a);
     assert_eq!(got[0].status, WcStatus::RemAccessErr, "{got:?}");
+}
+
+/// A record read in place (`direct::read_request`) is checked as a packet
+/// is: one from another address than the QP's peer is dropped and counted,
+/// one at a PSN ahead of the expected one is NAKed, and neither lands.
+#[test]
+fn a_record_read_in_place_from_a_stranger_or_out_of_order_does_not_land() {
+    let (mut a, mut b) = direct_pair();
+    let before = b.mem.at(B_BASE + 64, 8).to_vec();
+    let w = wr(WrOpcode::RdmaWrite, &a, A_BASE, 8, B_BASE + 64, b.key);
+    let rec = post_direct(&mut a, T0, w).expect("a direct record");
+    let real = a.ip;
+    a.ip = "127.9.9.9".parse().expect("an address");
+    lane(&mut b, &a, T0, &rec);
+    a.ip = real;
+    assert_eq!(b.mem.at(B_BASE + 64, 8), &before[..]);
+    assert_eq!(b.ep.stats().drop_bad_addr, 1);
+    // The record with its PSN moved one ahead: a sequence NAK.
+    let mut ahead = rec.clone();
+    ahead[11] = ahead[11].wrapping_add(1);
+    lane(&mut b, &a, T0, &ahead);
+    assert_eq!(b.mem.at(B_BASE + 64, 8), &before[..]);
+    assert_eq!(b.ep.stats().tx_nak_seq, 1);
+    assert_eq!((b.ep.stats().rx_express, b.ep.stats().rx_in_place), (0, 0));
+    // The record itself, from the peer: it lands, read in place.
+    lane(&mut b, &a, T0, &rec);
+    assert_eq!(b.mem.at(B_BASE + 64, 8), a.mem.at(A_BASE, 8));
+    assert_eq!((b.ep.stats().rx_express, b.ep.stats().rx_in_place), (1, 1));
 }
 
 #[test]

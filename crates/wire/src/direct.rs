@@ -33,6 +33,9 @@ use crate::opcode::{Opcode, Operation, Position, Transport};
 use crate::packet::{Headers, LaneAck, Packet};
 use crate::psn::Psn;
 
+mod request;
+pub use request::{DirectRequest, read_request};
+
 /// First byte of a direct record.
 pub const DIRECT_OPCODE: u8 = 0xE8;
 /// The largest payload a direct record carries (its length is one byte).

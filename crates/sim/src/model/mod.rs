@@ -190,6 +190,7 @@ pub fn add_stats(a: &mut Stats, b: &Stats) {
     a.tx_direct += b.tx_direct;
     a.rx_direct += b.rx_direct;
     a.rx_express += b.rx_express;
+    a.rx_in_place += b.rx_in_place;
     a.tx_express += b.tx_express;
     a.recv_express += b.recv_express;
 }

@@ -14,6 +14,7 @@ mod responder;
 mod sgl;
 
 pub(crate) use lane_ack::ack_packet;
+pub(crate) use responder::ExpressReq;
 
 use crate::attr::{AddressVector, QpAttr, QpCap};
 use crate::config::Config;

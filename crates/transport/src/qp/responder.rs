@@ -10,6 +10,7 @@ mod express;
 mod peer;
 mod tm;
 
+pub(crate) use express::ExpressReq;
 pub(crate) use tm::TmMsg;
 
 use super::sgl::ScatterError;

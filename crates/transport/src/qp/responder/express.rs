@@ -18,7 +18,59 @@ use super::ACK;
 use crate::qp::{Ctx, Qp};
 use crate::types::{Access, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use crate::wr::Wc;
-use softrdma_wire::{Operation, Packet, Position};
+use softrdma_wire::direct::DirectRequest;
+use softrdma_wire::{Operation, Packet, Position, Psn, Reth};
+
+/// What the express path reads of a request: a parsed packet's fields,
+/// or a direct record's read in place (`softrdma_wire::direct::read_request`,
+/// for which the endpoint builds no `Packet`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExpressReq<'a> {
+    pub(crate) write: bool,
+    pub(crate) psn: Psn,
+    pub(crate) imm: Option<u32>,
+    pub(crate) reth: Option<Reth>,
+    pub(crate) se: bool,
+    pub(crate) ack_req: bool,
+    pub(crate) payload: &'a [u8],
+}
+
+impl<'a> ExpressReq<'a> {
+    /// A one-packet SEND or WRITE (± immediate data, no invalidate, no
+    /// peer copy) of a parsed packet; `None` for any other.
+    fn of_packet(pkt: &Packet<'a>) -> Option<ExpressReq<'a>> {
+        let h = &pkt.hdr;
+        let write = match pkt.info.operation {
+            Operation::Send => false,
+            Operation::Write => true,
+            _ => return None,
+        };
+        let one = pkt.info.position == Position::Only && !pkt.info.peer && h.ieth.is_none();
+        one.then_some(ExpressReq {
+            write,
+            psn: h.bth.psn,
+            imm: h.imm,
+            reth: h.reth,
+            se: h.bth.se,
+            ack_req: h.bth.ack_req,
+            payload: pkt.payload,
+        })
+    }
+
+    /// A direct record's request, read in place (always asks for an ACK,
+    /// as `direct::read` gives it).
+    pub(crate) fn of_record(r: &DirectRequest<'a>) -> ExpressReq<'a> {
+        ExpressReq {
+            write: r.write,
+            psn: r.psn,
+            imm: r.imm,
+            reth: r.reth,
+            se: r.se,
+            ack_req: true,
+            payload: r.payload,
+        }
+    }
+}
 
 impl Qp {
     /// Executes `pkt` by the express path if it may take it; false leaves
@@ -30,20 +82,23 @@ impl Qp {
         pkt: &Packet<'_>,
     ) -> bool {
         // READ requests and atomics first out: they are the generic path's.
-        if !matches!(pkt.info.operation, Operation::Send | Operation::Write) {
-            return false;
-        }
-        let h = &pkt.hdr;
-        let len = pkt.payload.len();
+        ExpressReq::of_packet(pkt).is_some_and(|r| self.express_exec(ctx, mem, &r))
+    }
+
+    /// [`Qp::express_request`] of a request's fields.
+    pub(crate) fn express_exec(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        r: &ExpressReq<'_>,
+    ) -> bool {
+        let len = r.payload.len();
         let plain = self.qp_type == QpType::Rc
             && self.state == QpState::Rts
-            && h.bth.psn == self.resp.psn
+            && r.psn == self.resp.psn
             && self.resp.cur.is_none()
             && self.resp.rnr_held.is_none()
             && self.resp.spare.is_none()
-            && pkt.info.position == Position::Only
-            && !pkt.info.peer
-            && h.ieth.is_none()
             && len <= self.mtu(ctx.config) as usize;
         if !plain {
             return false;
@@ -52,22 +107,22 @@ impl Qp {
         // one the generic path answers (RNR).
         // The receives posted to the QP's cell are its queue's too.
         self.rq.pull();
-        let wqe = match (pkt.info.operation, h.imm) {
-            (Operation::Send, _) | (Operation::Write, Some(_)) => match self.next_recv(ctx) {
+        let wqe = if !r.write || r.imm.is_some() {
+            match self.next_recv(ctx) {
                 Some(w) => Some(w),
                 None => return false,
-            },
-            (Operation::Write, None) => None,
-            _ => return false,
+            }
+        } else {
+            None
         };
-        let opcode = if pkt.info.operation == Operation::Send {
+        let opcode = if !r.write {
             let sgl = &wqe.expect("taken above").sgl;
-            if super::super::scatter(ctx.mrs, mem, self.pd, sgl, 0, pkt.payload).is_err() {
+            if super::super::scatter(ctx.mrs, mem, self.pd, sgl, 0, r.payload).is_err() {
                 return false;
             }
             WcOpcode::Recv
         } else {
-            let Some(reth) = h.reth else { return false };
+            let Some(reth) = r.reth else { return false };
             let fits = reth.dma_len as usize == len && reth.dma_len <= ctx.config.limits.max_msg_sz;
             if !(fits && self.attr.qp_access_flags.contains(Access::REMOTE_WRITE)) {
                 return false;
@@ -78,7 +133,7 @@ impl Qp {
                 mrs, mws, self.qpn, self.pd, reth.rkey, reth.va, len as u64, need,
             );
             let Ok(host) = checked else { return false };
-            if len > 0 && host.write(mem, pkt.payload).is_err() {
+            if len > 0 && host.write(mem, r.payload).is_err() {
                 return false;
             }
             WcOpcode::RecvRdmaWithImm
@@ -86,7 +141,7 @@ impl Qp {
         let takes_wqe = wqe.is_some();
         // Executed: the state and completion the generic path leaves.
         ctx.stats.rx_express += 1;
-        let psn = h.bth.psn;
+        let psn = r.psn;
         self.resp.sent_psn_nak = false;
         self.resp.psn = psn.add(1);
         self.resp.msn = self.resp.msn.wrapping_add(1) & 0xFF_FFFF;
@@ -94,15 +149,15 @@ impl Qp {
             let w = self.take_recv_wqe(ctx).expect("looked at above");
             let mut wc = Wc::new(w.wr_id, WcStatus::Success, opcode, self.qpn);
             wc.byte_len = len as u32;
-            if let Some(imm) = h.imm {
+            if let Some(imm) = r.imm {
                 wc.imm_data = imm;
                 wc.wc_flags = WcFlags::WITH_IMM;
             }
-            self.complete_recv(ctx, wc, h.bth.se);
+            self.complete_recv(ctx, wc, r.se);
         }
         // A receive completion that did not fit took the QP to ERR: no ACK,
         // as on the generic path.
-        if self.state != QpState::Err && h.bth.ack_req {
+        if self.state != QpState::Err && r.ack_req {
             self.queue_ack(psn, ACK);
         }
         true
