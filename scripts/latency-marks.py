@@ -20,7 +20,7 @@ NAMES = {
     21: "record built (express cell, or the transport's WQE)", 22: "timers checked",
     23: "transmit lock taken", 2: "record pushed into the lane", 3: "post_send returned",
     13: "peer: inbox has work", 14: "peer: engine locked", 4: "peer: record popped",
-    30: "peer: record read", 31: "peer: responder done (receive WQE, copy, completion)",
+    30: "peer: record read (in place, or as a Packet)", 31: "peer: responder done (receive WQE, copy, completion)",
     32: "peer: carried ACK done (send completion)", 33: "peer: QP scheduled",
     8: "peer: delivered", 15: "peer: lane read to its end (next slot empty)",
     16: "peer: then() called", 18: "peer: Endpoint::poll_cq found it",
