@@ -1357,7 +1357,7 @@ impl Endpoint {
         r: &softrdma_wire::direct::DirectRequest<'_>,
         mem: &mut dyn Memory,
     ) -> bool {
-        let qpn = r.head.dest_qp;
+        let qpn = r.dest_qp;
         let (qps, mut ctx) = split!(self, now);
         let Some(qp) = qps.get_mut(&qpn) else {
             return false;
@@ -1371,7 +1371,7 @@ impl Endpoint {
         }
         ctx.stats.rx_in_place += 1;
         // Then the ACK it carries, as in `handle_packet`.
-        if let Some(a) = r.head.ack
+        if let Some(a) = r.ack
             && !qp.settle_carried(&mut ctx, a)
             && let Some(ack) = crate::qp::ack_packet(qpn, a)
         {

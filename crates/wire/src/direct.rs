@@ -34,7 +34,7 @@ use crate::packet::{Headers, LaneAck, Packet};
 use crate::psn::Psn;
 
 mod request;
-pub use request::{DirectRequest, RequestHead, read_request, write_request};
+pub use request::{DirectRequest, read_request};
 
 /// First byte of a direct record.
 pub const DIRECT_OPCODE: u8 = 0xE8;

@@ -29,8 +29,9 @@ use crate::mr::{Memory, MrTable, PdHandle};
 use crate::time::Instant;
 use crate::types::{Access, QpState, QpType, SendFlags, WcFlags, WcStatus, WrOpcode};
 use crate::wr::{RecvWr, SendWr, Wc};
-use softrdma_wire::direct::{DIRECT_MAX_LEN, DIRECT_MAX_PAYLOAD, RequestHead, write_request};
-use softrdma_wire::{LaneAck, Opcode, Packet, Psn, Reth, Syndrome};
+use softrdma_wire::direct::{DIRECT_MAX_LEN, DIRECT_MAX_PAYLOAD, write_header};
+use softrdma_wire::{Headers, LaneAck, Opcode, Packet, Position, Psn, Reth, Syndrome};
+use softrdma_wire::{Transport, opcode_for};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -270,21 +271,30 @@ impl Lane {
                 _ => return None,
             },
         };
-        // Written in place: no `Headers` (~125 instructions a post).
-        let r = RequestHead {
-            write: !send,
-            dest_qp: self.dest_qp,
-            psn: self.psn,
-            se: (send || imm) && wr.flags.contains(SendFlags::SOLICITED),
-            ack: self.owed,
-            imm: imm.then_some(wr.imm_data),
-            reth: (!send).then_some(Reth {
+        let operation = if send {
+            softrdma_wire::Operation::Send
+        } else {
+            softrdma_wire::Operation::Write
+        };
+        let opcode: Opcode = opcode_for(Transport::Rc, operation, Position::Only, imm, false)?;
+        let mut hdr = Headers::new(super::bth(opcode, self.dest_qp, self.psn));
+        hdr.bth.ack_req = true;
+        hdr.bth.se = (send || imm) && wr.flags.contains(SendFlags::SOLICITED);
+        if imm {
+            hdr.imm = Some(wr.imm_data);
+        }
+        if !send {
+            hdr.reth = Some(Reth {
                 va: wr.remote_addr,
                 rkey: wr.rkey,
                 dma_len: len as u32,
-            }),
-        };
-        let (n, payload) = write_request(&r, len as usize, out)?;
+            });
+        }
+        hdr.lane_ack = self.owed;
+        if !softrdma_wire::direct::fits(&hdr, len as usize) {
+            return None;
+        }
+        let (n, payload) = write_header(&hdr, len as usize, out);
         let dst = &mut out[payload];
         match (&wr.inline, host) {
             (Some(d), _) => dst.copy_from_slice(d),

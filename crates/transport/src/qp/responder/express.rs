@@ -60,13 +60,12 @@ impl<'a> ExpressReq<'a> {
     /// A direct record's request, read in place (always asks for an ACK,
     /// as `direct::read` gives it).
     pub(crate) fn of_record(r: &DirectRequest<'a>) -> ExpressReq<'a> {
-        let h = &r.head;
         ExpressReq {
-            write: h.write,
-            psn: h.psn,
-            imm: h.imm,
-            reth: h.reth,
-            se: h.se,
+            write: r.write,
+            psn: r.psn,
+            imm: r.imm,
+            reth: r.reth,
+            se: r.se,
             ack_req: true,
             payload: r.payload,
         }
