@@ -1328,10 +1328,8 @@ impl Endpoint {
             }
             // Then the ACK it carries, as the lane's next packet (only an RC
             // request on an RC QP gets here with one: `parse_lane`, `ty_ok`).
-            if let Some(ack) = pkt.hdr.lane_ack.and_then(|a| crate::qp::ack_packet(qpn, a))
-                && !qp.settle(&mut ctx, &ack)
-            {
-                qp.handle_response(&mut ctx, mem, &ack);
+            if let Some(a) = pkt.hdr.lane_ack {
+                qp.carried_ack(&mut ctx, mem, a);
             }
         } else if matches!(qp.qp_type, QpType::Rc | QpType::XrcSend) {
             if !qp.settle(&mut ctx, pkt) {
@@ -1371,11 +1369,8 @@ impl Endpoint {
         }
         ctx.stats.rx_in_place += 1;
         // Then the ACK it carries, as in `handle_packet`.
-        if let Some(a) = r.ack
-            && !qp.settle_carried(&mut ctx, a)
-            && let Some(ack) = crate::qp::ack_packet(qpn, a)
-        {
-            qp.handle_response(&mut ctx, mem, &ack);
+        if let Some(a) = r.ack {
+            qp.carried_ack(&mut ctx, mem, a);
         }
         qp.lend(&ctx);
         self.schedule(qpn);

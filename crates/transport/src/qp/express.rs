@@ -470,14 +470,9 @@ impl Qp {
         self.settle_at(ctx, plain.then_some(pkt.hdr.bth.psn))
     }
 
-    /// [`Qp::settle`] of an ACK a record carried (always a plain ACK).
-    pub(crate) fn settle_carried(&mut self, ctx: &mut Ctx<'_>, a: LaneAck) -> bool {
-        self.settle_at(ctx, Some(a.psn))
-    }
-
     /// [`Qp::settle`] of a response that is a plain ACK of `plain`'s PSN,
     /// or anything else (`None`).
-    fn settle_at(&mut self, ctx: &mut Ctx<'_>, plain: Option<Psn>) -> bool {
+    pub(super) fn settle_at(&mut self, ctx: &mut Ctx<'_>, plain: Option<Psn>) -> bool {
         let Some(x) = lent(&self.express) else {
             return false;
         };

@@ -38,6 +38,24 @@ impl Qp {
         }
     }
 
+    /// The ACK `a` a request of this QP's peer carried, handled as the
+    /// lane's next packet: the plain ACK of a lent QP's outstanding
+    /// message settles it (`Qp::settle`), anything else goes to the
+    /// completer. No `Packet` is built for the settlement.
+    pub(crate) fn carried_ack(
+        &mut self,
+        ctx: &mut super::Ctx<'_>,
+        mem: &mut dyn crate::Memory,
+        a: LaneAck,
+    ) {
+        let plain = matches!(a.aeth.syndrome, Syndrome::Ack { .. });
+        if !self.settle_at(ctx, plain.then_some(a.psn))
+            && let Some(ack) = ack_packet(self.qpn, a)
+        {
+            self.handle_response(ctx, mem, &ack);
+        }
+    }
+
     /// [`Qp::poll_request`] with the responder's lone ACK `ack` riding the
     /// request it builds. The ACK leaves the responder's queue for the
     /// call; if no request carried it (none to send, or one that failed and
@@ -66,7 +84,7 @@ impl Qp {
 
 /// The ACK packet `ack` stands for, addressed to QP `qpn`, as the
 /// completer takes it.
-pub(crate) fn ack_packet(qpn: Qpn, ack: LaneAck) -> Option<Packet<'static>> {
+fn ack_packet(qpn: Qpn, ack: LaneAck) -> Option<Packet<'static>> {
     Some(Packet {
         hdr: ack.ack_headers(qpn),
         info: Opcode::RC_ACKNOWLEDGE.info()?,

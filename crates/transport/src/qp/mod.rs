@@ -13,7 +13,6 @@ mod requester;
 mod responder;
 mod sgl;
 
-pub(crate) use lane_ack::ack_packet;
 pub(crate) use responder::ExpressReq;
 
 use crate::attr::{AddressVector, QpAttr, QpCap};
