@@ -234,3 +234,25 @@ fn an_empty_send_goes_through_the_cell_and_a_list_of_sges_does_not() {
     w.sgl.push(w.sgl[0]);
     assert!(xa.post(T0, w, &mut a.mem, &mut out).is_err());
 }
+
+/// A driver that pushes the record before it reads the clock posts with a
+/// lower bound of the time and raises it right after
+/// (`Express::posted_at`, the engine's express post): a message taken back
+/// times out from the raised time, which never goes down.
+#[test]
+fn a_message_taken_back_times_out_from_its_raised_posting_time() {
+    let (mut a, _b, xa, _) = idle_pair();
+    let _lost = post(&xa, &mut a, T0, A_BASE).expect("a record");
+    xa.posted_at(T0 + Duration::from_millis(5));
+    xa.posted_at(T0);
+    // The lease (an ACK timeout, 4.1 ms, from the lending at T0) is over:
+    // the message is the transport's, its retransmission timer from 5 ms.
+    let t = T0 + Duration::from_millis(7);
+    a.ep.handle_timeout(t);
+    assert!(drain(&mut a, t).is_empty(), "due at 9.1 ms, not before");
+    assert_eq!(a.ep.stats().retransmits, 0);
+    let t = T0 + Duration::from_millis(10);
+    a.ep.handle_timeout(t);
+    assert_eq!(drain(&mut a, t).len(), 1, "the message, as a packet");
+    assert_eq!(a.ep.stats().retransmits, 1);
+}

@@ -107,6 +107,10 @@ struct Shared {
     /// busy with the device, the progress thread leaves the socket (and the
     /// locks) to it rather than take ACKs off it in parallel.
     last_call: AtomicU64,
+    /// The latest clock reading of any thread ([`Shared::now`]): a lower
+    /// bound of the time, for work that must not wait for the clock (the
+    /// express post's record, [`Engine::post_send_via`]).
+    recent: AtomicU64,
     /// Datagrams handed to the CM or the transport, by any thread (bumped
     /// under the engine lock, [`Shared::deliver`]). A busy poller that found
     /// its CQ empty looks again if another thread delivered meanwhile
@@ -435,6 +439,7 @@ impl Engine {
             },
             last_poll: AtomicU64::new(0),
             last_call: AtomicU64::new(0),
+            recent: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             dreqs_held: AtomicBool::new(false),
             tx_pending: AtomicBool::new(false),
@@ -757,15 +762,23 @@ impl Engine {
     // The WR goes back by value for the engine's post (no allocation).
     #[allow(clippy::result_large_err)]
     fn post_express(&self, x: &Express, qpn: u32, wr: SendWr) -> Result<(), SendWr> {
-        let now = self.now();
+        // The record leaves before the clock is read: the read was ~20 ns
+        // of each message's path (BENCHMARKS.md, "The clock read after the
+        // express post's record"). Until then the latest reading stands in
+        // (the link check's time), and the message's posting time is raised
+        // to the clock's right after (its retransmission timer, if it is
+        // taken back).
+        let before = self.shared.recent();
         let mut rec = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
-        let t = x.post(now, wr, &mut crate::memory::HostMemory, &mut rec)?;
+        let t = x.post(before, wr, &mut crate::memory::HostMemory, &mut rec)?;
         set_flag(&self.shared.posted_since_poll, true, Ordering::Relaxed);
-        let ns = now.as_nanos();
-        self.shared.note_busy(ns);
         let mut tx = self.shared.tx.lock().unwrap_or_else(|p| p.into_inner());
-        self.shared.push_direct(&mut tx, &rec[..t.len], &t, ns);
+        self.shared
+            .push_direct(&mut tx, &rec[..t.len], &t, before.as_nanos());
         drop(tx);
+        let now = self.now();
+        x.posted_at(now);
+        self.shared.note_busy(now.as_nanos());
         self.shared.after_drain();
         // The record carried the ACK the QP owed: if that was all it had to
         // send, the next empty poll need not drain (as after
@@ -1218,7 +1231,16 @@ impl Drop for Engine {
 
 impl Shared {
     fn now(&self) -> Instant {
-        self.clock.now()
+        let now = self.clock.now();
+        // Any thread's store: an older reading may win, still a lower bound.
+        self.recent.store(now.as_nanos(), Ordering::Relaxed);
+        now
+    }
+
+    /// A time no later than now without reading the clock: the latest
+    /// reading ([`Shared::recent`]).
+    fn recent(&self) -> Instant {
+        Instant::from_nanos(self.recent.load(Ordering::Relaxed))
     }
 
     /// After a record left at once (a post's): with nothing queued to send

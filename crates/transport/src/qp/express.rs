@@ -157,7 +157,8 @@ impl Express {
     /// this cell knows; returns where the record goes, for the driver to
     /// push into that lane (a record it cannot push is lost: the lease
     /// sends it again). Otherwise hands `wr` back untouched, for the
-    /// transport's post.
+    /// transport's post. `now` is when the message counts as posted, or a
+    /// lower bound of it that [`Express::posted_at`] raises.
     // The WR goes back by value, as it came: boxing it would allocate a post.
     #[allow(clippy::result_large_err)]
     pub fn post(
@@ -194,6 +195,19 @@ impl Express {
             posted: now,
         });
         Ok(t)
+    }
+
+    /// Raises the time the outstanding message counts as posted to `now`,
+    /// for a driver that pushes the record before it reads the clock and
+    /// gave [`Express::post`] a lower bound (an earlier reading). The time
+    /// only grows: its one use, the retransmission timer of a message taken
+    /// back ([`Qp::reclaim`]), starts no earlier than the post; a message
+    /// another thread posted meanwhile (after this one was settled) ends up
+    /// with at most this later time.
+    pub fn posted_at(&self, now: Instant) {
+        if let Lent::Lent(_, Some(o)) = &mut self.lock().lent {
+            o.posted = o.posted.max(now);
+        }
     }
 
     /// Whether [`Express::post`] may take `wr` (a SEND or WRITE, ± immediate
