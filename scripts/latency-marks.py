@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 NAMES = {
-    1: "post_send called", 19: "engine post_send", 20: "clock read (engine locked unless express)",
+    1: "post_send called", 19: "engine post_send", 20: "clock read (engine locked; express: the latest reading)",
     21: "record built (express cell, or the transport's WQE)", 22: "timers checked",
     23: "transmit lock taken", 2: "record pushed into the lane", 3: "post_send returned",
     13: "peer: inbox has work", 14: "peer: engine locked", 4: "peer: record popped",
