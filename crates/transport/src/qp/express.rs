@@ -199,11 +199,12 @@ impl Express {
 
     /// Raises the time the outstanding message counts as posted to `now`,
     /// for a driver that pushes the record before it reads the clock and
-    /// gave [`Express::post`] a lower bound (an earlier reading). The time
-    /// only grows: its one use, the retransmission timer of a message taken
-    /// back ([`Qp::reclaim`]), starts no earlier than the post; a message
-    /// another thread posted meanwhile (after this one was settled) ends up
-    /// with at most this later time.
+    /// gave [`Express::post`] a lower bound (an earlier reading). Its one
+    /// use is the retransmission timer of a message taken back
+    /// (`Qp::reclaim`): taken back before this call, the message times out
+    /// early, which costs at most a retransmission. The time only grows, so
+    /// a message another thread posted meanwhile (this one settled) keeps
+    /// its own or gets this, later by the few ns between the two posts.
     pub fn posted_at(&self, now: Instant) {
         if let Lent::Lent(_, Some(o)) = &mut self.lock().lent {
             o.posted = o.posted.max(now);
