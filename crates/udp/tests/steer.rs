@@ -816,11 +816,17 @@ fn veth_gro_merges_datagrams_for_different_slots() {
             s
         });
         // Merging needs packets to queue up between NAPI polls: a run where none did says
-        // nothing, so try up to 3 times.
+        // nothing, so try up to 3 times. Nor does a run the kernel dropped datagrams from
+        // (a CI-like run on a loaded 2-vCPU machine received 3,932 of 4,096 over the default
+        // veth, 2026-11-29): the steering is judged on a run that lost none.
         let mut run = veth_run(tag, veth, sock_gro);
         for _ in 0..2 {
-            if expect != Expect::Merged || run.misdirected > 0 {
+            let lossless = run.received == run.sent;
+            if lossless && (expect != Expect::Merged || run.misdirected > 0) {
                 break;
+            }
+            if !lossless {
+                println!("veth {veth:?} ({tag}): {run:?} lost datagrams; again");
             }
             run = veth_run(tag, veth, sock_gro);
         }
