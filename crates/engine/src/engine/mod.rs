@@ -763,8 +763,9 @@ impl Engine {
     #[allow(clippy::result_large_err)]
     fn post_express(&self, x: &Express, qpn: u32, wr: SendWr) -> Result<(), SendWr> {
         // The record leaves before the clock is read: the read was ~20 ns
-        // of each message's path (BENCHMARKS.md, "The clock read after the
-        // express post's record"). Until then the latest reading stands in
+        // of each message's path (BENCHMARKS.md, "The VM's modes, taken
+        // apart, and the express post's clock read after its record"; ~5 ns
+        // unmarked in the fast mode). Until then the latest reading stands in
         // (the link check's time), and the message's posting time is raised
         // to the clock's right after (its retransmission timer, if it is
         // taken back).
