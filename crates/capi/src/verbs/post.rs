@@ -178,9 +178,39 @@ pub(super) unsafe fn post_chain<T, W: Chained, R>(
     kind: Kind,
     wr: *mut W,
     bad_wr: *mut *mut W,
-    mut conv: impl FnMut(&T, &W) -> Result<R, c_int>,
-    post: impl FnOnce(&T, Few<R>, &[*mut W]) -> Result<(), (usize, VerbsError)>,
+    conv: impl FnMut(&T, &W) -> Result<R, c_int>,
+    post: impl Fn(&T, Few<R>, &[*mut W]) -> Result<(), (usize, VerbsError)>,
 ) -> c_int {
+    let one = |t: &T, r: R, w: *mut W| post(t, Few::One([r]), &[w]).map_err(|(_, e)| e.errno());
+    // SAFETY: forwarded contract.
+    unsafe { post_requests(target, kind, wr, bad_wr, conv, one, &post) }
+}
+
+/// [`post_chain`] with a poster of its own for a lone request (`one`: most
+/// posts, as `ib_send_lat`, UCX and libfabric post one at a time), which
+/// skips the chain's gathering: a lone `ibv_post_recv` was ~150
+/// instructions cheaper (of ~490, callgrind), and each move of a 184-byte
+/// `SendWr` into the gathering was a `memcpy`, 2.3 % of a same-host
+/// `ib_write_lat` client's time (`perf record`, BENCHMARKS.md "A lone
+/// post").
+///
+/// # Safety
+///
+/// As [`post_chain`]'s.
+pub(super) unsafe fn post_requests<T, W: Chained, R>(
+    target: *mut core::ffi::c_void,
+    kind: Kind,
+    wr: *mut W,
+    bad_wr: *mut *mut W,
+    mut conv: impl FnMut(&T, &W) -> Result<R, c_int>,
+    one: impl FnOnce(&T, R, *mut W) -> Result<(), c_int>,
+    many: impl FnOnce(&T, Few<R>, &[*mut W]) -> Result<(), (usize, VerbsError)>,
+) -> c_int {
+    // SAFETY: `wr` is NULL or readable (verbs contract).
+    if !wr.is_null() && unsafe { (*wr).next() }.is_null() {
+        // SAFETY: forwarded contract.
+        return unsafe { post_lone(target, kind, wr, bad_wr, conv, one) };
+    }
     ffi_guard(
         || ret::pos(libc::EIO),
         || {
@@ -195,22 +225,6 @@ pub(super) unsafe fn post_chain<T, W: Chained, R>(
                 set_bad(wr);
                 return ret::pos(libc::EINVAL);
             };
-            // A lone request (most posts: `ib_send_lat` posts its receives
-            // one at a time) goes as it is, without gathering the chain
-            // (~150 instructions of a lone `ibv_post_recv`'s ~490, callgrind).
-            // SAFETY: `wr` is NULL or readable (verbs contract).
-            if !wr.is_null() && unsafe { (*wr).next() }.is_null() {
-                // SAFETY: as above.
-                let r = conv(t, unsafe { &*wr })
-                    .and_then(|r| post(t, Few::One([r]), &[wr]).map_err(|(_, e)| e.errno()));
-                return r.map_or_else(
-                    |e| {
-                        set_bad(wr);
-                        e
-                    },
-                    |()| 0,
-                );
-            }
             // Convert the whole chain first, then post it under one lock.
             let mut ptrs = Few::default();
             let mut wrs = Few::default();
@@ -232,7 +246,7 @@ pub(super) unsafe fn post_chain<T, W: Chained, R>(
                 p = w.next();
             }
             let ptrs = ptrs.as_slice();
-            if let Err((i, e)) = post(t, wrs, ptrs) {
+            if let Err((i, e)) = many(t, wrs, ptrs) {
                 set_bad(ptrs[i]);
                 return e.errno();
             }
@@ -245,21 +259,64 @@ pub(super) unsafe fn post_chain<T, W: Chained, R>(
     )
 }
 
+/// [`post_requests`] of a lone request `wr` (its `next` is NULL). Its
+/// frame holds what the request needs and no more: the closure
+/// `catch_unwind` runs is moved into its frame, and the chain's larger one
+/// cost a lone `ibv_post_send` 16 instructions more (callgrind).
+///
+/// # Safety
+///
+/// As [`post_chain`]'s.
+#[inline(always)]
+unsafe fn post_lone<T, W, R>(
+    target: *mut core::ffi::c_void,
+    kind: Kind,
+    wr: *mut W,
+    bad_wr: *mut *mut W,
+    mut conv: impl FnMut(&T, &W) -> Result<R, c_int>,
+    one: impl FnOnce(&T, R, *mut W) -> Result<(), c_int>,
+) -> c_int {
+    ffi_guard(
+        || ret::pos(libc::EIO),
+        move || {
+            let refuse = |e: c_int| {
+                if !bad_wr.is_null() {
+                    // SAFETY: the caller passes a writable `bad_wr`.
+                    unsafe { bad_wr.write(wr) };
+                }
+                e
+            };
+            // SAFETY: registry-checked.
+            let Some(t) = (unsafe { o::obj::<T>(target, kind) }) else {
+                return refuse(ret::pos(libc::EINVAL));
+            };
+            // SAFETY: `wr` is readable (verbs contract).
+            match conv(t, unsafe { &*wr }).and_then(|r| one(t, r, wr)) {
+                Ok(()) => 0,
+                Err(e) => refuse(e),
+            }
+        },
+    )
+}
+
 /// `ops.post_send`: 0, or a positive errno with `*bad_wr` at the first refused WR.
 unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    // SAFETY: `wr` is NULL or readable (verbs contract).
-    if !wr.is_null() && unsafe { (*wr).next.is_null() } {
-        // SAFETY: as `post_chain`'s.
-        return unsafe { post_one_send(qp, wr, bad_wr) };
-    }
     // SAFETY: each request of the chain is readable, with its SGEs and inline
     // data (the verbs contract `post_chain` relies on too).
     let conv = |q: &Qp, w: &ibv_send_wr| unsafe { send_wr(q, w) };
-    let post = |q: &Qp, wrs, ptrs: &[*mut ibv_send_wr]| {
+    // A lone request may take the QP's express cell (`post_send_via`).
+    let one = |q: &Qp, r, p: *mut ibv_send_wr| {
+        let posted = q.engine.post_send_via(q.express.as_deref(), q.qpn, r);
+        // SAFETY: the application's request, still readable.
+        posted
+            .map(|()| note_bind(unsafe { &*p }))
+            .map_err(|e| e.errno())
+    };
+    let many = |q: &Qp, wrs, ptrs: &[*mut ibv_send_wr]| {
         let posted = q.engine.post_send_many(q.qpn, wrs);
         let n = posted.as_ref().map_or_else(|(i, _)| *i, |()| ptrs.len());
         for &p in &ptrs[..n] {
@@ -269,52 +326,7 @@ unsafe extern "C" fn post_send(
         posted
     };
     // SAFETY: application-owned chain and `bad_wr` (verbs contract).
-    unsafe { post_chain(qp.cast(), Kind::Qp, wr, bad_wr, conv, post) }
-}
-
-/// `post_send` of a lone request (most posts: `ib_send_lat`, UCX and
-/// libfabric post one at a time): as `post_chain`, without gathering the
-/// chain. A `SendWr` is 184 bytes, and each of the gathering's moves of it
-/// was a `memcpy`: 2.3 % of a same-host `ib_write_lat` client's time
-/// (`perf record`, BENCHMARKS.md "A lone post").
-///
-/// # Safety
-///
-/// `wr` is a readable request whose `next` is NULL, `bad_wr` NULL or
-/// writable (verbs contract).
-unsafe fn post_one_send(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad_wr: *mut *mut ibv_send_wr,
-) -> c_int {
-    ffi_guard(
-        || ret::pos(libc::EIO),
-        || {
-            let refuse = |e: c_int| {
-                if !bad_wr.is_null() {
-                    // SAFETY: the caller passes a writable `bad_wr`.
-                    unsafe { bad_wr.write(wr) };
-                }
-                e
-            };
-            // SAFETY: registry-checked.
-            let Some(q) = (unsafe { o::obj::<Qp>(qp.cast(), Kind::Qp) }) else {
-                return refuse(ret::pos(libc::EINVAL));
-            };
-            // SAFETY: the application's request, readable (verbs contract).
-            let w = unsafe { &*wr };
-            // SAFETY: its SGEs and inline data are readable (verbs contract).
-            let r = match unsafe { send_wr(q, w) } {
-                Ok(r) => r,
-                Err(e) => return refuse(e),
-            };
-            if let Err(e) = q.engine.post_send_via(q.express.as_deref(), q.qpn, r) {
-                return refuse(e.errno());
-            }
-            note_bind(w);
-            0
-        },
-    )
+    unsafe { post_requests(qp.cast(), Kind::Qp, wr, bad_wr, conv, one, many) }
 }
 
 /// After a posted request: an `IBV_WR_BIND_MW` records the rkey it binds.
