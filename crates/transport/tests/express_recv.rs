@@ -71,6 +71,41 @@ fn receives_take_messages_in_the_order_of_their_posts_whichever_way_they_went() 
     assert_eq!(b.ep.stats().recv_express, 3);
 }
 
+/// The cell is pulled only when the transport's queue runs out: a message
+/// takes the queue's oldest receive while it holds one (the cell's are
+/// newer), and the cell's receives follow them in order.
+#[test]
+fn the_cell_is_pulled_only_when_the_queue_runs_out() {
+    let (mut a, mut b) = express_pair(0);
+    let xb = cell(&mut b);
+    for id in 1..=2u64 {
+        b.ep.post_recv(T0, b.qpn, recv(&b, id, B_BASE + 4096 * id))
+            .unwrap();
+    }
+    for id in 3..=4u64 {
+        xb.post_recv(recv(&b, id, B_BASE + 4096 * id)).unwrap();
+    }
+    let mut ids = Vec::new();
+    let mut pulled = Vec::new();
+    for i in 1..=4u64 {
+        a.mem.write(A_BASE + 16 * i, &[i as u8; 8]);
+        send(&mut a, &mut b, A_BASE + 16 * i);
+        ids.extend(
+            wcs(&mut b)
+                .into_iter()
+                .filter(|w| w.opcode == WcOpcode::Recv)
+                .map(|w| w.wr_id),
+        );
+        pulled.push(b.ep.stats().recv_express);
+    }
+    assert_eq!(ids, [1, 2, 3, 4]);
+    // Nothing pulled while the queue held 1 and 2; then both at once.
+    assert_eq!(pulled, [0, 0, 2, 2]);
+    for i in 1..=4u64 {
+        assert_eq!(b.mem.at(B_BASE + 4096 * i, 8), &[i as u8; 8], "message {i}");
+    }
+}
+
 #[test]
 fn a_full_queue_and_too_many_sges_go_to_the_transport_which_refuses_them() {
     let (_a, mut b) = express_pair(0);

@@ -106,7 +106,7 @@ impl Qp {
         // A receive WQE for a SEND or a WRITE with immediate data; without
         // one the generic path answers (RNR).
         // The receives posted to the QP's cell are its queue's too.
-        self.rq.pull();
+        self.rq.pull_if_empty();
         let wqe = if !r.write || r.imm.is_some() {
             match self.next_recv(ctx) {
                 Some(w) => Some(w),
