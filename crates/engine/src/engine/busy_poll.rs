@@ -99,9 +99,16 @@ impl Shared {
     }
 
     /// Marks packets as queued and not sent (`tx_pending`) at `now`.
+    ///
+    /// A load and stores, not a swap: a busy poller marks its held ACK on
+    /// every message, and a locked instruction waits for the stores before
+    /// it to leave. Two threads marking at once both store their time, and
+    /// the later may stay: the flush waits that much longer (the two marks
+    /// are nanoseconds apart).
     pub(super) fn set_pending(&self, now: u64) {
-        if !self.tx_pending.swap(true, Ordering::Relaxed) {
+        if !self.tx_pending.load(Ordering::Relaxed) {
             self.pending_since.store(now, Ordering::Relaxed);
+            self.tx_pending.store(true, Ordering::Relaxed);
         }
     }
 

@@ -37,6 +37,9 @@ pub(super) struct Tx {
     /// The device's sockets as of the last batch, with their generation
     /// (`Shared::sockets_cached`).
     pub(super) sockets: Option<(u64, super::addrs::More)>,
+    /// Where an express post writes its record (`Engine::post_express`),
+    /// kept between posts; made by the first.
+    pub(super) record: Option<Box<[u8; softrdma_wire::direct::DIRECT_MAX_LEN]>>,
 }
 
 impl Shared {
