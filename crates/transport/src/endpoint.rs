@@ -1367,11 +1367,8 @@ impl Endpoint {
         if !qp.express_exec(&mut ctx, mem, &req) {
             return false;
         }
+        // Its carried ACK too (`ExpressReq::carried`).
         ctx.stats.rx_in_place += 1;
-        // Then the ACK it carries, as in `handle_packet`.
-        if let Some(a) = r.ack {
-            qp.carried_ack(&mut ctx, mem, a);
-        }
         qp.lend(&ctx);
         self.schedule(qpn);
         true

@@ -127,8 +127,13 @@ struct Shared {
     /// Whether the socket is in the progress thread's epoll set (changed only
     /// under this lock, by `update_watch`).
     watching: Padded<Mutex<bool>>,
-    /// Request packets (not ACKs or responses) received so far.
+    /// Request packets (not ACKs or responses) received so far, by the
+    /// forwarder ([`Shared::requests_received`] counts them all).
     rx_requests: AtomicU64,
+    /// The same, received under the receive lock (the sockets, the
+    /// inbox): added with a load and a store (`shm::add_locked`), as a
+    /// busy poller does for each request it receives.
+    rx_requests_locked: AtomicU64,
     /// Until when (transport time, ns) a poller leaving with completions hands
     /// the socket back to the progress thread at once (see `leave`).
     serve_until: AtomicU64,
@@ -449,6 +454,7 @@ impl Engine {
             notifies: AtomicU64::new(0),
             watching: Padded::new(Mutex::new(true)),
             rx_requests: AtomicU64::new(0),
+            rx_requests_locked: AtomicU64::new(0),
             serve_until: AtomicU64::new(0),
             left_at: AtomicU64::new(0),
             deferred_bytes: std::sync::atomic::AtomicUsize::new(0),
@@ -1257,6 +1263,11 @@ impl Shared {
     /// reading ([`Shared::recent`]).
     fn recent(&self) -> Instant {
         Instant::from_nanos(self.recent.load(Ordering::Relaxed))
+    }
+
+    /// Request packets received so far (`rx_requests`, `rx_requests_locked`).
+    fn requests_received(&self) -> u64 {
+        self.rx_requests.load(Ordering::Relaxed) + self.rx_requests_locked.load(Ordering::Relaxed)
     }
 
     /// After a record left at once (a post's): with nothing queued to send

@@ -54,9 +54,7 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         // Back from standby: requests that waited for the application to
         // poll mean it leaves between polls; from now on it hands the socket
         // back whenever it leaves (`Shared::leave`).
-        let requests_before = sleep
-            .count_requests
-            .then(|| s.rx_requests.load(Ordering::Relaxed));
+        let requests_before = sleep.count_requests.then(|| s.requests_received());
         // Answers held for an application's post go out by their due time
         // if it does not post, as do answers left unsent while this thread
         // owns the socket (`policy::answers_due`).
@@ -104,7 +102,7 @@ pub(super) fn progress_loop(s: &Shared, poller: &Poller, loadavg: Option<File>) 
         let got = if watching {
             let got = s.rx_burst(if holding { Rx::Held } else { Rx::Progress }, now);
             policy.received(now, got);
-            if requests_before.is_some_and(|r| s.rx_requests.load(Ordering::Relaxed) > r) {
+            if requests_before.is_some_and(|r| s.requests_received() > r) {
                 s.serve_until
                     .store(Progress::serve_until(now), Ordering::Relaxed);
             }

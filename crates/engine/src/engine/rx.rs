@@ -151,7 +151,8 @@ impl Shared {
             self.handle_unreachable(socket);
         }
         if requests > 0 {
-            self.rx_requests.fetch_add(requests, Ordering::Relaxed);
+            // Under the receive lock.
+            super::shm::add_locked(&self.rx_requests_locked, requests);
         }
         total + self.rx_mcast(&mut rx)
     }

@@ -592,7 +592,8 @@ impl Shared {
         // it meanwhile (`tx_again`) goes now, as after a post's record.
         self.after_drain();
         if requests > 0 {
-            self.rx_requests.fetch_add(requests, Ordering::Relaxed);
+            // Under the receive lock.
+            add_locked(&self.rx_requests_locked, requests);
         }
         if mode.is_progress()
             && let Some(shm) = &self.shm

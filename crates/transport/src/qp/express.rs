@@ -501,8 +501,19 @@ impl Qp {
                 return false;
             }
         };
-        // Read in place, then dropped there: *Idle* at the next PSN.
-        let o = outstanding.as_ref().expect("matched above");
+        let (wc, record) = self.settled(outstanding);
+        drop(g);
+        self.after_settled(ctx, wc, record);
+        true
+    }
+
+    /// The send completion of the outstanding message in `out` that a
+    /// plain ACK settled (`None`: unsignaled) and its record's length;
+    /// the message is dropped where it lies: *Idle* at the next PSN.
+    fn settled(&self, out: &mut Option<Outstanding>) -> (Option<Wc>, u32) {
+        let Some(o) = out.as_ref() else {
+            return (None, 0);
+        };
         let (record, wr) = (o.record, &o.wr);
         let signaled = wr.flags.contains(SendFlags::SIGNALED) || self.sq_sig_all;
         let mut wc = Wc::new(wr.wr_id, WcStatus::Success, wr.opcode.wc_opcode(), self.qpn);
@@ -510,15 +521,56 @@ impl Qp {
         if wr.opcode == WrOpcode::SendWithImm || wr.opcode == WrOpcode::RdmaWriteWithImm {
             wc.wc_flags = WcFlags::WITH_IMM;
         }
-        *outstanding = None;
-        drop(g);
+        *out = None;
+        (signaled.then_some(wc), record)
+    }
+
+    /// After [`Qp::settled`], out of the cell's lock: the record counts as
+    /// sent, and the completion goes to the send CQ.
+    fn after_settled(&mut self, ctx: &mut Ctx<'_>, wc: Option<Wc>, record: u32) {
         count_sent(ctx, record);
-        if !signaled {
-            return true;
-        }
-        if !Self::push_wc(ctx, self.send_cq, wc, false) {
+        if let Some(wc) = wc
+            && !Self::push_wc(ctx, self.send_cq, wc, false)
+        {
             self.enter_error(ctx);
         }
+    }
+
+    /// The plain ACK this QP's responder owes for `psn` ([`Qp::owe`]) and
+    /// the ACK `carried` by the request it answers ([`Qp::settle_at`]), in
+    /// one hold of the lent QP's cell: each took the lock once, and in a
+    /// ping-pong both come with every message. False, with nothing
+    /// changed, unless the cell takes both (the responder queues nothing
+    /// else, `carried` is the plain ACK of the outstanding message): then
+    /// each goes its own way.
+    pub(crate) fn owe_and_settle(&mut self, ctx: &mut Ctx<'_>, psn: Psn, carried: LaneAck) -> bool {
+        let Some(x) = lent(&self.express) else {
+            return false;
+        };
+        if !self.resp.out.is_empty() || !matches!(carried.aeth.syndrome, Syndrome::Ack { .. }) {
+            return false;
+        }
+        let owed = LaneAck {
+            psn,
+            aeth: softrdma_wire::Aeth {
+                syndrome: super::responder::ACK,
+                msn: self.resp.msn,
+            },
+        };
+        let mut g = x.lock();
+        let Lent::Lent(lane, out @ Some(_)) = &mut g.lent else {
+            return false;
+        };
+        if !lane.carries || carried.psn != lane.psn.sub(1) {
+            return false;
+        }
+        // As `owe`, then as `settle_at`.
+        if lane.owed.is_none_or(|o| !psn.before(o.psn)) {
+            lane.owed = Some(owed);
+        }
+        let (wc, record) = self.settled(out);
+        drop(g);
+        self.after_settled(ctx, wc, record);
         true
     }
 

@@ -35,7 +35,7 @@ enum Fail {
     Drop,
 }
 
-const ACK: Syndrome = Syndrome::Ack { credits: 0x1F };
+pub(super) const ACK: Syndrome = Syndrome::Ack { credits: 0x1F };
 
 impl Qp {
     /// Entry point for request packets.

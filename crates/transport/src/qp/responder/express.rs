@@ -19,7 +19,7 @@ use crate::qp::{Ctx, Qp};
 use crate::types::{Access, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use crate::wr::Wc;
 use softrdma_wire::direct::DirectRequest;
-use softrdma_wire::{Operation, Packet, Position, Psn, Reth};
+use softrdma_wire::{LaneAck, Operation, Packet, Position, Psn, Reth};
 
 /// What the express path reads of a request: a parsed packet's fields,
 /// or a direct record's read in place (`softrdma_wire::direct::read_request`,
@@ -33,6 +33,9 @@ pub(crate) struct ExpressReq<'a> {
     pub(crate) se: bool,
     pub(crate) ack_req: bool,
     pub(crate) payload: &'a [u8],
+    /// The ACK a direct record carries for the other direction, handled
+    /// after the request (`None` for a packet: its caller handles it).
+    pub(crate) carried: Option<LaneAck>,
 }
 
 impl<'a> ExpressReq<'a> {
@@ -54,6 +57,7 @@ impl<'a> ExpressReq<'a> {
             se: h.bth.se,
             ack_req: h.bth.ack_req,
             payload: pkt.payload,
+            carried: None,
         })
     }
 
@@ -68,6 +72,7 @@ impl<'a> ExpressReq<'a> {
             se: r.se,
             ack_req: true,
             payload: r.payload,
+            carried: r.ack,
         }
     }
 }
@@ -156,9 +161,19 @@ impl Qp {
             self.complete_recv(ctx, wc, r.se);
         }
         // A receive completion that did not fit took the QP to ERR: no ACK,
-        // as on the generic path.
-        if self.state != QpState::Err && r.ack_req {
-            self.queue_ack(psn, ACK);
+        // as on the generic path. Then the ACK the record carried, as the
+        // lane's next packet.
+        let owes = self.state != QpState::Err && r.ack_req;
+        match r.carried {
+            Some(a) if owes && self.owe_and_settle(ctx, psn, a) => {}
+            carried => {
+                if owes {
+                    self.queue_ack(psn, ACK);
+                }
+                if let Some(a) = carried {
+                    self.carried_ack(ctx, mem, a);
+                }
+            }
         }
         true
     }
