@@ -10,9 +10,10 @@
 use crate::Instant;
 use crate::mr::PdHandle;
 use crate::wr::{RecvWr, Wc};
+use softrdma_sync::{SpinGuard, SpinLock};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Handle of a completion queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,18 +32,19 @@ pub(crate) enum Arm {
     Solicited,
 }
 
-/// A CQ's queued completions, oldest first, under a lock of their own.
+/// A CQ's queued completions, oldest first, under a lock of their own
+/// ([`SpinLock`]: released with a store, as the express cells' are).
 #[derive(Debug, Default)]
 pub struct CqRing {
-    entries: Mutex<VecDeque<Wc>>,
+    entries: SpinLock<VecDeque<Wc>>,
     /// `entries.len()`, written under the lock: what a poller reads first,
     /// so an empty CQ costs it no lock.
     len: AtomicUsize,
 }
 
 impl CqRing {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Wc>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> SpinGuard<'_, VecDeque<Wc>> {
+        self.entries.lock()
     }
 
     /// Completions queued (may be out of date as soon as it is read).
@@ -56,7 +58,8 @@ impl CqRing {
     }
 
     /// Removes up to `max` completions, oldest first, handing each to `f`
-    /// (under the ring's lock: `f` must not poll this CQ).
+    /// (under the ring's lock, a spin lock: `f` must be short and must not
+    /// poll this CQ).
     pub fn poll(&self, max: usize, mut f: impl FnMut(Wc)) -> usize {
         if max == 0 || self.is_empty() {
             return 0;

@@ -29,12 +29,13 @@ use crate::mr::{Memory, MrTable, PdHandle};
 use crate::time::Instant;
 use crate::types::{Access, QpState, QpType, SendFlags, WcFlags, WcStatus, WrOpcode};
 use crate::wr::{RecvWr, SendWr, Wc};
+use softrdma_sync::{SpinGuard, SpinLock};
 use softrdma_wire::direct::{DIRECT_MAX_LEN, DIRECT_MAX_PAYLOAD, write_header};
 use softrdma_wire::{Headers, LaneAck, Opcode, Packet, Position, Psn, Reth, Syndrome};
 use softrdma_wire::{Transport, opcode_for};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Regions a cell remembers (a ping-pong posts from one or two).
 const CACHED_MRS: usize = 4;
@@ -43,7 +44,7 @@ const CACHED_MRS: usize = 4;
 /// which posts through [`Express::post`].
 #[derive(Debug)]
 pub struct Express {
-    cell: Mutex<Cell>,
+    cell: SpinLock<Cell>,
     generation: Arc<AtomicU64>,
     /// The driver's last post was of a kind the cell takes: only then is
     /// the requester lent. A QP that posts READs (`ib_read_lat`) or only
@@ -128,7 +129,7 @@ struct Outstanding {
 impl Express {
     pub(crate) fn new(generation: Arc<AtomicU64>, recv: Option<Arc<ExpressRecv>>) -> Express {
         Express {
-            cell: Mutex::default(),
+            cell: SpinLock::default(),
             generation,
             wanted: AtomicBool::new(false),
             lent: AtomicBool::new(false),
@@ -147,8 +148,8 @@ impl Express {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Cell> {
-        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> SpinGuard<'_, Cell> {
+        self.cell.lock()
     }
 
     /// Writes `wr` as a direct record into `out` at `now` if the QP is lent

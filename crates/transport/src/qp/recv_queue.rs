@@ -17,14 +17,15 @@
 
 use crate::types::QpState;
 use crate::wr::RecvWr;
+use softrdma_sync::{SpinGuard, SpinLock};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The cell a QP's receives may be posted into without the driver's lock.
 #[derive(Debug)]
 pub struct ExpressRecv {
-    cell: Mutex<Cell>,
+    cell: SpinLock<Cell>,
     /// Receives wait in the cell: the transport's pull takes the lock only
     /// then.
     waiting: AtomicBool,
@@ -47,7 +48,7 @@ struct Cell {
 impl ExpressRecv {
     fn new(max_wr: u32, max_sge: u32) -> ExpressRecv {
         ExpressRecv {
-            cell: Mutex::default(),
+            cell: SpinLock::default(),
             waiting: AtomicBool::new(false),
             held: AtomicUsize::new(0),
             max_wr: max_wr as usize,
@@ -55,8 +56,8 @@ impl ExpressRecv {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Cell> {
-        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> SpinGuard<'_, Cell> {
+        self.cell.lock()
     }
 
     /// Queues `wr` if the gate is open, it has no more SGEs than the QP
