@@ -502,19 +502,18 @@ impl Qp {
                 return false;
             }
         };
-        let (wc, record) = self.settled(outstanding);
+        // Read in place, then dropped there: *Idle* at the next PSN.
+        let o = outstanding.as_ref().expect("matched above");
+        let (wc, record) = self.settled(o);
+        *outstanding = None;
         drop(g);
         self.after_settled(ctx, wc, record);
         true
     }
 
-    /// The send completion of the outstanding message in `out` that a
-    /// plain ACK settled (`None`: unsignaled) and its record's length;
-    /// the message is dropped where it lies: *Idle* at the next PSN.
-    fn settled(&self, out: &mut Option<Outstanding>) -> (Option<Wc>, u32) {
-        let Some(o) = out.as_ref() else {
-            return (None, 0);
-        };
+    /// The send completion of the outstanding message `o` that a plain
+    /// ACK settled (`None`: unsignaled) and its record's length.
+    fn settled(&self, o: &Outstanding) -> (Option<Wc>, u32) {
         let (record, wr) = (o.record, &o.wr);
         let signaled = wr.flags.contains(SendFlags::SIGNALED) || self.sq_sig_all;
         let mut wc = Wc::new(wr.wr_id, WcStatus::Success, wr.opcode.wc_opcode(), self.qpn);
@@ -522,7 +521,6 @@ impl Qp {
         if wr.opcode == WrOpcode::SendWithImm || wr.opcode == WrOpcode::RdmaWriteWithImm {
             wc.wc_flags = WcFlags::WITH_IMM;
         }
-        *out = None;
         (signaled.then_some(wc), record)
     }
 
@@ -569,7 +567,9 @@ impl Qp {
         if lane.owed.is_none_or(|o| !psn.before(o.psn)) {
             lane.owed = Some(owed);
         }
-        let (wc, record) = self.settled(out);
+        let o = out.as_ref().expect("matched above");
+        let (wc, record) = self.settled(o);
+        *out = None;
         drop(g);
         self.after_settled(ctx, wc, record);
         true
