@@ -214,12 +214,8 @@ pub(super) unsafe fn post_requests<T, W: Chained, R>(
     ffi_guard(
         || ret::pos(libc::EIO),
         || {
-            let set_bad = |w: *mut W| {
-                if !bad_wr.is_null() {
-                    // SAFETY: the caller passes a writable `bad_wr`.
-                    unsafe { bad_wr.write(w) };
-                }
-            };
+            // SAFETY: the caller passes a writable (or NULL) `bad_wr`.
+            let set_bad = |w: *mut W| unsafe { report_bad(bad_wr, w) };
             // SAFETY: registry-checked.
             let Some(t) = (unsafe { o::obj::<T>(target, kind) }) else {
                 set_bad(wr);
@@ -280,10 +276,8 @@ unsafe fn post_lone<T, W, R>(
         || ret::pos(libc::EIO),
         move || {
             let refuse = |e: c_int| {
-                if !bad_wr.is_null() {
-                    // SAFETY: the caller passes a writable `bad_wr`.
-                    unsafe { bad_wr.write(wr) };
-                }
+                // SAFETY: the caller passes a writable (or NULL) `bad_wr`.
+                unsafe { report_bad(bad_wr, wr) };
                 e
             };
             // SAFETY: registry-checked.
@@ -297,6 +291,19 @@ unsafe fn post_lone<T, W, R>(
             }
         },
     )
+}
+
+/// Stores `w`, the first request not posted, in `*bad_wr` (if given).
+///
+/// # Safety
+///
+/// `bad_wr` is NULL or writable (the verbs contract).
+#[inline(always)]
+unsafe fn report_bad<W>(bad_wr: *mut *mut W, w: *mut W) {
+    if !bad_wr.is_null() {
+        // SAFETY: not NULL, so writable (the caller's contract).
+        unsafe { bad_wr.write(w) };
+    }
 }
 
 /// `ops.post_send`: 0, or a positive errno with `*bad_wr` at the first refused WR.

@@ -106,6 +106,16 @@ struct Lane {
     carries: bool,
 }
 
+impl Lane {
+    /// The responder's plain ACK `a` is the next record's to carry, unless
+    /// the one it owes already is a later PSN's.
+    fn owe(&mut self, a: LaneAck) {
+        if self.owed.is_none_or(|o| !a.psn.before(o.psn)) {
+            self.owed = Some(a);
+        }
+    }
+}
+
 /// A region's check, good while the MR table is at `generation`.
 #[derive(Debug, Clone, Copy)]
 struct CachedMr {
@@ -564,9 +574,7 @@ impl Qp {
             return false;
         }
         // As `owe`, then as `settle_at`.
-        if lane.owed.is_none_or(|o| !psn.before(o.psn)) {
-            lane.owed = Some(owed);
-        }
+        lane.owe(owed);
         let o = out.as_ref().expect("matched above");
         let (wc, record) = self.settled(o);
         *out = None;
@@ -586,9 +594,7 @@ impl Qp {
         }
         match &mut x.lock().lent {
             Lent::Lent(lane, _) if lane.carries => {
-                if lane.owed.is_none_or(|o| !a.psn.before(o.psn)) {
-                    lane.owed = Some(a);
-                }
+                lane.owe(a);
                 true
             }
             _ => false,
