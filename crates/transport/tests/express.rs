@@ -7,7 +7,7 @@
 #[allow(dead_code, unused_imports)]
 mod peer_harness;
 use peer_harness::*;
-use softrdma_transport::{Express, WcOpcode};
+use softrdma_transport::{Express, ExpressWr, WcOpcode};
 
 fn express_pair() -> (Node, Node) {
     pair_with(|c| {
@@ -26,13 +26,16 @@ fn send8(n: &Node, at: u64) -> SendWr {
 }
 
 /// Posts an 8-byte SEND from `at` through `x` at `now`: the record, or
-/// the WR handed back.
-#[allow(clippy::result_large_err)] // as `Express::post`
+/// the WR, for the transport's post.
+#[allow(clippy::result_large_err)] // the WR back by value, for the transport's post
 fn post(x: &Express, n: &mut Node, now: Instant, at: u64) -> Result<Vec<u8>, SendWr> {
     let w = send8(n, at);
     let mut out = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
-    let t = x.post(now, w, &mut n.mem, &mut out)?;
-    Ok(out[..t.len].to_vec())
+    let e = ExpressWr::of(&w).expect("one SGE");
+    match x.post(now, &e, &mut n.mem, &mut out) {
+        Some(t) => Ok(out[..t.len].to_vec()),
+        None => Err(w),
+    }
 }
 
 /// `count` receives of 64 bytes at `base` + 4 KiB, + 8 KiB, ...
@@ -142,6 +145,42 @@ fn a_lost_record_is_sent_again_as_a_packet_after_the_lease() {
     assert_eq!(b.mem.at(B_BASE + 4096 * 3, 8), a.mem.at(A_BASE, 8));
 }
 
+/// The cell keeps a few fields of an outstanding WR, not the WR: taken
+/// back, the message is the one posted (its id, opcode, immediate data,
+/// remote address and key, and bytes).
+#[test]
+fn a_message_taken_back_is_the_wr_posted() {
+    let (mut a, mut b, xa, _) = idle_pair();
+    let at = A_BASE + 40;
+    a.mem.write(at, b"reclaim!");
+    let mut w = wr(WrOpcode::RdmaWriteWithImm, &a, at, 8, B_BASE + 512, b.key);
+    w.wr_id = 77;
+    w.imm_data = 0x1234_5678;
+    let mut out = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
+    let e = ExpressWr::of(&w).expect("one SGE");
+    let _lost = xa.post(T0, &e, &mut a.mem, &mut out).expect("a record");
+    a.ep.handle_timeout(later(1));
+    let again = drain(&mut a, later(1));
+    assert_eq!(again.len(), 1, "the message, as a packet");
+    lane(&mut b, &a, later(1), &again[0]);
+    run(&mut a, &mut b, later(1));
+    assert_eq!(b.mem.at(B_BASE + 512, 8), b"reclaim!");
+    let got = wcs(&mut b);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let r = &got[0];
+    assert_eq!(
+        (r.opcode, r.imm_data, r.byte_len),
+        (WcOpcode::RecvRdmaWithImm, 0x1234_5678, 8)
+    );
+    let got = wcs(&mut a);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let s = &got[0];
+    assert_eq!(
+        (s.wr_id, s.opcode, s.status),
+        (77, WcOpcode::RdmaWrite, WcStatus::Success)
+    );
+}
+
 #[test]
 fn a_post_the_cell_does_not_take_goes_behind_the_lent_message() {
     let (mut a, mut b, xa, _) = idle_pair();
@@ -218,7 +257,10 @@ fn an_empty_send_goes_through_the_cell_and_a_list_of_sges_does_not() {
     let mut out = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
     let mut w = SendWr::new(9, WrOpcode::Send);
     w.flags = SendFlags::SIGNALED;
-    let t = xa.post(T0, w, &mut a.mem, &mut out).expect("an empty SEND");
+    let e = ExpressWr::of(&w).expect("no SGE");
+    let t = xa
+        .post(T0, &e, &mut a.mem, &mut out)
+        .expect("an empty SEND");
     lane(&mut b, &a, T0, &out[..t.len]);
     let got = wcs(&mut b);
     assert_eq!((got.len(), got[0].byte_len), (1, 0), "{got:?}");
@@ -232,7 +274,7 @@ fn an_empty_send_goes_through_the_cell_and_a_list_of_sges_does_not() {
     // Two SGEs: the transport's post, which checks the list.
     let mut w = send8(&a, A_BASE);
     w.sgl.push(w.sgl[0]);
-    assert!(xa.post(T0, w, &mut a.mem, &mut out).is_err());
+    assert!(ExpressWr::of(&w).is_none());
 }
 
 /// A driver that pushes the record before it reads the clock posts with a

@@ -9,7 +9,7 @@ use crate::ffi::*;
 use crate::guard::{ffi_guard, ret};
 use core::ffi::c_int;
 use softrdma_engine::transport::{
-    RecvWr, SendFlags, SendWr, Sge, Sgl, UdDest, VerbsError, WrOpcode,
+    ExpressWr, RecvWr, SendFlags, SendWr, Sge, Sgl, UdDest, VerbsError, WrOpcode,
 };
 
 /// Fills the live slots of a context's ops table.
@@ -145,6 +145,70 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     Ok(r)
 }
 
+/// The express form of `w` ([`ExpressWr`]) if it may have one: a SEND or
+/// RDMA WRITE (± immediate data) of an RC QP, with at most one SGE, or
+/// inline data from one. `None` leaves it to [`send_wr`], which also
+/// refuses what is wrong with it.
+///
+/// # Safety
+///
+/// As [`send_wr`]'s.
+unsafe fn express_wr<'a>(q: &Qp, w: &'a ibv_send_wr) -> Option<ExpressWr<'a>> {
+    let (opcode, imm, write) = match w.opcode {
+        IBV_WR_SEND => (WrOpcode::Send, false, false),
+        IBV_WR_SEND_WITH_IMM => (WrOpcode::SendWithImm, true, false),
+        IBV_WR_RDMA_WRITE => (WrOpcode::RdmaWrite, false, true),
+        IBV_WR_RDMA_WRITE_WITH_IMM => (WrOpcode::RdmaWriteWithImm, true, true),
+        _ => return None,
+    };
+    if q.qp_type != softrdma_engine::transport::QpType::Rc
+        || !(0..=1).contains(&w.num_sge)
+        || i64::from(w.num_sge) > i64::from(q.max_sge.0)
+    {
+        return None;
+    }
+    // SAFETY: forwarded contract (a readable list of `num_sge` SGEs).
+    let sge = unsafe { sge_slice(w.sg_list, w.num_sge) }
+        .ok()?
+        .first()
+        .map(|e| Sge {
+            addr: e.addr,
+            length: e.length,
+            lkey: e.lkey,
+        });
+    let flags = SendFlags(w.send_flags);
+    let inline = match sge {
+        _ if !flags.contains(SendFlags::INLINE) => None,
+        Some(s) if s.length as usize > MAX_INLINE => return None,
+        Some(s) if s.length > 0 => {
+            let (at, len) = (s.addr as *const u8, s.length as usize);
+            // SAFETY: an inline SGE names application memory readable
+            // during the post (verbs contract).
+            Some(unsafe { core::slice::from_raw_parts(at, len) })
+        }
+        // An empty one need not name any memory.
+        _ => Some(&[][..]),
+    };
+    // SAFETY: reading union members as plain integers.
+    let (imm_data, remote_addr, rkey) = unsafe {
+        (
+            if imm { u32::from_be(w.imm.imm_data) } else { 0 },
+            if write { w.wr.rdma.remote_addr } else { 0 },
+            if write { w.wr.rdma.rkey } else { 0 },
+        )
+    };
+    Some(ExpressWr {
+        wr_id: w.wr_id,
+        opcode,
+        flags,
+        sge: sge.filter(|_| inline.is_none()),
+        inline,
+        imm_data,
+        remote_addr,
+        rkey,
+    })
+}
+
 /// A list of work requests as C links them.
 pub(super) trait Chained {
     fn next(&self) -> *mut Self;
@@ -178,17 +242,20 @@ pub(super) unsafe fn post_chain<T, W: Chained, R>(
     kind: Kind,
     wr: *mut W,
     bad_wr: *mut *mut W,
-    conv: impl FnMut(&T, &W) -> Result<R, c_int>,
+    conv: impl Fn(&T, &W) -> Result<R, c_int> + Copy,
     post: impl Fn(&T, Few<R>, &[*mut W]) -> Result<(), (usize, VerbsError)>,
 ) -> c_int {
-    let one = |t: &T, r: R, w: *mut W| post(t, Few::One([r]), &[w]).map_err(|(_, e)| e.errno());
+    let one = |t: &T, w: &W, p: *mut W| {
+        let r = conv(t, w)?;
+        post(t, Few::One([r]), &[p]).map_err(|(_, e)| e.errno())
+    };
     // SAFETY: forwarded contract.
     unsafe { post_requests(target, kind, wr, bad_wr, conv, one, &post) }
 }
 
-/// [`post_chain`] with a poster of its own for a lone request (`one`: most
-/// posts, as `ib_send_lat`, UCX and libfabric post one at a time), which
-/// skips the chain's gathering: a lone `ibv_post_recv` was ~150
+/// [`post_chain`] with a poster of its own for a lone request (`one`, which
+/// converts it too: most posts, as `ib_send_lat`, UCX and libfabric post
+/// one at a time), which skips the chain's gathering: a lone `ibv_post_recv` was ~150
 /// instructions cheaper (of ~490, callgrind), and each move of a 184-byte
 /// `SendWr` into the gathering was a `memcpy`, 2.3 % of a same-host
 /// `ib_write_lat` client's time (`perf record`, BENCHMARKS.md "A lone
@@ -203,13 +270,13 @@ pub(super) unsafe fn post_requests<T, W: Chained, R>(
     wr: *mut W,
     bad_wr: *mut *mut W,
     mut conv: impl FnMut(&T, &W) -> Result<R, c_int>,
-    one: impl FnOnce(&T, R, *mut W) -> Result<(), c_int>,
+    one: impl FnOnce(&T, &W, *mut W) -> Result<(), c_int>,
     many: impl FnOnce(&T, Few<R>, &[*mut W]) -> Result<(), (usize, VerbsError)>,
 ) -> c_int {
     // SAFETY: `wr` is NULL or readable (verbs contract).
     if !wr.is_null() && unsafe { (*wr).next() }.is_null() {
         // SAFETY: forwarded contract.
-        return unsafe { post_lone(target, kind, wr, bad_wr, conv, one) };
+        return unsafe { post_lone(target, kind, wr, bad_wr, one) };
     }
     ffi_guard(
         || ret::pos(libc::EIO),
@@ -264,13 +331,12 @@ pub(super) unsafe fn post_requests<T, W: Chained, R>(
 ///
 /// As [`post_chain`]'s.
 #[inline(always)]
-unsafe fn post_lone<T, W, R>(
+unsafe fn post_lone<T, W>(
     target: *mut core::ffi::c_void,
     kind: Kind,
     wr: *mut W,
     bad_wr: *mut *mut W,
-    mut conv: impl FnMut(&T, &W) -> Result<R, c_int>,
-    one: impl FnOnce(&T, R, *mut W) -> Result<(), c_int>,
+    one: impl FnOnce(&T, &W, *mut W) -> Result<(), c_int>,
 ) -> c_int {
     ffi_guard(
         || ret::pos(libc::EIO),
@@ -285,7 +351,7 @@ unsafe fn post_lone<T, W, R>(
                 return refuse(ret::pos(libc::EINVAL));
             };
             // SAFETY: `wr` is readable (verbs contract).
-            match conv(t, unsafe { &*wr }).and_then(|r| one(t, r, wr)) {
+            match one(t, unsafe { &*wr }, wr) {
                 Ok(()) => 0,
                 Err(e) => refuse(e),
             }
@@ -315,13 +381,19 @@ unsafe extern "C" fn post_send(
     // SAFETY: each request of the chain is readable, with its SGEs and inline
     // data (the verbs contract `post_chain` relies on too).
     let conv = |q: &Qp, w: &ibv_send_wr| unsafe { send_wr(q, w) };
-    // A lone request may take the QP's express cell (`post_send_via`).
-    let one = |q: &Qp, r, p: *mut ibv_send_wr| {
+    // A lone request may take the QP's express cell, read straight from
+    // the application's request; a `SendWr` is built only if it does not.
+    let one = |q: &Qp, w: &ibv_send_wr, _| {
+        if let Some(x) = q.express.as_deref()
+            // SAFETY: as `conv`.
+            && let Some(e) = unsafe { express_wr(q, w) }
+            && q.engine.post_send_express(x, q.qpn, &e)
+        {
+            return Ok(());
+        }
+        let r = conv(q, w)?;
         let posted = q.engine.post_send_via(q.express.as_deref(), q.qpn, r);
-        // SAFETY: the application's request, still readable.
-        posted
-            .map(|()| note_bind(unsafe { &*p }))
-            .map_err(|e| e.errno())
+        posted.map(|()| note_bind(w)).map_err(|e| e.errno())
     };
     let many = |q: &Qp, wrs, ptrs: &[*mut ibv_send_wr]| {
         let posted = q.engine.post_send_many(q.qpn, wrs);

@@ -15,7 +15,8 @@ use crate::config::EngineConfig;
 use padded::Padded;
 use softrdma_cm::{Cm, CmConfig, CmError, IdHandle, PortSpace};
 use softrdma_transport::{
-    Config, CqHandle, CqRing, Endpoint, Express, Instant, RecvWr, SendWr, Stats, VerbsError, Wc,
+    Config, CqHandle, CqRing, Endpoint, Express, ExpressWr, Instant, RecvWr, SendWr, Stats,
+    VerbsError, Wc,
 };
 use softrdma_udp::{Poller, RecvBatch, RoceSocket, SocketConfig, SocketStats, Waker};
 use std::collections::HashMap;
@@ -632,14 +633,14 @@ impl Engine {
         qpn: u32,
         wr: SendWr,
     ) -> Result<(), VerbsError> {
-        let wr = match x {
-            // Asked first: a READ's post prepares no record.
-            Some(x) if x.wants(&wr) => match self.post_express(x, qpn, wr) {
-                Ok(()) => return Ok(()),
-                Err(wr) => wr,
-            },
-            _ => wr,
-        };
+        // Asked first: a READ's post prepares no record.
+        if let Some(x) = x
+            && x.wants(wr.opcode)
+            && let Some(e) = ExpressWr::of(&wr)
+            && self.post_send_express(x, qpn, &e)
+        {
+            return Ok(());
+        }
         let core = self.lock();
         let now = self.now();
         let idle = core.ep.send_queue_empty(qpn);
@@ -761,14 +762,15 @@ impl Engine {
         Ok(())
     }
 
-    /// The express post: the record the cell wrote goes into the peer's
-    /// lane at once. Holds no engine lock; the transmit lock is taken after
-    /// the cell's is released (a post another thread makes to the same QP
-    /// meanwhile may pass the record: the responder's sequence NAK repairs
-    /// it, as for [`Engine::post_direct`]).
-    // The WR goes back by value for the engine's post (no allocation).
-    #[allow(clippy::result_large_err)]
-    fn post_express(&self, x: &Express, qpn: u32, wr: SendWr) -> Result<(), SendWr> {
+    /// The express post of a lone send WR to QP `qpn` through its cell `x`
+    /// ([`Express::post`]): the record the cell writes goes into the peer's
+    /// lane at once, under the transmit lock (taken before the cell's, as
+    /// in a drain), without the engine lock. True: posted. False: nothing
+    /// happened, the WR is for [`Engine::post_send_via`] (with no cell, or
+    /// the cell asked again) or [`Engine::post_send_many`]. A driver that
+    /// builds the [`ExpressWr`] from its own request (the C ABI) calls this
+    /// first and builds a `SendWr` only when it declines.
+    pub fn post_send_express(&self, x: &Express, qpn: u32, wr: &ExpressWr<'_>) -> bool {
         // The record leaves before the clock is read: the read was ~20 ns
         // of each message's path (BENCHMARKS.md, "The VM's modes, taken
         // apart, and the express post's clock read after its record"; ~5 ns
@@ -786,12 +788,9 @@ impl Engine {
             .record
             .take()
             .unwrap_or_else(|| Box::new([0; softrdma_wire::direct::DIRECT_MAX_LEN]));
-        let t = match x.post(before, wr, &mut crate::memory::HostMemory, &mut rec) {
-            Ok(t) => t,
-            Err(wr) => {
-                tx.record = Some(rec);
-                return Err(wr);
-            }
+        let Some(t) = x.post(before, wr, &mut crate::memory::HostMemory, &mut rec) else {
+            tx.record = Some(rec);
+            return false;
         };
         set_flag(&self.shared.posted_since_poll, true, Ordering::Relaxed);
         self.shared
@@ -809,7 +808,7 @@ impl Engine {
             core.ep.express_posted(qpn);
             self.shared.nothing_pending_if_idle(&core);
         }
-        Ok(())
+        true
     }
 
     /// [`Engine::post_recv_many`] through the QP's express cell `x` first:

@@ -160,14 +160,15 @@ impl World {
         let mut rec = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
         // The express post first, as a driver with a cell posts.
         let express = self.cfg.express_post.then(|| node.ep.express(sq)).flatten();
-        let wr = match express {
-            Some(x) => match x.post(now, wr, &mut node.mem, &mut rec) {
-                Ok(t) => {
-                    self.net.send_direct(s, &t, &rec[..t.len]);
-                    None
-                }
-                Err(wr) => Some(wr),
-            },
+        let posted = express.and_then(|x| {
+            let e = softrdma_transport::ExpressWr::of(&wr)?;
+            x.post(now, &e, &mut node.mem, &mut rec)
+        });
+        let wr = match posted {
+            Some(t) => {
+                self.net.send_direct(s, &t, &rec[..t.len]);
+                None
+            }
             None => Some(wr),
         };
         let node = &mut self.net.nodes[s];
