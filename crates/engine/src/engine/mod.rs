@@ -131,10 +131,12 @@ struct Shared {
     /// Request packets (not ACKs or responses) received so far, by the
     /// forwarder ([`Shared::requests_received`] counts them all).
     rx_requests: AtomicU64,
-    /// The same, received under the receive lock (the sockets, the
-    /// inbox): added with a load and a store (`shm::add_locked`), as a
-    /// busy poller does for each request it receives.
+    /// The same, received under the receive lock (the sockets): added
+    /// with a load and a store (`shm::add_locked`).
     rx_requests_locked: AtomicU64,
+    /// The same, read from the inbox under the engine lock (`rx_shm`, as
+    /// a busy poller does for each request it receives): likewise.
+    rx_requests_inbox: AtomicU64,
     /// Until when (transport time, ns) a poller leaving with completions hands
     /// the socket back to the progress thread at once (see `leave`).
     serve_until: AtomicU64,
@@ -456,6 +458,7 @@ impl Engine {
             watching: Padded::new(Mutex::new(true)),
             rx_requests: AtomicU64::new(0),
             rx_requests_locked: AtomicU64::new(0),
+            rx_requests_inbox: AtomicU64::new(0),
             serve_until: AtomicU64::new(0),
             left_at: AtomicU64::new(0),
             deferred_bytes: std::sync::atomic::AtomicUsize::new(0),
@@ -1264,9 +1267,12 @@ impl Shared {
         Instant::from_nanos(self.recent.load(Ordering::Relaxed))
     }
 
-    /// Request packets received so far (`rx_requests`, `rx_requests_locked`).
+    /// Request packets received so far (`rx_requests`, `rx_requests_locked`,
+    /// `rx_requests_inbox`).
     fn requests_received(&self) -> u64 {
-        self.rx_requests.load(Ordering::Relaxed) + self.rx_requests_locked.load(Ordering::Relaxed)
+        self.rx_requests.load(Ordering::Relaxed)
+            + self.rx_requests_locked.load(Ordering::Relaxed)
+            + self.rx_requests_inbox.load(Ordering::Relaxed)
     }
 
     /// After a record left at once (a post's): with nothing queued to send

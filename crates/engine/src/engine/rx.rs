@@ -113,17 +113,14 @@ impl Shared {
     }
 
     /// The same-host inbox's part of [`Shared::rx_burst`] (under the
-    /// receive lock, as every reader of the inbox).
+    /// engine lock, as every reader of the inbox: `Shared::rx_shm`).
     pub(super) fn rx_inbox(&self, mode: Rx, now: u64) -> usize {
         self.rx_inbox_then(mode, now, None)
     }
 
     /// [`Shared::rx_inbox`] with [`Shared::rx_burst_then`]'s `then`.
     fn rx_inbox_then(&self, mode: Rx, now: u64, then: Option<&mut dyn FnMut(&mut Core)>) -> usize {
-        let shm = {
-            let (_rx, fresh) = self.lock_fresh(&self.rx, now);
-            self.rx_shm(mode, fresh, then)
-        };
+        let shm = self.rx_shm(mode, now, then);
         if shm > 0 {
             self.shm_rx_at.store(now, Ordering::Relaxed);
         }

@@ -259,8 +259,8 @@ impl ShmPath {
 
     /// Lets go of the inboxes of members that died (`links`) and gives
     /// back the memory of the lanes they pushed into (this inbox's, if
-    /// `inbox`: the caller holds the receive lock, so no one reads a lane
-    /// while it is cleared).
+    /// `inbox`: the caller holds the engine lock, the inbox's consumers'
+    /// lock, so no one reads a lane while it is cleared).
     fn sweep(&self, now: u64, links: Option<&mut Links>, inbox: bool) {
         self.swept_at.store(now, Ordering::Relaxed);
         // Only the slots this process deals with are probed, each once:
@@ -547,7 +547,11 @@ impl Shared {
 
     /// Reads the inbox: processes what arrived like [`Shared::rx_burst`]
     /// does a socket's datagrams (the same checks, ACKs sent every chunk).
-    /// The caller holds the receive lock (one consumer). `now`: see
+    /// The inbox's one consumer is the engine lock's holder: every read of
+    /// it (`shm_poll_locked`) and every clearing of a lane (`sweep`) is
+    /// under that lock, which the delivery needs anyway. The receive lock,
+    /// taken before it, was a second lock's take and release on each
+    /// message's path, and on every empty poll. `now`: see
     /// [`Shared::rx_burst`]. `then` runs under the engine lock of the last
     /// chunk, if anything was delivered (a busy poller polls its CQ there).
     pub(super) fn rx_shm(
@@ -570,6 +574,15 @@ impl Shared {
                 now = fresh;
                 let t = softrdma_transport::Instant::from_nanos(now);
                 let got = self.shm_poll_locked(&mut core, t, ACK_CHUNK_SHM, &mut requests);
+                // Under the engine lock, the inbox's consumers' lock.
+                if requests > 0 {
+                    add_locked(&self.rx_requests_inbox, std::mem::take(&mut requests));
+                }
+                if mode.is_progress()
+                    && let Some(shm) = &self.shm
+                {
+                    add_locked(&shm.rx_by_progress, got as u64);
+                }
                 if got < ACK_CHUNK_SHM
                     && got + total > 0
                     && let Some(then) = then.take()
@@ -591,16 +604,6 @@ impl Shared {
         // A READ answered at once held the transmit lock: what others left
         // it meanwhile (`tx_again`) goes now, as after a post's record.
         self.after_drain();
-        if requests > 0 {
-            // Under the receive lock.
-            add_locked(&self.rx_requests_locked, requests);
-        }
-        if mode.is_progress()
-            && let Some(shm) = &self.shm
-        {
-            // Under the receive lock.
-            add_locked(&shm.rx_by_progress, total as u64);
-        }
         if mode.sends_answers() {
             self.send_soon();
         } else {
@@ -610,7 +613,7 @@ impl Shared {
     }
 
     /// Processes up to `max` inbox datagrams under the engine lock (the
-    /// caller holds the receive lock: one consumer); counts requests.
+    /// inbox's one consumer: `rx_shm`); counts requests.
     ///
     /// The receive path also calls this before a CM MAD off the socket: a
     /// member's MADs take UDP and its other packets its lane, and what it
@@ -700,21 +703,27 @@ impl Shared {
         if now.saturating_sub(shm.swept_at.load(Ordering::Relaxed)) < LINK_CHECK_NS {
             return;
         }
-        let rx = self.rx.try_lock().ok();
+        // Only tried: a sweep skips what a busy thread holds. The engine
+        // lock after the transmit lock, as everywhere.
         match self.tx.try_lock() {
             Ok(mut tx) => {
-                shm.sweep(now, Some(&mut tx.links), rx.is_some());
+                let core = self.core.try_lock().ok();
+                shm.sweep(now, Some(&mut tx.links), core.is_some());
+                drop(core);
                 drop(tx);
                 self.after_tx_lock();
             }
-            Err(_) => shm.sweep(now, None, rx.is_some()),
+            Err(_) => {
+                let core = self.core.try_lock().ok();
+                shm.sweep(now, None, core.is_some());
+            }
         }
     }
 
     /// Members died (the CM's liveness check found them): their lanes and
     /// links go now, before their peers learn of it (DISCONNECTED), so a
     /// survivor that then counts its memory finds it back. The caller holds
-    /// no engine lock (the order is receive, then transmit).
+    /// no engine lock (the order is receive, transmit, then engine).
     pub(super) fn shm_sweep_now(&self) {
         let _rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
         self.shm_sweep_rx_held();
@@ -726,7 +735,9 @@ impl Shared {
         let Some(shm) = &self.shm else { return };
         let now = self.now().as_nanos();
         let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let core = self.core.lock().unwrap_or_else(|p| p.into_inner());
         shm.sweep(now, Some(&mut tx.links), true);
+        drop(core);
         drop(tx);
         self.after_tx_lock();
     }
