@@ -16,9 +16,9 @@ import subprocess
 import sys
 
 NAMES = {
-    1: "post_send called", 19: "engine post_send", 20: "clock read (engine locked; express: the latest reading)",
+    1: "post_send called", 19: "engine post_send", 20: "clock read (engine locked; express: the latest reading, before the transmit lock)",
     21: "record built (express cell, or the transport's WQE)", 22: "timers checked",
-    23: "transmit lock taken", 2: "record pushed into the lane", 3: "post_send returned",
+    23: "transmit lock taken (express: taken at 20-21, this step is its flag)", 2: "record pushed into the lane", 3: "post_send returned",
     13: "peer: inbox has work", 14: "peer: engine locked", 4: "peer: record popped",
     30: "peer: record read (in place, or as a Packet)", 31: "peer: responder done (receive WQE, copy, completion)",
     32: "peer: carried ACK done (send completion)", 33: "peer: QP scheduled",
