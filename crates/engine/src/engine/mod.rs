@@ -986,10 +986,11 @@ impl Engine {
         self.shared.flush_pending();
         self.shared.last_poll.store(now, Ordering::Relaxed);
         self.shared.waiter_lets_go(now);
-        // Block on the receive lock rather than spin past it: on a small VM a
-        // spinning poller can starve the progress thread that holds it.
-        // What this burst received, or what another thread (the progress
-        // thread, holding the receive lock this one waited for) delivered
+        // Block on the lock another reader holds (the engine lock for the
+        // inbox, the receive lock for the socket) rather than spin past it:
+        // on a small VM a spinning poller can starve the progress thread
+        // that holds it. What this burst received, or what another thread
+        // (the progress thread, holding the lock this one waited for) delivered
         // since the CQ was read: a completion found only at the next call
         // could come after an event it preceded. libfabric's rxm read a
         // peer's DISCONNECTED first, destroyed the QP with its last message
