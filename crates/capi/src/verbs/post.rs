@@ -154,6 +154,20 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
 ///
 /// As [`send_wr`]'s.
 unsafe fn express_wr<'a>(q: &Qp, w: &'a ibv_send_wr) -> Option<ExpressWr<'a>> {
+    // SAFETY: forwarded contract.
+    unsafe { express_wr_of(q.qp_type, q.max_sge.0, w) }
+}
+
+/// [`express_wr`] for a QP of `qp_type` granted `max_sge` send SGEs.
+///
+/// # Safety
+///
+/// As [`send_wr`]'s.
+unsafe fn express_wr_of<'a>(
+    qp_type: softrdma_engine::transport::QpType,
+    max_sge: u32,
+    w: &'a ibv_send_wr,
+) -> Option<ExpressWr<'a>> {
     let (opcode, imm, write) = match w.opcode {
         IBV_WR_SEND => (WrOpcode::Send, false, false),
         IBV_WR_SEND_WITH_IMM => (WrOpcode::SendWithImm, true, false),
@@ -161,9 +175,9 @@ unsafe fn express_wr<'a>(q: &Qp, w: &'a ibv_send_wr) -> Option<ExpressWr<'a>> {
         IBV_WR_RDMA_WRITE_WITH_IMM => (WrOpcode::RdmaWriteWithImm, true, true),
         _ => return None,
     };
-    if q.qp_type != softrdma_engine::transport::QpType::Rc
+    if qp_type != softrdma_engine::transport::QpType::Rc
         || !(0..=1).contains(&w.num_sge)
-        || i64::from(w.num_sge) > i64::from(q.max_sge.0)
+        || i64::from(w.num_sge) > i64::from(max_sge)
     {
         return None;
     }
@@ -497,4 +511,84 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_
             Err(e) => ret::pos(e.errno()),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softrdma_engine::transport::QpType;
+
+    fn wr(opcode: u32, flags: u32, sge: &mut ibv_sge, n: c_int) -> ibv_send_wr {
+        // SAFETY: `ibv_send_wr` is plain C data; all zeros is a valid value.
+        let mut w: ibv_send_wr = unsafe { core::mem::zeroed() };
+        w.wr_id = 42;
+        w.opcode = opcode;
+        w.send_flags = flags;
+        w.sg_list = sge;
+        w.num_sge = n;
+        w
+    }
+
+    /// The C ABI's express form of a lone post: the fields `send_wr` would
+    /// give, read straight from the request; `None` for what the cell does
+    /// not take or `send_wr` refuses.
+    #[test]
+    fn express_wr_reads_what_send_wr_would() {
+        let data = *b"inline!!";
+        let mut sge = ibv_sge {
+            addr: data.as_ptr() as u64,
+            length: 8,
+            lkey: 7,
+        };
+        // An RDMA WRITE with immediate data from one SGE.
+        let mut w = wr(IBV_WR_RDMA_WRITE_WITH_IMM, IBV_SEND_SIGNALED, &mut sge, 1);
+        w.imm = ibv_send_wr_imm {
+            imm_data: 0x1234_5678u32.to_be(),
+        };
+        w.wr.rdma.remote_addr = 0xA000;
+        w.wr.rdma.rkey = 99;
+        // SAFETY: `w` and its SGE are readable.
+        let e = unsafe { express_wr_of(QpType::Rc, 1, &w) }.expect("one SGE");
+        let s = e.sge.expect("the SGE");
+        assert_eq!(
+            (e.wr_id, e.opcode, e.inline),
+            (42, WrOpcode::RdmaWriteWithImm, None)
+        );
+        assert_eq!((s.addr, s.length, s.lkey), (sge.addr, 8, 7));
+        assert_eq!(
+            (e.imm_data, e.remote_addr, e.rkey),
+            (0x1234_5678, 0xA000, 99)
+        );
+        // An inline SEND: the bytes, no SGE.
+        let w = wr(IBV_WR_SEND, IBV_SEND_INLINE, &mut sge, 1);
+        // SAFETY: as above; the inline bytes are readable.
+        let e = unsafe { express_wr_of(QpType::Rc, 1, &w) }.expect("inline");
+        assert_eq!((e.inline, e.sge), (Some(&data[..]), None));
+        // Inline and no SGE: an empty message.
+        let w = wr(IBV_WR_SEND, IBV_SEND_INLINE, &mut sge, 0);
+        // SAFETY: as above.
+        let e = unsafe { express_wr_of(QpType::Rc, 1, &w) }.expect("empty");
+        assert_eq!(e.inline, Some(&[][..]));
+        // Not for the cell: a READ, two SGEs, more SGEs than granted, UD,
+        // an oversized inline payload.
+        let none = |op, flags, n, qp_type, max_sge, sge: &mut ibv_sge| {
+            let w = wr(op, flags, sge, n);
+            // SAFETY: as above (a list of two reads past `sge` only if
+            // taken, and it is refused before).
+            unsafe { express_wr_of(qp_type, max_sge, &w) }.is_none()
+        };
+        assert!(none(IBV_WR_RDMA_READ, 0, 1, QpType::Rc, 1, &mut sge));
+        assert!(none(IBV_WR_SEND, 0, 2, QpType::Rc, 2, &mut sge));
+        assert!(none(IBV_WR_SEND, 0, 1, QpType::Rc, 0, &mut sge));
+        assert!(none(IBV_WR_SEND, 0, 1, QpType::Ud, 1, &mut sge));
+        sge.length = MAX_INLINE as u32 + 1;
+        assert!(none(
+            IBV_WR_SEND,
+            IBV_SEND_INLINE,
+            1,
+            QpType::Rc,
+            1,
+            &mut sge
+        ));
+    }
 }
