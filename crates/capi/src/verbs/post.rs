@@ -403,15 +403,20 @@ unsafe extern "C" fn post_send(
     // A lone request may take the QP's express cell, read straight from
     // the application's request; a `SendWr` is built only if it does not.
     let one = |q: &Qp, w: &ibv_send_wr, _| {
-        if let Some(x) = q.express.as_deref()
+        let mut x = q.express.as_deref();
+        if let Some(cell) = x
             // SAFETY: as `conv`.
             && let Some(e) = unsafe { express_wr(q, w) }
-            && q.engine.post_send_express(x, q.qpn, &e)
         {
-            return Ok(());
+            if q.engine.post_send_express(cell, q.qpn, &e) {
+                return Ok(());
+            }
+            // Declined: not asked again (a QP with a message out, as in a
+            // stream of lone posts, would take both locks twice a post).
+            x = None;
         }
         let r = conv(q, w)?;
-        let posted = q.engine.post_send_via(q.express.as_deref(), q.qpn, r);
+        let posted = q.engine.post_send_via(x, q.qpn, r);
         posted.map(|()| note_bind(w)).map_err(|e| e.errno())
     };
     let many = |q: &Qp, wrs, ptrs: &[*mut ibv_send_wr]| {

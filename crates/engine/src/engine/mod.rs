@@ -774,6 +774,13 @@ impl Engine {
     /// builds the [`ExpressWr`] from its own request (the C ABI) calls this
     /// first and builds a `SendWr` only when it declines.
     pub fn post_send_express(&self, x: &Express, qpn: u32, wr: &ExpressWr<'_>) -> bool {
+        // Asked before the transmit lock: a QP not lent (a peer off the
+        // lanes) declines with a few loads. Asked for every post, not only
+        // when lent: the cell lends the requester only while the driver's
+        // posts are of a kind it takes (`Express::wants`).
+        if !x.wants(wr.opcode) {
+            return false;
+        }
         // The record leaves before the clock is read: the read was ~20 ns
         // of each message's path (BENCHMARKS.md, "The VM's modes, taken
         // apart, and the express post's clock read after its record"; ~5 ns
