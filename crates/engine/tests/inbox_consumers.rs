@@ -8,8 +8,6 @@
 mod common;
 
 use softrdma_engine::transport::{Access, Mtu, QpType, RecvWr, SendWr, Sge, WcStatus, WrOpcode};
-use softrdma_engine::{Engine, EngineConfig};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,11 +17,7 @@ const POLLERS: usize = 3;
 
 #[test]
 fn pollers_and_the_progress_thread_read_each_datagram_once() {
-    let port = common::free_udp_port();
-    let mut cfg = EngineConfig::bound_to(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
-    cfg.busy_poll = true;
-    cfg.shm = true;
-    let e = Arc::new(Engine::start(cfg).unwrap());
+    let e = Arc::new(common::own_lane_engine(true));
     let mut buf = vec![0u8; 8 * MESSAGES as usize * 2];
     let ptr = buf.as_mut_ptr() as u64;
     let len = buf.len() as u64;

@@ -12,19 +12,13 @@
 mod common;
 
 use softrdma_engine::transport::{Access, Mtu, QpType, RecvWr, SendWr, Sge, WcStatus, WrOpcode};
-use softrdma_engine::{Engine, EngineConfig};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
 #[test]
 fn a_post_into_the_own_lane_wakes_the_thread_waiting_for_the_event() {
-    let port = common::free_udp_port();
-    let mut cfg = EngineConfig::bound_to(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
-    cfg.busy_poll = false;
-    cfg.shm = true;
-    let e = Engine::start(cfg).unwrap();
+    let e = common::own_lane_engine(false);
     let mut buf = vec![0u8; 4096];
     let ptr = buf.as_mut_ptr() as u64;
     let pd = e.alloc_pd().unwrap();

@@ -1194,10 +1194,7 @@ impl Endpoint {
     /// Records `qpn`'s timers after something ran on it.
     fn rearm(&mut self, qpn: Qpn) {
         match self.qps.get_mut(&qpn) {
-            Some(qp) => {
-                let t = qp.next_timeout();
-                self.timers.tell(qpn, &mut qp.timer_told, t);
-            }
+            Some(qp) => rearm_qp(&mut self.timers, qp),
             None => self.timers.set(qpn, None),
         }
     }
@@ -1557,18 +1554,23 @@ fn qpn_range(slot: u8) -> (Qpn, Qpn) {
     }
 }
 
-/// rxe's `check_addr`: a connected QP takes packets from its peer only, to
-/// the address of its own GID.
-/// [`Endpoint::schedule`] of `qp`: its timers told, and queued to transmit.
-fn queue_ready(timers: &mut crate::timers::TimerHeap, ready: &mut VecDeque<Qpn>, qp: &mut Qp) {
+/// [`Endpoint::rearm`] of `qp`: its timers told to the heap.
+fn rearm_qp(timers: &mut crate::timers::TimerHeap, qp: &mut Qp) {
     let t = qp.next_timeout();
     timers.tell(qp.qpn, &mut qp.timer_told, t);
+}
+
+/// [`Endpoint::schedule`] of `qp`: its timers told, and queued to transmit.
+fn queue_ready(timers: &mut crate::timers::TimerHeap, ready: &mut VecDeque<Qpn>, qp: &mut Qp) {
+    rearm_qp(timers, qp);
     if !qp.scheduled {
         qp.scheduled = true;
         ready.push_back(qp.qpn);
     }
 }
 
+/// rxe's `check_addr`: a connected QP takes packets from its peer only, to
+/// the address of its own GID.
 fn from_peer(qp: &Qp, config: &Config, d: &Datagram<'_>) -> bool {
     let av = &qp.attr.ah_attr;
     let local = config.gids.get(usize::from(av.sgid_index));

@@ -33,18 +33,22 @@ pub(crate) const MAX_INLINE: usize = 512;
 pub(super) unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Sgl, c_int> {
     // SAFETY: forwarded contract.
     let s = unsafe { sge_slice(sg, n) }?;
-    let sge = |e: &ibv_sge| Sge {
-        addr: e.addr,
-        length: e.length,
-        lkey: e.lkey,
-    };
     // One SGE (most requests) is put in place: the iterator's `collect`
     // into the list cost a lone post ~40 instructions more (callgrind of
     // `ib_send_lat`'s `ibv_post_recv`).
     Ok(match s {
-        [e] => Sgl::from_buf([sge(e)]),
-        _ => s.iter().map(sge).collect(),
+        [e] => Sgl::from_buf([sge_of(e)]),
+        _ => s.iter().map(sge_of).collect(),
     })
+}
+
+/// An SGE as the transport takes it.
+fn sge_of(e: &ibv_sge) -> Sge {
+    Sge {
+        addr: e.addr,
+        length: e.length,
+        lkey: e.lkey,
+    }
 }
 
 /// An SGE list as the application wrote it (no copy: an inline post reads
@@ -151,24 +155,14 @@ unsafe fn send_wr(q: &Qp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
 }
 
 /// The express form of `w` ([`ExpressWr`]) if it may have one: a SEND or
-/// RDMA WRITE (± immediate data) of an RC QP, with at most one SGE, or
-/// inline data from one. `None` leaves it to [`send_wr`], which also
+/// RDMA WRITE (± immediate data) of an RC QP (`qp_type`, granted `max_sge`
+/// send SGEs), with at most one SGE, or inline data from one. `None` leaves it to [`send_wr`], which also
 /// refuses what is wrong with it.
 ///
 /// # Safety
 ///
 /// As [`send_wr`]'s.
-unsafe fn express_wr<'a>(q: &Qp, w: &'a ibv_send_wr) -> Option<ExpressWr<'a>> {
-    // SAFETY: forwarded contract.
-    unsafe { express_wr_of(q.qp_type, q.max_sge.0, w) }
-}
-
-/// [`express_wr`] for a QP of `qp_type` granted `max_sge` send SGEs.
-///
-/// # Safety
-///
-/// As [`send_wr`]'s.
-unsafe fn express_wr_of<'a>(
+unsafe fn express_wr<'a>(
     qp_type: softrdma_engine::transport::QpType,
     max_sge: u32,
     w: &'a ibv_send_wr,
@@ -190,11 +184,7 @@ unsafe fn express_wr_of<'a>(
     let sge = unsafe { sge_slice(w.sg_list, w.num_sge) }
         .ok()?
         .first()
-        .map(|e| Sge {
-            addr: e.addr,
-            length: e.length,
-            lkey: e.lkey,
-        });
+        .map(sge_of);
     let flags = SendFlags(w.send_flags);
     let inline = match sge {
         _ if !flags.contains(SendFlags::INLINE) => None,
@@ -406,7 +396,7 @@ unsafe extern "C" fn post_send(
         let mut x = q.express.as_deref();
         if let Some(cell) = x
             // SAFETY: as `conv`.
-            && let Some(e) = unsafe { express_wr(q, w) }
+            && let Some(e) = unsafe { express_wr(q.qp_type, q.max_sge.0, w) }
         {
             if q.engine.post_send_express(cell, q.qpn, &e) {
                 return Ok(());
@@ -558,7 +548,7 @@ mod tests {
         w.wr.rdma.remote_addr = 0xA000;
         w.wr.rdma.rkey = 99;
         // SAFETY: `w` and its SGE are readable.
-        let e = unsafe { express_wr_of(QpType::Rc, 1, &w) }.expect("one SGE");
+        let e = unsafe { express_wr(QpType::Rc, 1, &w) }.expect("one SGE");
         let s = e.sge.expect("the SGE");
         assert_eq!(
             (e.wr_id, e.opcode, e.inline),
@@ -572,12 +562,12 @@ mod tests {
         // An inline SEND: the bytes, no SGE.
         let w = wr(IBV_WR_SEND, IBV_SEND_INLINE, &mut sge, 1);
         // SAFETY: as above; the inline bytes are readable.
-        let e = unsafe { express_wr_of(QpType::Rc, 1, &w) }.expect("inline");
+        let e = unsafe { express_wr(QpType::Rc, 1, &w) }.expect("inline");
         assert_eq!((e.inline, e.sge), (Some(&data[..]), None));
         // Inline and no SGE: an empty message.
         let w = wr(IBV_WR_SEND, IBV_SEND_INLINE, &mut sge, 0);
         // SAFETY: as above.
-        let e = unsafe { express_wr_of(QpType::Rc, 1, &w) }.expect("empty");
+        let e = unsafe { express_wr(QpType::Rc, 1, &w) }.expect("empty");
         assert_eq!(e.inline, Some(&[][..]));
         // Not for the cell: a READ, two SGEs, more SGEs than granted, UD,
         // an oversized inline payload.
@@ -585,7 +575,7 @@ mod tests {
             let w = wr(op, flags, sge, n);
             // SAFETY: as above (a list of two reads past `sge` only if
             // taken, and it is refused before).
-            unsafe { express_wr_of(qp_type, max_sge, &w) }.is_none()
+            unsafe { express_wr(qp_type, max_sge, &w) }.is_none()
         };
         assert!(none(IBV_WR_RDMA_READ, 0, 1, QpType::Rc, 1, &mut sge));
         assert!(none(IBV_WR_SEND, 0, 2, QpType::Rc, 2, &mut sge));

@@ -705,18 +705,14 @@ impl Shared {
         }
         // Only tried: a sweep skips what a busy thread holds. The engine
         // lock after the transmit lock, as everywhere.
-        match self.tx.try_lock() {
-            Ok(mut tx) => {
-                let core = self.core.try_lock().ok();
-                shm.sweep(now, Some(&mut tx.links), core.is_some());
-                drop(core);
-                drop(tx);
-                self.after_tx_lock();
-            }
-            Err(_) => {
-                let core = self.core.try_lock().ok();
-                shm.sweep(now, None, core.is_some());
-            }
+        let mut tx = self.tx.try_lock().ok();
+        let core = self.core.try_lock().ok();
+        shm.sweep(now, tx.as_mut().map(|t| &mut t.links), core.is_some());
+        drop(core);
+        let held_tx = tx.is_some();
+        drop(tx);
+        if held_tx {
+            self.after_tx_lock();
         }
     }
 

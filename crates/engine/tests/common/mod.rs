@@ -13,6 +13,16 @@ pub(crate) fn free_udp_port() -> u16 {
     s.local_addr().unwrap().port()
 }
 
+/// An engine on 127.0.0.1 (a free port) with the same-host path on, busy
+/// polling or not: its QPs connected to each other use its own lane.
+pub(crate) fn own_lane_engine(busy_poll: bool) -> Engine {
+    let at = std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), free_udp_port());
+    let mut cfg = softrdma_engine::EngineConfig::bound_to(at);
+    cfg.busy_poll = busy_poll;
+    cfg.shm = true;
+    Engine::start(cfg).unwrap()
+}
+
 /// A QP of `qp_type` on `cq`, with room for `wrs` work requests each way
 /// and `sges` SGEs; returns its number.
 pub(crate) fn create_qp(
