@@ -32,19 +32,52 @@ pub(crate) enum Arm {
     Solicited,
 }
 
-/// A CQ's queued completions, oldest first, under a lock of their own
-/// ([`SpinLock`]: released with a store, as the express cells' are).
-#[derive(Debug, Default)]
+/// A CQ's queued completions, oldest first, with what a push checks and
+/// changes (its size, its arm, the latest stamp), all under one lock of their
+/// own ([`SpinLock`]: released with a store, as the express cells' are). A
+/// push then needs the ring alone, not the endpoint
+/// (docs/PLAN-direct-queues.md, "the responder lent").
+#[derive(Debug)]
 pub struct CqRing {
-    entries: SpinLock<VecDeque<Wc>>,
-    /// `entries.len()`, written under the lock: what a poller reads first,
+    queue: SpinLock<Queue>,
+    /// `queue.wcs.len()`, written under the lock: what a poller reads first,
     /// so an empty CQ costs it no lock.
     len: AtomicUsize,
 }
 
+#[derive(Debug)]
+struct Queue {
+    wcs: VecDeque<Wc>,
+    /// The CQ's size: a push that finds this many queued overflows.
+    cqe: u32,
+    arm: Option<Arm>,
+    /// The latest timestamp queued: each completion is stamped after it.
+    /// Callers pass in the time they read on entry, and one descheduled
+    /// before it took the engine would otherwise queue an older stamp after
+    /// a newer one (`ibv_rc_pingpong -t` then sees time run backwards); a
+    /// device's CQEs are written at distinct times.
+    last_stamp: Instant,
+}
+
+/// The CQ was full; the completion was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Overflow;
+
 impl CqRing {
-    fn lock(&self) -> SpinGuard<'_, VecDeque<Wc>> {
-        self.entries.lock()
+    fn new(cqe: u32) -> CqRing {
+        CqRing {
+            queue: SpinLock::new(Queue {
+                wcs: VecDeque::new(),
+                cqe,
+                arm: None,
+                last_stamp: Instant::ZERO,
+            }),
+            len: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self) -> SpinGuard<'_, Queue> {
+        self.queue.lock()
     }
 
     /// Completions queued (may be out of date as soon as it is read).
@@ -65,64 +98,88 @@ impl CqRing {
             return 0;
         }
         let mut q = self.lock();
-        let n = max.min(q.len());
-        for wc in q.drain(..n) {
+        let n = max.min(q.wcs.len());
+        for wc in q.wcs.drain(..n) {
             f(wc);
         }
-        self.len.store(q.len(), Ordering::Release);
+        self.len.store(q.wcs.len(), Ordering::Release);
         n
     }
 
-    fn push_back(&self, wc: Wc) {
+    /// Queues a completion; returns whether an armed notification fired
+    /// (and disarms it).
+    pub(crate) fn push(&self, mut wc: Wc, solicited: bool) -> Result<bool, Overflow> {
         let mut q = self.lock();
-        q.push_back(wc);
-        self.len.store(q.len(), Ordering::Release);
+        if q.wcs.len() >= q.cqe as usize {
+            return Err(Overflow);
+        }
+        if wc.timestamp <= q.last_stamp && q.last_stamp != Instant::ZERO {
+            wc.timestamp = Instant::from_nanos(q.last_stamp.as_nanos() + 1);
+        }
+        q.last_stamp = wc.timestamp;
+        q.wcs.push_back(wc);
+        self.len.store(q.wcs.len(), Ordering::Release);
+        let fire = match q.arm {
+            Some(Arm::Next) => true,
+            Some(Arm::Solicited) => solicited || wc.status != crate::WcStatus::Success,
+            None => false,
+        };
+        if fire {
+            q.arm = None;
+        }
+        Ok(fire)
+    }
+
+    /// Changes the CQ's size, unless fewer than what is queued (false); in
+    /// the same hold of the lock as the check, so no push slips between.
+    pub(crate) fn resize(&self, cqe: u32) -> bool {
+        let mut q = self.lock();
+        if (cqe as usize) < q.wcs.len() {
+            return false;
+        }
+        q.cqe = cqe;
+        true
+    }
+
+    /// Arms the CQ for its next completion, or its next solicited one; an
+    /// arm for any completion is not narrowed by a later solicited-only one.
+    pub(crate) fn arm(&self, solicited_only: bool) {
+        let mut q = self.lock();
+        q.arm = Some(match (solicited_only, q.arm) {
+            (false, _) | (true, Some(Arm::Next)) => Arm::Next,
+            (true, _) => Arm::Solicited,
+        });
     }
 
     /// Keeps only the completions `keep` accepts, in order.
-    fn retain(&self, keep: impl FnMut(&Wc) -> bool) {
+    fn retain(&self, mut keep: impl FnMut(&Wc) -> bool) {
         let mut q = self.lock();
-        q.retain(keep);
-        self.len.store(q.len(), Ordering::Release);
+        q.wcs.retain(|w| keep(w));
+        self.len.store(q.wcs.len(), Ordering::Release);
     }
 
     #[cfg(test)]
     fn snapshot(&self) -> Vec<Wc> {
-        self.lock().iter().copied().collect()
+        self.lock().wcs.iter().copied().collect()
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct Cq {
     pub(crate) entries: Arc<CqRing>,
-    pub(crate) cqe: u32,
-    pub(crate) arm: Option<Arm>,
     /// QPs (and SRQs) using this CQ: destroy is EBUSY while non-zero.
     pub(crate) users: u32,
     /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: a completion that finds the CQ
     /// full is dropped without an error (no CQ_ERR, the QP carries on).
     pub(crate) ignore_overrun: bool,
-    /// The latest timestamp queued: each completion is stamped after it.
-    /// Callers pass in the time they read on entry, and one descheduled
-    /// before it took the engine would otherwise queue an older stamp after
-    /// a newer one (`ibv_rc_pingpong -t` then sees time run backwards); a
-    /// device's CQEs are written at distinct times.
-    last_stamp: Instant,
 }
-
-/// The CQ was full; the completion was lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Overflow;
 
 impl Cq {
     pub(crate) fn new(cqe: u32) -> Cq {
         Cq {
-            entries: Arc::default(),
-            cqe,
-            arm: None,
+            entries: Arc::new(CqRing::new(cqe)),
             users: 0,
             ignore_overrun: false,
-            last_stamp: Instant::ZERO,
         }
     }
 
@@ -132,24 +189,8 @@ impl Cq {
     }
 
     /// Queues a completion; returns whether an armed notification fired.
-    pub(crate) fn push(&mut self, mut wc: Wc, solicited: bool) -> Result<bool, Overflow> {
-        if self.entries.len() >= self.cqe as usize {
-            return Err(Overflow);
-        }
-        if wc.timestamp <= self.last_stamp && self.last_stamp != Instant::ZERO {
-            wc.timestamp = Instant::from_nanos(self.last_stamp.as_nanos() + 1);
-        }
-        self.last_stamp = wc.timestamp;
-        self.entries.push_back(wc);
-        let fire = match self.arm {
-            Some(Arm::Next) => true,
-            Some(Arm::Solicited) => solicited || wc.status != crate::WcStatus::Success,
-            None => false,
-        };
-        if fire {
-            self.arm = None;
-        }
-        Ok(fire)
+    pub(crate) fn push(&self, wc: Wc, solicited: bool) -> Result<bool, Overflow> {
+        self.entries.push(wc, solicited)
     }
 }
 
@@ -192,7 +233,7 @@ mod tests {
     /// thread read the clock, then waited) is stamped just after it.
     #[test]
     fn a_late_older_stamp_never_runs_the_queue_backwards() {
-        let mut cq = Cq::new(8);
+        let cq = Cq::new(8);
         for ns in [1_000, 5_000_000, 1_150_000, 5_000_000, 6_000_000] {
             cq.push(stamped(ns), false).unwrap();
         }
@@ -204,6 +245,45 @@ mod tests {
         assert_eq!(ids, [1_000, 5_000_000, 1_150_000, 5_000_000, 6_000_000]);
     }
 
+    /// The size a push checks is the ring's own: a CQ resized to what it
+    /// holds overflows on the next push, a resize below that is refused
+    /// and changes nothing, and room polled free is room again.
+    #[test]
+    fn a_push_checks_the_size_the_ring_holds() {
+        let cq = Cq::new(4);
+        for id in 0..3 {
+            cq.push(stamped(id + 1), false).unwrap();
+        }
+        assert!(!cq.entries.resize(2));
+        cq.push(stamped(10), false).unwrap();
+        assert_eq!(cq.push(stamped(11), false), Err(Overflow));
+        assert!(cq.entries.resize(4));
+        assert_eq!(cq.push(stamped(12), false), Err(Overflow));
+        assert_eq!(cq.entries.poll(1, |_| ()), 1);
+        cq.push(stamped(13), false).unwrap();
+        assert_eq!(cq.entries.len(), 4);
+    }
+
+    /// An arm fires once, for the completion it asked for; a solicited-only
+    /// arm does not narrow an arm for any completion.
+    #[test]
+    fn an_arm_fires_once_for_what_it_asked() {
+        let cq = Cq::new(16);
+        assert_eq!(cq.push(stamped(1), true), Ok(false));
+        cq.entries.arm(true);
+        assert_eq!(cq.push(stamped(2), false), Ok(false));
+        assert_eq!(cq.push(stamped(3), true), Ok(true));
+        assert_eq!(cq.push(stamped(4), true), Ok(false));
+        cq.entries.arm(false);
+        cq.entries.arm(true);
+        assert_eq!(cq.push(stamped(5), false), Ok(true));
+        assert_eq!(cq.push(stamped(6), false), Ok(false));
+        cq.entries.arm(true);
+        let mut failed = stamped(7);
+        failed.status = WcStatus::GeneralErr;
+        assert_eq!(cq.push(failed, false), Ok(true));
+    }
+
     /// The ring under its spin lock, as the engine uses it: one producer
     /// (the engine lock's holder) queues while two pollers take
     /// completions without it. Each completion is taken once, and each
@@ -212,7 +292,7 @@ mod tests {
     fn two_pollers_take_each_completion_once_and_in_order() {
         use std::sync::atomic::AtomicU64;
         const N: u64 = 200_000;
-        let mut cq = Cq::new(u32::MAX);
+        let cq = Cq::new(u32::MAX);
         let ring = Arc::clone(&cq.entries);
         let taken = Arc::new(AtomicU64::new(0));
         let pollers: Vec<_> = (0..2)

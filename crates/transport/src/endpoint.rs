@@ -8,7 +8,7 @@
 
 use crate::attr::{QpAttr, QpCap, QpInitAttr, check_modify};
 use crate::config::Config;
-use crate::cq::{Arm, Cq, CqHandle, CqRing, Srq, SrqHandle};
+use crate::cq::{Cq, CqHandle, CqRing, Srq, SrqHandle};
 use crate::error::{VerbsError, inval};
 use crate::mr::{Memory, Mr, MrTable, PdHandle};
 use crate::mw::MwTable;
@@ -314,10 +314,9 @@ impl Endpoint {
     pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<u32, VerbsError> {
         let max = self.config.limits.max_cqe;
         let c = self.cq_mut(cq)?;
-        if cqe == 0 || cqe > max || (cqe as usize) < c.entries.len() {
+        if cqe == 0 || cqe > max || !c.entries.resize(cqe) {
             return inval(format!("cannot resize CQ to {cqe}"));
         }
-        c.cqe = cqe;
         Ok(cqe)
     }
 
@@ -379,11 +378,7 @@ impl Endpoint {
 
     /// Arms a CQ: the next (solicited) completion raises [`Event::CompletionNotify`].
     pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<(), VerbsError> {
-        let c = self.cq_mut(cq)?;
-        c.arm = Some(match (solicited_only, c.arm) {
-            (false, _) | (true, Some(Arm::Next)) => Arm::Next,
-            (true, _) => Arm::Solicited,
-        });
+        self.cq_mut(cq)?.entries.arm(solicited_only);
         Ok(())
     }
 

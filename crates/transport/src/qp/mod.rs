@@ -351,7 +351,7 @@ impl Qp {
     /// QP to ERR), unless the CQ ignores overruns: then the completion is
     /// dropped (counted) and the QP carries on.
     pub(crate) fn push_wc(ctx: &mut Ctx<'_>, cq: CqHandle, mut wc: Wc, solicited: bool) -> bool {
-        let Some(c) = ctx.cqs.get_mut(cq.0) else {
+        let Some(c) = ctx.cqs.get(cq.0) else {
             return false;
         };
         wc.timestamp = ctx.now;
