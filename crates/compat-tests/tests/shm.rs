@@ -128,8 +128,9 @@ fn rc_pingpong_goes_through_shared_memory_when_on() {
 /// buffer is still validated (`-c`); with them off, none does. Most are
 /// written by the QP's express cell at the post, most receives posted
 /// into its receive cell, and the responder executes them by its express
-/// path (`SOFTRDMA_EXPRESS=0` leaves all three to the engine and the
-/// generic responder, with the same result).
+/// path, most through the cell it is lent to with its requester
+/// (`SOFTRDMA_EXPRESS=0` leaves all of it to the engine and the generic
+/// responder, with the same result).
 #[test]
 fn small_messages_go_as_direct_records() {
     require_compat_dir();
@@ -157,6 +158,9 @@ fn small_messages_go_as_direct_records() {
         // Most posts go through the QP's express cell, without the engine.
         let posted = counter(f, "tx_express").unwrap();
         assert!(posted >= 500, "{}: {posted} express posts", f.display());
+        // And most requests through its lent responder.
+        let lent = counter(f, "rx_lent").unwrap();
+        assert!(lent >= 500, "{}: {lent} by the lent responder", f.display());
         // And the receives: ibv_rc_pingpong posts each alone.
         let recvs = counter(f, "recv_express").unwrap();
         assert!(recvs >= 500, "{}: {recvs} express receives", f.display());
@@ -167,6 +171,7 @@ fn small_messages_go_as_direct_records() {
         assert!(counter(f, "rx_direct").unwrap() >= 1000, "{}", f.display());
         assert_eq!(counter(f, "rx_express"), Some(0), "{}:\n{out}", f.display());
         assert_eq!(counter(f, "tx_express"), Some(0), "{}:\n{out}", f.display());
+        assert_eq!(counter(f, "rx_lent"), Some(0), "{}:\n{out}", f.display());
         assert_eq!(
             counter(f, "recv_express"),
             Some(0),

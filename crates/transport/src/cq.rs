@@ -59,6 +59,28 @@ struct Queue {
     last_stamp: Instant,
 }
 
+impl Queue {
+    /// Queues `wc` stamped `now`, or just after the latest stamp queued;
+    /// returns whether the CQ's arm fired for it (and disarms it).
+    fn queue(&mut self, now: Instant, mut wc: Wc, solicited: bool) -> bool {
+        wc.timestamp = now;
+        if now <= self.last_stamp && self.last_stamp != Instant::ZERO {
+            wc.timestamp = Instant::from_nanos(self.last_stamp.as_nanos() + 1);
+        }
+        self.last_stamp = wc.timestamp;
+        self.wcs.push_back(wc);
+        let fire = match self.arm {
+            Some(Arm::Next) => true,
+            Some(Arm::Solicited) => solicited || wc.status != crate::WcStatus::Success,
+            None => false,
+        };
+        if fire {
+            self.arm = None;
+        }
+        fire
+    }
+}
+
 /// The CQ was full; the completion was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Overflow;
@@ -108,26 +130,65 @@ impl CqRing {
 
     /// Queues a completion; returns whether an armed notification fired
     /// (and disarms it).
-    pub(crate) fn push(&self, mut wc: Wc, solicited: bool) -> Result<bool, Overflow> {
+    pub(crate) fn push(&self, wc: Wc, solicited: bool) -> Result<bool, Overflow> {
         let mut q = self.lock();
         if q.wcs.len() >= q.cqe as usize {
             return Err(Overflow);
         }
-        if wc.timestamp <= q.last_stamp && q.last_stamp != Instant::ZERO {
-            wc.timestamp = Instant::from_nanos(q.last_stamp.as_nanos() + 1);
-        }
-        q.last_stamp = wc.timestamp;
-        q.wcs.push_back(wc);
+        let fired = q.queue(wc.timestamp, wc, solicited);
         self.len.store(q.wcs.len(), Ordering::Release);
-        let fire = match q.arm {
-            Some(Arm::Next) => true,
-            Some(Arm::Solicited) => solicited || wc.status != crate::WcStatus::Success,
-            None => false,
+        Ok(fired)
+    }
+
+    /// Queues `wc` (stamped `now`, in order; `solicited`: a solicited
+    /// event), and `then` (into its own ring, or this one after `wc`),
+    /// both or neither. Neither if a ring has no room (an overflow is the
+    /// transport's error to raise), or is armed at all unless `fire`;
+    /// with `fire`, returns which of the two rings' arms fired (and
+    /// disarms them): the caller raises the notifications. A lent
+    /// responder's completions (`qp/express/exec.rs`): the rings' locks are
+    /// the only ones it takes, each ring's once, in address order.
+    pub(crate) fn push_lent(
+        &self,
+        now: Instant,
+        (wc, solicited): (Wc, bool),
+        then: Option<(&CqRing, Wc)>,
+        fire: bool,
+    ) -> Option<[bool; 2]> {
+        let other = then.filter(|(r, _)| !std::ptr::eq(*r, self));
+        let Some((ring, second)) = other else {
+            let mut q = self.lock();
+            let n = 1 + usize::from(then.is_some());
+            if (q.arm.is_some() && !fire) || q.wcs.len() + n > q.cqe as usize {
+                return None;
+            }
+            let fired = q.queue(now, wc, solicited);
+            let fired = fired | then.is_some_and(|(_, w)| q.queue(now, w, false));
+            self.len.store(q.wcs.len(), Ordering::Release);
+            return Some([fired, false]);
         };
-        if fire {
-            q.arm = None;
+        let (first, last) = if (self as *const CqRing) < (ring as *const CqRing) {
+            (self, ring)
+        } else {
+            (ring, self)
+        };
+        let (mut a, mut b) = (first.lock(), last.lock());
+        let room = |q: &Queue| (q.arm.is_none() || fire) && q.wcs.len() < q.cqe as usize;
+        if !(room(&a) && room(&b)) {
+            return None;
         }
-        Ok(fire)
+        let (mine, theirs) = if std::ptr::eq(first, self) {
+            (&mut a, &mut b)
+        } else {
+            (&mut b, &mut a)
+        };
+        let fired = [
+            mine.queue(now, wc, solicited),
+            theirs.queue(now, second, false),
+        ];
+        self.len.store(mine.wcs.len(), Ordering::Release);
+        ring.len.store(theirs.wcs.len(), Ordering::Release);
+        Some(fired)
     }
 
     /// Changes the CQ's size, unless fewer than what is queued (false); in

@@ -162,7 +162,10 @@ impl Endpoint {
     /// Counters.
     pub fn stats(&self) -> Stats {
         let mut s = self.stats;
-        s.recv_express += self.qps.values().map(|q| q.rq.pulled()).sum::<u64>();
+        for q in self.qps.values() {
+            s.recv_express += q.rq.pulled();
+            q.lent_counts().fold(&mut s);
+        }
         s
     }
 
@@ -883,7 +886,7 @@ impl Endpoint {
             .qps
             .remove(&qpn)
             .ok_or_else(|| VerbsError::NotFound(format!("QP {qpn:#x}")))?;
-        qp.revoke();
+        qp.revoke().fold(&mut self.stats);
         self.stats.recv_express += qp.rq.pulled();
         // Type 2 windows bound to it stop granting access (its QPN may come back).
         self.mws.unbind_qp(qpn);
@@ -1226,15 +1229,32 @@ impl Endpoint {
 
     /// Handles a direct record off a same-host lane
     /// ([`softrdma_wire::direct`]) as the packet (and carried ACK) it
-    /// stands for.
+    /// stands for: through the QP's lent responder if it takes it
+    /// ([`Express::exec`], raising the notifications it fired), else by
+    /// the transport.
     pub fn handle_direct(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
+        // A one-packet SEND or WRITE, read in place: no `Packet` built.
+        let r = match self.config.express {
+            true => softrdma_wire::direct::read_request(d.payload),
+            false => None,
+        };
+        // Through the lent responder, which counts it.
+        if let Some(r) = &r
+            && let Some(qp) = self.qps.get_mut(&r.dest_qp)
+            && let Some(x) = &qp.express
+            && let Some(done) = x.exec(now, d, r, mem, true)
+        {
+            for cq in done.fired.into_iter().flatten() {
+                self.events.push_back(Event::CompletionNotify(cq));
+            }
+            queue_ready(&mut self.timers, &mut self.ready, qp);
+            return;
+        }
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += d.payload.len() as u64;
         self.stats.rx_direct += 1;
-        // A one-packet SEND or WRITE, read in place: no `Packet` built.
-        if self.config.express
-            && let Some(r) = softrdma_wire::direct::read_request(d.payload)
-            && self.direct_request(now, d, &r, mem)
+        if let Some(r) = &r
+            && self.direct_request(now, d, r, mem)
         {
             return;
         }
@@ -1309,6 +1329,7 @@ impl Endpoint {
             return;
         }
         if pkt.info.is_request() {
+            qp.reclaim_responder(&mut ctx);
             // Off a lane, the common request takes the express path.
             let express = !wire && ctx.config.express && qp.express_request(&mut ctx, mem, pkt);
             if !express {
@@ -1352,6 +1373,8 @@ impl Endpoint {
         if qp.qp_type != QpType::Rc || !from_peer(qp, ctx.config, d) {
             return false;
         }
+        // The responder's state is the transport's again.
+        qp.reclaim_responder(&mut ctx);
         let req = crate::qp::ExpressReq::of_record(r);
         if !qp.express_exec(&mut ctx, mem, &req) {
             return false;

@@ -45,7 +45,9 @@ pub use mr::{
 };
 pub use mr_rereg::Rereg;
 pub use mw::{Mw, MwBind, MwType};
-pub use qp::{Express, ExpressRecv, ExpressWr, PEER_COPY_MIN, PLACE_MAX, fill_icrc_between};
+pub use qp::{
+    Executed, Express, ExpressRecv, ExpressWr, PEER_COPY_MIN, PLACE_MAX, fill_icrc_between,
+};
 pub use rng::Rng;
 pub use stats::Stats;
 pub use time::Instant;

@@ -66,6 +66,10 @@ pub struct Stats {
     /// Receives posted through a QP's express cell (`qp/recv_queue.rs`),
     /// counted when the transport takes them into the QP's queue.
     pub recv_express: u64,
+    /// Of `rx_express`, requests a lent responder executed through its
+    /// QP's cell (`qp/express/exec.rs`), counted at the reclaim or when
+    /// the counters are read.
+    pub rx_lent: u64,
 }
 
 impl Stats {
@@ -101,6 +105,7 @@ impl Stats {
             ("rx_in_place", self.rx_in_place),
             ("tx_express", self.tx_express),
             ("recv_express", self.recv_express),
+            ("rx_lent", self.rx_lent),
         ]
     }
 }

@@ -7,7 +7,8 @@
 #[allow(dead_code, unused_imports)]
 mod peer_harness;
 use peer_harness::*;
-use softrdma_transport::{Express, ExpressWr, WcOpcode};
+use softrdma_transport::{Datagram, Event, Express, ExpressWr, WcOpcode};
+use std::net::SocketAddr;
 
 fn express_pair() -> (Node, Node) {
     pair_with(|c| {
@@ -127,6 +128,9 @@ fn a_ping_pong_goes_through_the_cells_with_the_acks_they_owe() {
     assert_eq!(a.ep.stats().tx_express, 4);
     assert_eq!(b.ep.stats().tx_express, 3);
     assert_eq!(a.ep.stats().retransmits + b.ep.stats().retransmits, 0);
+    // Each side's responder was lent with its requester and executed the
+    // other's last three records through the cell.
+    assert_eq!((a.ep.stats().rx_lent, b.ep.stats().rx_lent), (3, 3));
 }
 
 #[test]
@@ -297,4 +301,67 @@ fn a_message_taken_back_times_out_from_its_raised_posting_time() {
     a.ep.handle_timeout(t);
     assert_eq!(drain(&mut a, t).len(), 1, "the message, as a packet");
     assert_eq!(a.ep.stats().retransmits, 1);
+}
+
+/// A record for a lent responder whose CQ is armed: a caller that cannot
+/// raise the notification (a driver's poller without its lock) has it
+/// declined, with nothing changed; the transport executes it through the
+/// cell and raises the notification, once, which disarms the CQ.
+#[test]
+fn an_armed_cq_fires_once_through_the_transport_and_is_declined_without_it() {
+    let (mut a, mut b, xa, xb) = idle_pair();
+    let lent = b.ep.stats().rx_lent;
+    b.ep.req_notify_cq(b.cq, false).unwrap();
+    a.mem.write(A_BASE + 40, &[0x5A; 8]);
+    let rec = post(&xa, &mut a, T0, A_BASE + 40).expect("A is lent");
+    let r = softrdma_wire::direct::read_request(&rec).expect("a SEND record");
+    let d = Datagram {
+        src: SocketAddr::new(a.ip, 4791),
+        dst_ip: b.ip,
+        payload: &rec,
+    };
+    assert_eq!(xb.exec(T0, &d, &r, &mut b.mem, false), None);
+    assert!(wcs(&mut b).is_empty());
+    assert_eq!(b.ep.stats().rx_lent, lent);
+    lane(&mut b, &a, T0, &rec);
+    let mut notified = 0;
+    while let Some(e) = b.ep.poll_event() {
+        notified += usize::from(matches!(e, Event::CompletionNotify(c) if c == b.cq));
+    }
+    assert_eq!(notified, 1);
+    assert_eq!(b.ep.stats().rx_lent, lent + 1, "through the cell");
+    let got = wcs(&mut b);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0].status, got[0].opcode),
+        (WcStatus::Success, WcOpcode::Recv)
+    );
+    assert_eq!(b.mem.at(B_BASE + 4096 * 3, 8), &[0x5A; 8]);
+    run(&mut a, &mut b, T0);
+    assert_eq!(wcs(&mut a).len(), 1, "A's SEND settled");
+    // Disarmed by the notification: the next one raises none.
+    let rec = post(&xa, &mut a, T0, A_BASE + 40).expect("A is lent");
+    lane(&mut b, &a, T0, &rec);
+    assert_eq!(b.ep.stats().rx_lent, lent + 2);
+    assert_eq!(wcs(&mut b).len(), 1);
+    assert!(b.ep.poll_event().is_none());
+}
+
+/// A receive region deregistered since the lent responder learnt it is
+/// not written by the cell: the transport takes the record, finds the key
+/// gone and fails the receive (and the QP), with the memory untouched.
+#[test]
+fn a_receive_region_gone_is_not_written_by_the_lent_responder() {
+    let (mut a, mut b, xa, _) = idle_pair();
+    let lent = b.ep.stats().rx_lent;
+    let before = b.mem.at(B_BASE + 4096 * 3, 8).to_vec();
+    b.ep.dereg_mr(b.key).unwrap();
+    a.mem.write(A_BASE + 48, &[0xC3; 8]);
+    let rec = post(&xa, &mut a, T0, A_BASE + 48).expect("A is lent");
+    lane(&mut b, &a, T0, &rec);
+    assert_eq!(b.ep.stats().rx_lent, lent);
+    assert_eq!(b.mem.at(B_BASE + 4096 * 3, 8), &before[..], "untouched");
+    let got = wcs(&mut b);
+    assert_eq!(got[0].status, WcStatus::LocProtErr, "{got:?}");
+    assert_eq!(b.ep.query_qp(b.qpn).unwrap().0.qp_state, QpState::Err);
 }

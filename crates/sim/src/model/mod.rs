@@ -96,6 +96,12 @@ pub struct RcConfig {
     /// With `direct`: posts go through each QP's express cell first
     /// (`Endpoint::express`, `Express::post`), as the C ABI's do.
     pub express_post: bool,
+    /// Only SENDs (± immediate data, inline), as a messaging ping-pong
+    /// posts: the traffic a responder lent with its requester takes.
+    pub sends_only: bool,
+    /// With `direct`: records carry the responder's plain ACKs
+    /// (`Config::lane_acks`, on in the engine).
+    pub lane_acks: bool,
 }
 
 impl RcConfig {
@@ -118,6 +124,8 @@ impl RcConfig {
             direct: false,
             express: false,
             express_post: false,
+            sends_only: false,
+            lane_acks: false,
         }
     }
 }
@@ -193,6 +201,7 @@ pub fn add_stats(a: &mut Stats, b: &Stats) {
     a.rx_in_place += b.rx_in_place;
     a.tx_express += b.tx_express;
     a.recv_express += b.recv_express;
+    a.rx_lent += b.rx_lent;
 }
 
 impl fmt::Display for Report {

@@ -144,6 +144,7 @@ impl World {
         let mut net = Net::new_with(cfg.nodes, cfg.seed, |c| {
             c.direct = cfg.direct;
             c.express = cfg.direct && cfg.express;
+            c.lane_acks = cfg.direct && cfg.lane_acks;
         });
         net.faults = cfg.faults;
         let rng = Rng::new(cfg.seed ^ 0xA5A5_0000_1234);

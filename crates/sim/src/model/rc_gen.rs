@@ -33,8 +33,10 @@ impl World {
             (Kind::FetchAdd, 8),
             (Kind::SharedFetchAdd, 6),
         ];
-        let mut x = self.rng.below(W.iter().map(|w| w.1).sum());
-        for (k, w) in W {
+        // The SENDs lead the table.
+        let kinds = if self.cfg.sends_only { &W[..3] } else { &W[..] };
+        let mut x = self.rng.below(kinds.iter().map(|w| w.1).sum());
+        for &(k, w) in kinds {
             if x < w {
                 return k;
             }

@@ -18,12 +18,22 @@
 //! express post carries it; whoever polls the QP's output first takes it
 //! back into the responder's queue (`unowe`), in front of anything newer.
 //!
+//! An idle responder is lent with the requester, and executes a lone
+//! SEND through the cell (`express/exec.rs`); it is taken back alone
+//! before the transport reads its state (`Qp::reclaim_responder`), and
+//! with the requester at any reclaim.
+//!
 //! A gather from an SGE needs its L_Key checked: the cell keeps the regions
 //! the transport checked for this QP's posts, each with the MR table's
 //! generation of that moment; any change to a region bumps the generation
 //! and every copy is stale.
 
+mod exec;
+
+pub use exec::Executed;
+
 use super::{Ctx, ExpressRecv, Path, Qp, RespOut, SendWqe};
+use crate::cq::{CqHandle, CqRing};
 use crate::endpoint::Transmit;
 use crate::mr::{Memory, MrTable, PdHandle};
 use crate::time::Instant;
@@ -104,6 +114,57 @@ struct Lane {
     owed: Option<LaneAck>,
     /// Records may carry ACKs (`Config::lane_acks`).
     carries: bool,
+    /// The responder, if lent too (`exec.rs`).
+    resp: Option<RespLane>,
+}
+
+/// A responder lent with its requester: what a lent exec reads and
+/// changes (`exec.rs`), given back at the reclaim.
+#[derive(Debug)]
+struct RespLane {
+    /// The expected PSN.
+    psn: Psn,
+    msn: u32,
+    qpn: u32,
+    /// Largest payload (the path MTU).
+    mtu: u32,
+    /// Where a request must come from, and to (as `from_peer` checks).
+    peer: IpAddr,
+    local: IpAddr,
+    recv_cq: (CqHandle, Arc<CqRing>),
+    send_cq: (CqHandle, Arc<CqRing>),
+    sig_all: bool,
+    /// Since the lend: requests executed and their records' bytes, and
+    /// the messages they settled and their records' bytes.
+    counts: LentCounts,
+}
+
+/// What a lent responder counted, for the endpoint's statistics at the
+/// reclaim (or when they are read).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct LentCounts {
+    execs: u64,
+    bytes: u64,
+    settled: u64,
+    settled_bytes: u64,
+}
+
+impl LentCounts {
+    /// Adds these to `stats`: each request as a direct record read in
+    /// place and executed by the express path, each settled message as
+    /// an express record sent.
+    pub(crate) fn fold(self, stats: &mut crate::Stats) {
+        stats.rx_packets += self.execs;
+        stats.rx_bytes += self.bytes;
+        stats.rx_direct += self.execs;
+        stats.rx_in_place += self.execs;
+        stats.rx_express += self.execs;
+        stats.rx_lent += self.execs;
+        stats.tx_packets += self.settled;
+        stats.tx_bytes += self.settled_bytes;
+        stats.tx_direct += self.settled;
+        stats.tx_express += self.settled;
+    }
 }
 
 impl Lane {
@@ -124,6 +185,8 @@ struct CachedMr {
     length: u64,
     host: u64,
     generation: u64,
+    /// Its access allows local writes (a receive's scatter).
+    writable: bool,
 }
 
 /// The message a lent QP has outstanding.
@@ -134,6 +197,20 @@ struct Outstanding {
     /// The record's length (the statistics count it when settled).
     record: u32,
     posted: Instant,
+}
+
+impl Outstanding {
+    /// Its send completion once settled (`None`: unsignaled) on QP `qpn`.
+    fn completion(&self, qpn: u32, sig_all: bool) -> Option<Wc> {
+        let wr = &self.wr;
+        let signaled = wr.flags.contains(SendFlags::SIGNALED) || sig_all;
+        let mut wc = Wc::new(wr.wr_id, WcStatus::Success, wr.opcode.wc_opcode(), qpn);
+        wc.byte_len = self.len;
+        if wr.opcode == WrOpcode::SendWithImm || wr.opcode == WrOpcode::RdmaWriteWithImm {
+            wc.wc_flags = WcFlags::WITH_IMM;
+        }
+        signaled.then_some(wc)
+    }
 }
 
 /// A send WR as the express post reads it: the fields a lone SEND or
@@ -351,6 +428,7 @@ impl Express {
             length: m.length,
             host: m.host,
             generation,
+            writable: m.access.contains(Access::LOCAL_WRITE),
         };
         self.lock().mrs.remember(c);
     }
@@ -429,11 +507,17 @@ impl MrCache {
     /// The host address of `[va, va + len)` through `lkey`, if a region
     /// this cell remembers at `generation` holds it.
     fn host_of(&self, lkey: u32, va: u64, len: u64, generation: u64) -> Option<u64> {
+        self.host_in(lkey, va, len, generation, false)
+    }
+
+    /// [`MrCache::host_of`], of a region that allows local writes if
+    /// `write`.
+    fn host_in(&self, lkey: u32, va: u64, len: u64, generation: u64, write: bool) -> Option<u64> {
         let m = self
             .mrs
             .iter()
             .flatten()
-            .find(|m| m.lkey == lkey && m.generation == generation)?;
+            .find(|m| m.lkey == lkey && m.generation == generation && (m.writable || !write))?;
         let end = va.checked_add(len)?;
         (va >= m.iova && end <= m.iova.checked_add(m.length)?).then(|| m.host + (va - m.iova))
     }
@@ -459,6 +543,7 @@ impl Qp {
         // skips the checks and the path below (~100 instructions a
         // record, callgrind of `ib_send_lat`).
         if x.lent.load(Ordering::Relaxed) {
+            self.lend_responder_again(ctx);
             return;
         }
         let idle = x.wanted.load(Ordering::Relaxed)
@@ -481,6 +566,7 @@ impl Qp {
         let Some(path) = Path::for_av(ctx, &self.attr.ah_attr) else {
             return;
         };
+        let x = Arc::clone(x);
         let mut g = x.lock();
         if !matches!(g.lent, Lent::Held) {
             return;
@@ -490,6 +576,7 @@ impl Qp {
         if owed.is_some() {
             self.resp.out.pop_front();
         }
+        let resp = self.lend_responder(ctx);
         g.lent = Lent::Lent(
             Lane {
                 psn: self.req.psn,
@@ -500,6 +587,7 @@ impl Qp {
                 max_inline: ctx.config.limits.max_inline,
                 owed,
                 carries: ctx.config.lane_acks,
+                resp,
             },
             None,
         );
@@ -541,6 +629,11 @@ impl Qp {
         let Lent::Lent(lane, out) = lent else {
             return;
         };
+        if let Some(r) = &lane.resp {
+            self.resp.psn = r.psn;
+            self.resp.msn = r.msn;
+            r.counts.fold(ctx.stats);
+        }
         self.timers.lease = None;
         if let Some(a) = lane.owed {
             self.owed_back(a);
@@ -618,14 +711,7 @@ impl Qp {
     /// The send completion of the outstanding message `o` that a plain
     /// ACK settled (`None`: unsignaled) and its record's length.
     fn settled(&self, o: &Outstanding) -> (Option<Wc>, u32) {
-        let (record, wr) = (o.record, &o.wr);
-        let signaled = wr.flags.contains(SendFlags::SIGNALED) || self.sq_sig_all;
-        let mut wc = Wc::new(wr.wr_id, WcStatus::Success, wr.opcode.wc_opcode(), self.qpn);
-        wc.byte_len = o.len;
-        if wr.opcode == WrOpcode::SendWithImm || wr.opcode == WrOpcode::RdmaWriteWithImm {
-            wc.wc_flags = WcFlags::WITH_IMM;
-        }
-        (signaled.then_some(wc), record)
+        (o.completion(self.qpn, self.sq_sig_all), o.record)
     }
 
     /// After [`Qp::settled`], out of the cell's lock: the record counts as
@@ -730,11 +816,44 @@ impl Qp {
 
     /// The QP is gone: its cell lends nothing again (its message, if
     /// any, goes with the QP, without a completion, as its WQEs do).
-    pub(crate) fn revoke(&mut self) {
+    /// Returns what its lent responder counted.
+    pub(crate) fn revoke(&mut self) -> LentCounts {
         self.close_recvs();
-        if let Some(x) = self.express.take() {
-            x.lock().lent = Lent::Held;
-            x.lent.store(false, Ordering::Release);
+        let Some(x) = self.express.take() else {
+            return LentCounts::default();
+        };
+        let lent = std::mem::take(&mut x.lock().lent);
+        x.lent.store(false, Ordering::Release);
+        match lent {
+            Lent::Lent(Lane { resp: Some(r), .. }, _) => r.counts,
+            _ => LentCounts::default(),
+        }
+    }
+
+    /// Takes the responder back if it is lent (the requester stays lent):
+    /// before the transport reads or changes its state.
+    pub(crate) fn reclaim_responder(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(x) = lent(&self.express) else { return };
+        let r = match &mut x.lock().lent {
+            Lent::Lent(lane, _) => lane.resp.take(),
+            Lent::Held => None,
+        };
+        if let Some(r) = r {
+            self.resp.psn = r.psn;
+            self.resp.msn = r.msn;
+            r.counts.fold(ctx.stats);
+        }
+    }
+
+    /// What the lent responder counted since the lend (not yet in the
+    /// endpoint's statistics).
+    pub(crate) fn lent_counts(&self) -> LentCounts {
+        let Some(x) = lent(&self.express) else {
+            return LentCounts::default();
+        };
+        match &x.lock().lent {
+            Lent::Lent(Lane { resp: Some(r), .. }, _) => r.counts,
+            _ => LentCounts::default(),
         }
     }
 }

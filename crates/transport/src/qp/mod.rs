@@ -29,7 +29,7 @@ use softrdma_wire::{Bth, Headers, Psn, Syndrome, ip};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 
-pub use express::{Express, ExpressWr};
+pub use express::{Executed, Express, ExpressWr};
 pub use peer::{PEER_COPY_MIN, PLACE_MAX};
 pub use recv_queue::ExpressRecv;
 pub(crate) use sgl::{gather, scatter};

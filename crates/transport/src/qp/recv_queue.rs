@@ -14,6 +14,11 @@
 //! changes; the cell checks the WR's SGE count and the queue's room, and
 //! declines what fails either, for the transport's post to refuse with its
 //! error.
+//!
+//! A responder lent with its requester (`qp/express/exec.rs`) takes its
+//! receives from the cell: the lending moves the queue's own into the
+//! cell, in front of what was posted there ([`RecvQueue::lend`]), and
+//! the transport's next pull takes back whatever is left.
 
 use crate::types::QpState;
 use crate::wr::RecvWr;
@@ -39,10 +44,38 @@ pub struct ExpressRecv {
 }
 
 #[derive(Debug, Default)]
-struct Cell {
+pub(super) struct Cell {
     open: bool,
+    /// The transport's own queue, lent with its responder
+    /// ([`RecvQueue::lend`]): older than `posted`, and not counted again
+    /// when pulled back.
+    lent: VecDeque<RecvWr>,
     /// Posted here, not yet pulled.
     posted: VecDeque<RecvWr>,
+    /// Receives of `posted` a lent responder took ([`Cell::take_next`]),
+    /// not yet counted in [`RecvQueue::pulled`].
+    taken: u64,
+}
+
+impl Cell {
+    /// The receive a message takes next, if the transport's queue holds
+    /// none (`held`, read under the cell's lock: it grows only under it).
+    pub(super) fn next(&self, x: &ExpressRecv) -> Option<&RecvWr> {
+        if x.held.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        self.lent.front().or_else(|| self.posted.front())
+    }
+
+    /// Takes the receive [`Cell::next`] gave.
+    pub(super) fn take_next(&mut self) -> Option<RecvWr> {
+        if let Some(w) = self.lent.pop_front() {
+            return Some(w);
+        }
+        let w = self.posted.pop_front()?;
+        self.taken += 1;
+        Some(w)
+    }
 }
 
 impl ExpressRecv {
@@ -56,7 +89,7 @@ impl ExpressRecv {
         }
     }
 
-    fn lock(&self) -> SpinGuard<'_, Cell> {
+    pub(super) fn lock(&self) -> SpinGuard<'_, Cell> {
         self.cell.lock()
     }
 
@@ -69,7 +102,8 @@ impl ExpressRecv {
     pub fn post(&self, wr: RecvWr) -> Result<(), RecvWr> {
         let mut g = self.lock();
         let held = self.held.load(Ordering::Relaxed);
-        let fits = wr.sgl.len() <= self.max_sge && held + g.posted.len() < self.max_wr;
+        let queued = held + g.lent.len() + g.posted.len();
+        let fits = wr.sgl.len() <= self.max_sge && queued < self.max_wr;
         if !(g.open && fits) {
             return Err(wr);
         }
@@ -129,9 +163,16 @@ impl RecvQueue {
         }
     }
 
-    /// [`RecvQueue::pull`] under the cell's lock; how many it took.
+    /// [`RecvQueue::pull`] under the cell's lock; how many it took that
+    /// were posted there (with those a lent responder took meanwhile).
     fn pull_locked(q: &mut VecDeque<RecvWr>, x: &ExpressRecv, g: &mut Cell) -> u64 {
-        let n = g.posted.len() as u64;
+        let n = g.posted.len() as u64 + std::mem::take(&mut g.taken);
+        // What was lent is older than what waits in the cell, and nothing
+        // joined the queue meanwhile (it grows only with a pull first).
+        if !g.lent.is_empty() {
+            debug_assert!(q.is_empty());
+            std::mem::swap(q, &mut g.lent);
+        }
         if q.is_empty() {
             std::mem::swap(q, &mut g.posted);
         } else {
@@ -147,9 +188,29 @@ impl RecvQueue {
         n
     }
 
-    /// Receives taken from the cell so far.
+    /// Receives taken from the cell so far (by the transport, or by its
+    /// lent responder).
     pub(crate) fn pulled(&self) -> u64 {
-        self.pulled
+        self.pulled + self.express.as_ref().map_or(0, |x| x.lock().taken)
+    }
+
+    /// Lends the queue to the cell, for a responder lent with it to take
+    /// receives from (`qp/express.rs`): the cell then holds every receive,
+    /// the queue's in front; any pull takes them back. False, with nothing
+    /// moved, without a cell or with its gate closed.
+    pub(crate) fn lend(&mut self) -> bool {
+        let Some(x) = &self.express else { return false };
+        let mut g = x.lock();
+        if !g.open {
+            return false;
+        }
+        if !self.q.is_empty() {
+            debug_assert!(g.lent.is_empty());
+            std::mem::swap(&mut self.q, &mut g.lent);
+            x.waiting.store(true, Ordering::Release);
+            x.held.store(0, Ordering::Relaxed);
+        }
+        true
     }
 
     /// After the queue shrank: the cell's room check sees it.

@@ -125,6 +125,9 @@ impl Qp {
             if super::super::scatter(ctx.mrs, mem, self.pd, sgl, 0, r.payload).is_err() {
                 return false;
             }
+            if let Some(s) = sgl.first() {
+                self.remember_recv_region(ctx, s.lkey);
+            }
             WcOpcode::Recv
         } else {
             let Some(reth) = r.reth else { return false };
