@@ -202,8 +202,8 @@ fn rc_express_post_sends_what_the_transport_would() {
 }
 
 /// The responder lent with its requester (`qp/express/exec.rs`) against
-/// the transport's: SENDs only, each QP posting and receiving, so that
-/// idle QPs lend both. Without loss, posts through the cells and without
+/// the transport's: SENDs and WRITEs, each QP posting and receiving, so
+/// that idle QPs lend both. Without loss, posts through the cells and without
 /// send the same packets in the same order and count the same, but for
 /// the cells' own counters; with loss (the lease and the reclaims then
 /// move the timers, and with them the later faults' draws) every
@@ -212,7 +212,7 @@ fn rc_express_post_sends_what_the_transport_would() {
 fn rc_lent_responder_runs_as_the_transport() {
     let run = |seed: u64, loss: f64, express_post: bool| {
         let mut c = RcConfig::standard(seed, loss, 6_000);
-        (c.direct, c.express, c.window, c.sends_only) = (true, true, 1, true);
+        (c.direct, c.express, c.window, c.no_reads) = (true, true, 1, true);
         // Packets go as over a lane, where nothing flips a bit.
         (c.lane_acks, c.faults.bitflip) = (true, 0.0);
         c.srq_node = None;

@@ -140,54 +140,61 @@ impl CqRing {
         Ok(fired)
     }
 
-    /// Queues `wc` (stamped `now`, in order; `solicited`: a solicited
-    /// event), and `then` (into its own ring, or this one after `wc`),
-    /// both or neither. Neither if a ring has no room (an overflow is the
-    /// transport's error to raise), or is armed at all unless `fire`;
-    /// with `fire`, returns which of the two rings' arms fired (and
-    /// disarms them): the caller raises the notifications. A lent
-    /// responder's completions (`qp/express/exec.rs`): the rings' locks are
-    /// the only ones it takes, each ring's once, in address order.
+    /// Queues the completions of `items` (each into its ring, stamped
+    /// `now`, in order; the flag: a solicited event), all or none. None if
+    /// a ring has no room for its share (an overflow is the transport's
+    /// error to raise), or is armed at all unless `fire`; with `fire`,
+    /// returns which items fired their ring's arm (and disarmed it): the
+    /// caller raises the notifications. A lent responder's completions
+    /// (`qp/express/exec.rs`): the rings' locks are the only ones it takes,
+    /// each ring's once, in address order.
     pub(crate) fn push_lent(
-        &self,
         now: Instant,
-        (wc, solicited): (Wc, bool),
-        then: Option<(&CqRing, Wc)>,
+        items: [Option<(&CqRing, Wc, bool)>; 2],
         fire: bool,
     ) -> Option<[bool; 2]> {
-        let other = then.filter(|(r, _)| !std::ptr::eq(*r, self));
-        let Some((ring, second)) = other else {
-            let mut q = self.lock();
-            let n = 1 + usize::from(then.is_some());
-            if (q.arm.is_some() && !fire) || q.wcs.len() + n > q.cqe as usize {
-                return None;
+        let ring = |i: usize| items[i].as_ref().map(|(r, ..)| *r);
+        let (first, second) = match (ring(0), ring(1)) {
+            (Some(a), Some(b)) if !std::ptr::eq(a, b) => {
+                if (a as *const CqRing) < (b as *const CqRing) {
+                    (a, Some(b))
+                } else {
+                    (b, Some(a))
+                }
             }
-            let fired = q.queue(now, wc, solicited);
-            let fired = fired | then.is_some_and(|(_, w)| q.queue(now, w, false));
-            self.len.store(q.wcs.len(), Ordering::Release);
-            return Some([fired, false]);
+            (Some(a), _) | (None, Some(a)) => (a, None),
+            (None, None) => return Some([false; 2]),
         };
-        let (first, last) = if (self as *const CqRing) < (ring as *const CqRing) {
-            (self, ring)
-        } else {
-            (ring, self)
+        let mut g1 = first.lock();
+        let mut g2 = second.map(CqRing::lock);
+        // Each item's ring's queue: the first lock's, or the second's.
+        let on_first = |i: usize| ring(i).is_some_and(|r| std::ptr::eq(r, first));
+        let share = |first_ring: bool| {
+            (0..2)
+                .filter(|&i| items[i].is_some() && on_first(i) == first_ring)
+                .count()
         };
-        let (mut a, mut b) = (first.lock(), last.lock());
-        let room = |q: &Queue| (q.arm.is_none() || fire) && q.wcs.len() < q.cqe as usize;
-        if !(room(&a) && room(&b)) {
+        let room = |q: &Queue, n: usize| {
+            n == 0 || ((q.arm.is_none() || fire) && q.wcs.len() + n <= q.cqe as usize)
+        };
+        if !room(&g1, share(true)) || g2.as_ref().is_some_and(|q| !room(q, share(false))) {
             return None;
         }
-        let (mine, theirs) = if std::ptr::eq(first, self) {
-            (&mut a, &mut b)
-        } else {
-            (&mut b, &mut a)
-        };
-        let fired = [
-            mine.queue(now, wc, solicited),
-            theirs.queue(now, second, false),
-        ];
-        self.len.store(mine.wcs.len(), Ordering::Release);
-        ring.len.store(theirs.wcs.len(), Ordering::Release);
+        let mut fired = [false; 2];
+        for (i, item) in items.into_iter().enumerate() {
+            let Some((_, wc, solicited)) = item else {
+                continue;
+            };
+            let q = match (on_first(i), g2.as_mut()) {
+                (false, Some(q)) => q,
+                _ => &mut g1,
+            };
+            fired[i] = q.queue(now, wc, solicited);
+        }
+        first.len.store(g1.wcs.len(), Ordering::Release);
+        if let (Some(r), Some(q)) = (second, &g2) {
+            r.len.store(q.wcs.len(), Ordering::Release);
+        }
         Some(fired)
     }
 

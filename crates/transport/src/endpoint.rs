@@ -972,6 +972,18 @@ impl Endpoint {
         self.leave_ready_if_done(qpn);
     }
 
+    /// After QP `qpn`'s lent responder executed requests without the
+    /// endpoint ([`Express::exec`]): if its cell still owes the ACK of the
+    /// last (no post carried it), the QP joins the transmit queue, whose
+    /// next poll sends it.
+    pub fn schedule_owed(&mut self, qpn: Qpn) {
+        if let Some(qp) = self.qps.get_mut(&qpn)
+            && qp.owes_lent_ack()
+        {
+            queue_ready(&mut self.timers, &mut self.ready, qp);
+        }
+    }
+
     /// After a record left at once (a direct post's, a READ's answer, an
     /// express post's): if that was all the QP had to send (its WQE's one
     /// packet, the responder's lone ACK if the record carried it), the QP

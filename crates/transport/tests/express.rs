@@ -365,3 +365,63 @@ fn a_receive_region_gone_is_not_written_by_the_lent_responder() {
     assert_eq!(got[0].status, WcStatus::LocProtErr, "{got:?}");
     assert_eq!(b.ep.query_qp(b.qpn).unwrap().0.qp_state, QpState::Err);
 }
+
+/// Posts an 8-byte RDMA WRITE from `at` to `remote` under `rkey` through
+/// `x`: its record.
+fn write_through(x: &Express, n: &mut Node, at: u64, remote: u64, rkey: u32) -> Vec<u8> {
+    let w = wr(WrOpcode::RdmaWrite, n, at, 8, remote, rkey);
+    let mut out = [0u8; softrdma_wire::direct::DIRECT_MAX_LEN];
+    let e = ExpressWr::of(&w).expect("one SGE");
+    let t = x.post(T0, &e, &mut n.mem, &mut out).expect("lent and idle");
+    out[..t.len].to_vec()
+}
+
+/// WRITEs through the lent responder: to the region the cell learnt from
+/// B's receives (its key is also its R_Key), they land through the cell;
+/// one under the key of a region the cell knows from a post but that
+/// grants no remote writes goes to the transport, which refuses it (a
+/// remote access error at the requester) with the memory untouched.
+#[test]
+fn a_write_lands_through_the_cell_only_in_a_region_granting_it() {
+    let (mut a, mut b, xa, _) = idle_pair();
+    let b_key = b.key;
+    for i in 1..=2u8 {
+        let before = b.ep.stats().rx_lent;
+        a.mem.write(A_BASE + 64, &[i; 8]);
+        let rec = write_through(&xa, &mut a, A_BASE + 64, B_BASE + 512, b_key);
+        lane(&mut b, &a, T0, &rec);
+        assert_eq!(b.ep.stats().rx_lent, before + 1, "WRITE {i}");
+        assert_eq!(b.mem.at(B_BASE + 512, 8), &[i; 8]);
+        run(&mut a, &mut b, T0);
+        let got = wcs(&mut a);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].status, WcStatus::Success);
+    }
+    // A second region of B's memory, local writes only, that B sends from.
+    let pd = b.ep.query_mr(b_key).unwrap().pd;
+    let local =
+        b.ep.reg_mr(pd, B_BASE, 4096, B_BASE, Access::LOCAL_WRITE)
+            .unwrap();
+    let mut w = wr(WrOpcode::Send, &b, B_BASE + 16, 8, 0, 0);
+    w.sgl = [Sge {
+        addr: B_BASE + 16,
+        length: 8,
+        lkey: local.lkey,
+    }]
+    .into();
+    let rec = post_direct(&mut b, T0, w).expect("a record");
+    lane(&mut a, &b, T0, &rec);
+    run(&mut a, &mut b, T0);
+    assert_eq!(wcs(&mut b).len(), 1, "B's SEND");
+    wcs(&mut a);
+    let before = b.mem.at(B_BASE + 1024, 8).to_vec();
+    let lent = b.ep.stats().rx_lent;
+    a.mem.write(A_BASE + 64, &[0xEE; 8]);
+    let rec = write_through(&xa, &mut a, A_BASE + 64, B_BASE + 1024, local.rkey);
+    lane(&mut b, &a, T0, &rec);
+    run(&mut a, &mut b, T0);
+    assert_eq!(b.ep.stats().rx_lent, lent, "not through the cell");
+    assert_eq!(b.mem.at(B_BASE + 1024, 8), &before[..], "untouched");
+    let got = wcs(&mut a);
+    assert_eq!(got[0].status, WcStatus::RemAccessErr, "{got:?}");
+}

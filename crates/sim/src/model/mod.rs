@@ -96,9 +96,9 @@ pub struct RcConfig {
     /// With `direct`: posts go through each QP's express cell first
     /// (`Endpoint::express`, `Express::post`), as the C ABI's do.
     pub express_post: bool,
-    /// Only SENDs (± immediate data, inline), as a messaging ping-pong
-    /// posts: the traffic a responder lent with its requester takes.
-    pub sends_only: bool,
+    /// Only SENDs and WRITEs (± immediate data, inline), no READs or
+    /// atomics: the traffic a responder lent with its requester takes.
+    pub no_reads: bool,
     /// With `direct`: records carry the responder's plain ACKs
     /// (`Config::lane_acks`, on in the engine).
     pub lane_acks: bool,
@@ -124,7 +124,7 @@ impl RcConfig {
             direct: false,
             express: false,
             express_post: false,
-            sends_only: false,
+            no_reads: false,
             lane_acks: false,
         }
     }

@@ -33,8 +33,8 @@ impl World {
             (Kind::FetchAdd, 8),
             (Kind::SharedFetchAdd, 6),
         ];
-        // The SENDs lead the table.
-        let kinds = if self.cfg.sends_only { &W[..3] } else { &W[..] };
+        // The SENDs and WRITEs lead the table.
+        let kinds = if self.cfg.no_reads { &W[..5] } else { &W[..] };
         let mut x = self.rng.below(kinds.iter().map(|w| w.1).sum());
         for &(k, w) in kinds {
             if x < w {

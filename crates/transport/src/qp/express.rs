@@ -128,6 +128,8 @@ struct RespLane {
     qpn: u32,
     /// Largest payload (the path MTU).
     mtu: u32,
+    /// The QP grants remote writes.
+    remote_write: bool,
     /// Where a request must come from, and to (as `from_peer` checks).
     peer: IpAddr,
     local: IpAddr,
@@ -185,8 +187,9 @@ struct CachedMr {
     length: u64,
     host: u64,
     generation: u64,
-    /// Its access allows local writes (a receive's scatter).
-    writable: bool,
+    /// Its rights (a receive's scatter needs local writes, a WRITE's
+    /// data remote ones).
+    access: Access,
 }
 
 /// The message a lent QP has outstanding.
@@ -415,7 +418,8 @@ impl Express {
         takes && self.lent.load(Ordering::Acquire)
     }
 
-    /// Remembers the region of `lkey` (checked for a post of QP `pd`).
+    /// Remembers the region of `lkey` (checked for a post of QP `pd`, or
+    /// for a request to it: a region's R_Key is its L_Key).
     fn remember(&self, mrs: &MrTable, pd: PdHandle, lkey: u32) {
         let Some(m) = mrs.get(lkey) else { return };
         if m.pd != pd || m.access.contains(Access::ON_DEMAND) {
@@ -428,7 +432,7 @@ impl Express {
             length: m.length,
             host: m.host,
             generation,
-            writable: m.access.contains(Access::LOCAL_WRITE),
+            access: m.access,
         };
         self.lock().mrs.remember(c);
     }
@@ -507,17 +511,16 @@ impl MrCache {
     /// The host address of `[va, va + len)` through `lkey`, if a region
     /// this cell remembers at `generation` holds it.
     fn host_of(&self, lkey: u32, va: u64, len: u64, generation: u64) -> Option<u64> {
-        self.host_in(lkey, va, len, generation, false)
+        self.host_in(lkey, va, len, generation, Access::EMPTY)
     }
 
-    /// [`MrCache::host_of`], of a region that allows local writes if
-    /// `write`.
-    fn host_in(&self, lkey: u32, va: u64, len: u64, generation: u64, write: bool) -> Option<u64> {
+    /// [`MrCache::host_of`], of a region `key` names that grants `need`.
+    fn host_in(&self, key: u32, va: u64, len: u64, generation: u64, need: Access) -> Option<u64> {
         let m = self
             .mrs
             .iter()
             .flatten()
-            .find(|m| m.lkey == lkey && m.generation == generation && (m.writable || !write))?;
+            .find(|m| m.lkey == key && m.generation == generation && m.access.contains(need))?;
         let end = va.checked_add(len)?;
         (va >= m.iova && end <= m.iova.checked_add(m.length)?).then(|| m.host + (va - m.iova))
     }

@@ -19,12 +19,13 @@
 //! other read of its state.
 
 use super::{Express, Lent, LentCounts, RespLane};
-use crate::cq::CqHandle;
+use crate::cq::{CqHandle, CqRing};
 use crate::endpoint::Datagram;
 use crate::mr::Memory;
 use crate::qp::responder::ACK;
 use crate::qp::{Ctx, Qp};
 use crate::time::Instant;
+use crate::types::Access;
 use crate::types::{WcFlags, WcOpcode, WcStatus};
 use crate::wr::Wc;
 use softrdma_wire::direct::DirectRequest;
@@ -56,10 +57,9 @@ impl Express {
         mem: &mut dyn Memory,
         fire: bool,
     ) -> Option<Executed> {
-        if r.write || !self.lent.load(Ordering::Acquire) {
+        if !self.lent.load(Ordering::Acquire) {
             return None;
         }
-        let rx = self.recv.as_ref()?;
         let mut g = self.lock();
         let generation = self.generation.load(Ordering::Acquire);
         let cell = &mut *g;
@@ -83,31 +83,78 @@ impl Express {
             }
             (Some(_), _) => return None,
         };
-        let mut rg = rx.lock();
-        let w = rg.next(rx)?;
-        if len > 0 {
-            let s = w
-                .sgl
-                .first()
-                .filter(|s| len as u64 <= u64::from(s.length))?;
-            let host = cell
-                .mrs
-                .host_in(s.lkey, s.addr, len as u64, generation, true)?;
-            mem.write(host, r.payload);
+        // A SEND, or a WRITE with immediate data, takes a receive.
+        let takes_recv = !r.write || r.imm.is_some();
+        let mut rg = match (takes_recv, &self.recv) {
+            (false, _) => None,
+            (true, Some(rx)) => Some((rx, rx.lock())),
+            (true, None) => return None,
+        };
+        let wqe = match &rg {
+            Some((rx, g)) => Some(g.next(rx)?),
+            None => None,
+        };
+        // Where the payload lands: the receive's first SGE, or the WRITE's
+        // region (the QP's right, and a region's key: a window's is the
+        // transport's to check).
+        let host = match (r.write, wqe) {
+            (_, _) if len == 0 && !r.write => None,
+            (false, Some(w)) => {
+                let s = w
+                    .sgl
+                    .first()
+                    .filter(|s| len as u64 <= u64::from(s.length))?;
+                let need = Access::LOCAL_WRITE;
+                Some(
+                    cell.mrs
+                        .host_in(s.lkey, s.addr, len as u64, generation, need)?,
+                )
+            }
+            (false, None) => return None,
+            (true, _) => {
+                let reth = r.reth.filter(|t| t.dma_len as usize == len)?;
+                if !resp.remote_write || reth.rkey & WINDOW_KEY != 0 {
+                    return None;
+                }
+                let need = Access::REMOTE_WRITE;
+                match len {
+                    0 => None,
+                    _ => Some(
+                        cell.mrs
+                            .host_in(reth.rkey, reth.va, len as u64, generation, need)?,
+                    ),
+                }
+            }
+        };
+        let recv_wc = wqe.map(|w| {
+            let opcode = if r.write {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            };
+            let mut wc = Wc::new(w.wr_id, WcStatus::Success, opcode, resp.qpn);
+            wc.byte_len = len as u32;
+            if let Some(imm) = r.imm {
+                wc.imm_data = imm;
+                wc.wc_flags = WcFlags::WITH_IMM;
+            }
+            wc
+        });
+        if let Some(h) = host {
+            mem.write(h, r.payload);
         }
-        let mut wc = Wc::new(w.wr_id, WcStatus::Success, WcOpcode::Recv, resp.qpn);
-        wc.byte_len = len as u32;
-        if let Some(imm) = r.imm {
-            wc.imm_data = imm;
-            wc.wc_flags = WcFlags::WITH_IMM;
-        }
-        let then = settles
-            .and_then(|(wc, _)| wc)
-            .map(|s| (&*resp.send_cq.1, s));
-        let fired = resp.recv_cq.1.push_lent(now, (wc, r.se), then, fire)?;
+        let items = [
+            recv_wc.map(|wc| (&*resp.recv_cq.1, wc, r.se)),
+            settles
+                .and_then(|(wc, _)| wc)
+                .map(|wc| (&*resp.send_cq.1, wc, false)),
+        ];
+        let fired = CqRing::push_lent(now, items, fire)?;
         // Executed: the receive taken, the state the transport's path
         // leaves, the message settled, the ACK owed.
-        rg.take_next();
+        if let Some((_, g)) = &mut rg {
+            g.take_next();
+        }
         drop(rg);
         resp.psn = r.psn.add(1);
         resp.msn = resp.msn.wrapping_add(1) & 0xFF_FFFF;
@@ -132,6 +179,10 @@ impl Express {
         })
     }
 }
+
+/// Bit 31 of an R_Key: a memory window's (`mw.rs`), whose changes do not
+/// move the MR table's generation; the cell never takes one.
+const WINDOW_KEY: u32 = 1 << 31;
 
 impl Qp {
     /// The responder, lent with the requester (`Qp::lend`) if it is idle:
@@ -164,6 +215,7 @@ impl Qp {
             msn: self.resp.msn,
             qpn: self.qpn,
             mtu: self.mtu(ctx.config),
+            remote_write: self.attr.qp_access_flags.contains(Access::REMOTE_WRITE),
             peer: self.attr.ah_attr.dest_ip(),
             local,
             recv_cq,
@@ -200,9 +252,13 @@ impl Qp {
         }
     }
 
-    /// The region of the receive a request was scattered into (its first
-    /// SGE), for the cell's lent responder to scatter the next ones.
-    pub(crate) fn remember_recv_region(&self, ctx: &Ctx<'_>, lkey: u32) {
+    /// The region a request's data landed in (a receive's first SGE, a
+    /// WRITE's region, not a window), for the cell's lent responder to
+    /// check the next ones against.
+    pub(crate) fn remember_target_region(&self, ctx: &Ctx<'_>, lkey: u32) {
+        if lkey & WINDOW_KEY != 0 {
+            return;
+        }
         if let Some(x) = &self.express
             && x.recv.is_some()
             && x.wanted.load(Ordering::Relaxed)

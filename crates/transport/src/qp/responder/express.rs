@@ -126,7 +126,7 @@ impl Qp {
                 return false;
             }
             if let Some(s) = sgl.first() {
-                self.remember_recv_region(ctx, s.lkey);
+                self.remember_target_region(ctx, s.lkey);
             }
             WcOpcode::Recv
         } else {
@@ -141,6 +141,7 @@ impl Qp {
                 mrs, mws, self.qpn, self.pd, reth.rkey, reth.va, len as u64, need,
             );
             let Ok(host) = checked else { return false };
+            self.remember_target_region(ctx, reth.rkey);
             if len > 0 && host.write(mem, r.payload).is_err() {
                 return false;
             }
