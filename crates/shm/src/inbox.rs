@@ -121,6 +121,23 @@ impl Inbox {
         n
     }
 
+    /// [`Inbox::poll`], but `f` may leave a datagram in its lane (false):
+    /// then the poll stops there, and that datagram is its lane's next.
+    pub fn poll_while(&self, max: usize, mut f: impl FnMut(u8, Entry<'_>) -> bool) -> usize {
+        let mut n = 0;
+        for s in self.active_lanes() {
+            if n >= max {
+                break;
+            }
+            let (took, stopped) = self.lanes[s].pop_while(max - n, |e| f(s as u8, e));
+            n += took;
+            if stopped {
+                break;
+            }
+        }
+        n
+    }
+
     /// Whether any lane holds a datagram.
     pub fn has_work(&self) -> bool {
         self.active_lanes().any(|s| !self.lanes[s].is_empty())

@@ -246,12 +246,23 @@ impl Ring {
     /// then frees their slots. Returns how many it handed over. A slot whose
     /// header is corrupt (a length over [`DATA_CAP`]) is skipped.
     pub fn pop(&self, max: usize, mut f: impl FnMut(Entry<'_>)) -> usize {
+        self.pop_while(max, |e| {
+            f(e);
+            true
+        })
+        .0
+    }
+
+    /// [`Ring::pop`], but `f` may leave a datagram where it is (false):
+    /// then it stops there, and that datagram is the next one popped.
+    /// Returns how many it took, and whether it stopped so.
+    pub fn pop_while(&self, max: usize, mut f: impl FnMut(Entry<'_>) -> bool) -> (usize, bool) {
         let tail = self.counter(TAIL).load(Ordering::Relaxed);
         let limit = SLOTS.min(max as u64);
         let mut n = 0;
+        let mut stopped = false;
         while n < limit && self.published(tail.wrapping_add(n)) {
             let slot = self.slot(tail.wrapping_add(n));
-            n += 1;
             let mut meta = [0u8; SLOT_HEADER - META];
             // SAFETY: the slot is published (its seq read with acquire) and
             // is not freed until the tail store below; the read stays inside
@@ -259,6 +270,7 @@ impl Ring {
             unsafe { std::ptr::copy_nonoverlapping(slot.add(META), meta.as_mut_ptr(), meta.len()) };
             let len = u32::from_ne_bytes(meta[..4].try_into().unwrap_or_default()) as usize;
             if len > DATA_CAP {
+                n += 1;
                 continue;
             }
             let port = u16::from_ne_bytes([meta[4], meta[5]]);
@@ -269,17 +281,22 @@ impl Ring {
             // `len <= DATA_CAP`, so the slice stays inside the slot, which
             // nobody writes until we free it.
             let data = unsafe { std::slice::from_raw_parts(slot.add(META + at), len) };
-            f(Entry {
+            let took = f(Entry {
                 src: SocketAddr::new(src, port),
                 dst_ip,
                 data,
             });
+            if !took {
+                stopped = true;
+                break;
+            }
+            n += 1;
         }
         if n > 0 {
             self.counter(TAIL)
                 .store(tail.wrapping_add(n), Ordering::Release);
         }
-        n as usize
+        (n as usize, stopped)
     }
 }
 
@@ -371,6 +388,32 @@ pub(crate) mod tests {
         }
         r.pop(usize::MAX, |_| next_out += 1);
         assert_eq!(next_out, 5 * SLOTS as u32);
+        assert!(r.is_empty());
+    }
+
+    /// A datagram the consumer leaves stops the pop there and is the next
+    /// one popped, whole; what came before it is freed.
+    #[test]
+    fn a_datagram_left_in_place_is_the_next_popped() {
+        let mut lane = HeapLane::new();
+        let r = lane.ring();
+        for i in 0..5u8 {
+            r.push(src(), src().ip(), &[i; 3]).unwrap();
+        }
+        let mut seen = Vec::new();
+        let got = r.pop_while(usize::MAX, |e| {
+            seen.push(e.data[0]);
+            e.data[0] < 2
+        });
+        assert_eq!(got, (2, true));
+        assert_eq!(seen, [0, 1, 2]);
+        assert_eq!(r.len(), 3);
+        let got = r.pop_while(usize::MAX, |e| {
+            seen.push(e.data[0]);
+            true
+        });
+        assert_eq!(got, (3, false));
+        assert_eq!(seen, [0, 1, 2, 2, 3, 4]);
         assert!(r.is_empty());
     }
 

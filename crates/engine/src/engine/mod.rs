@@ -622,7 +622,11 @@ impl Engine {
         if !core.ep.config().express {
             return None;
         }
-        core.ep.express(qpn)
+        let x = core.ep.express(qpn)?;
+        if let Some(shm) = &self.shared.shm {
+            shm.add_cell(qpn, &x);
+        }
+        Some(x)
     }
 
     /// [`Engine::post_send`] through the QP's express cell `x` first: a
@@ -993,6 +997,20 @@ impl Engine {
         self.shared.flush_pending();
         self.shared.last_poll.store(now, Ordering::Relaxed);
         self.shared.waiter_lets_go(now);
+        // Records for lent responders first, without the engine lock: what
+        // they complete is in the rings, this CQ's polled here.
+        if let Some(ring) = ring
+            && self.shared.rx_lent(now) > 0
+        {
+            let n = ring.poll(max, &mut f);
+            if n > 0 {
+                if self.shared.tx_pending.load(Ordering::Relaxed) {
+                    self.shared.ensure_tick(now);
+                }
+                self.shared.leave(now);
+                return Ok(n);
+            }
+        }
         // Block on the lock another reader holds (the engine lock for the
         // inbox, the receive lock for the socket) rather than spin past it:
         // on a small VM a spinning poller can starve the progress thread

@@ -101,6 +101,7 @@ impl Engine {
     pub fn rereg_mr(&self, key: u32, r: Rereg) -> Result<Mr, VerbsError> {
         let moved = r.translation.is_some();
         let mr = self.with(|ep, _| ep.rereg_mr(key, r))?;
+        self.shared.fence_lent();
         let on_demand = mr.access.contains(Access::ON_DEMAND);
         if (moved || on_demand)
             && let Some(shm) = &self.shared.shm
@@ -115,6 +116,7 @@ impl Engine {
     /// Deregisters a region (`ibv_dereg_mr`).
     pub fn dereg_mr(&self, key: u32) -> Result<(), VerbsError> {
         self.with(|ep, _| ep.dereg_mr(key))?;
+        self.shared.fence_lent();
         if let Some(shm) = &self.shared.shm {
             // Gone from the table, so nothing of ours copies into it now:
             // its pages go back to private memory.
@@ -415,6 +417,10 @@ impl Engine {
 
     /// Destroys a QP (`ibv_destroy_qp`).
     pub fn destroy_qp(&self, qpn: Qpn) -> Result<(), VerbsError> {
-        self.with(|ep, _| ep.destroy_qp(qpn))
+        self.with(|ep, _| ep.destroy_qp(qpn))?;
+        if let Some(shm) = &self.shared.shm {
+            shm.remove_cell(qpn);
+        }
+        Ok(())
     }
 }

@@ -17,6 +17,7 @@
 //! receiver's socket (steered to it by slot like any packet): that wakes its
 //! progress thread, which then reads the inbox.
 
+mod lent;
 mod peer_copy;
 mod place;
 
@@ -83,6 +84,11 @@ pub(crate) struct ShmPath {
     /// to UDP with a link up (too large) / dropped because a lane stayed full.
     pub(crate) sent: AtomicU64,
     pub(crate) received: AtomicU64,
+    /// Of those, taken by a busy poller through lent responders
+    /// (`lent.rs`): written under the consumer lock.
+    pub(crate) received_lent: AtomicU64,
+    /// The inbox's consumer (`lent.rs`).
+    consumer: softrdma_sync::SpinLock<lent::Consumer>,
     pub(crate) too_large: AtomicU64,
     pub(crate) dropped_full: AtomicU64,
     /// Doorbells sent to sleeping receivers (wake-ups caused).
@@ -189,6 +195,8 @@ impl ShmPath {
             swept_at: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
+            received_lent: AtomicU64::new(0),
+            consumer: softrdma_sync::SpinLock::default(),
             too_large: AtomicU64::new(0),
             dropped_full: AtomicU64::new(0),
             doorbells: AtomicU64::new(0),
@@ -280,6 +288,9 @@ impl ShmPath {
         self.mr_share.forget_dead(live);
         self.place.forget_dead(live);
         if inbox {
+            // The inbox's consumer clears dead lanes (a lent exec holds it
+            // for one burst of records at most).
+            let _consumer = self.consumer();
             // Asked afresh for each lane, after its owner is read, not from
             // the readings above (`known`): a member that joined since
             // (forked children start together) may own a lane already, and
@@ -305,7 +316,7 @@ impl ShmPath {
     }
 
     /// Counters for `SOFTRDMA_STATS` and `softrdma perf`.
-    pub(crate) fn counters(&self) -> [(&'static str, u64); 16] {
+    pub(crate) fn counters(&self) -> [(&'static str, u64); 17] {
         let p = &self.peer_stats;
         let m = &self.mr_share;
         let pl = &self.place;
@@ -332,7 +343,11 @@ impl ShmPath {
             ),
             ("shm_doorbells", self.doorbells.load(Ordering::Relaxed)),
             ("shm_tx", self.sent.load(Ordering::Relaxed)),
-            ("shm_rx", self.received.load(Ordering::Relaxed)),
+            (
+                "shm_rx",
+                self.received.load(Ordering::Relaxed) + self.received_lent.load(Ordering::Relaxed),
+            ),
+            ("shm_rx_lent", self.received_lent.load(Ordering::Relaxed)),
             ("shm_too_large", self.too_large.load(Ordering::Relaxed)),
             (
                 "shm_dropped_full",
@@ -627,6 +642,7 @@ impl Shared {
         requests: &mut u64,
     ) -> usize {
         let Some(shm) = &self.shm else { return 0 };
+        let _consumer = shm.consumer();
         let got = shm.inbox.poll(max, |slot, e| {
             let dg = Datagram {
                 src: e.src,

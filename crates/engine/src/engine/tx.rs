@@ -203,6 +203,8 @@ impl Shared {
                         (core, now)
                     }
                 };
+                // ACKs lent responders owe, if no post carried them.
+                self.schedule_lent_owed(&mut core);
                 // With the same-host path, READs can offer placement.
                 let mut host = HostMemory;
                 let mut lane;
