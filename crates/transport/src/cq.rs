@@ -153,49 +153,47 @@ impl CqRing {
         items: [Option<(&CqRing, Wc, bool)>; 2],
         fire: bool,
     ) -> Option<[bool; 2]> {
-        let ring = |i: usize| items[i].as_ref().map(|(r, ..)| *r);
-        let (first, second) = match (ring(0), ring(1)) {
-            (Some(a), Some(b)) if !std::ptr::eq(a, b) => {
-                if (a as *const CqRing) < (b as *const CqRing) {
-                    (a, Some(b))
-                } else {
-                    (b, Some(a))
-                }
-            }
-            (Some(a), _) | (None, Some(a)) => (a, None),
-            (None, None) => return Some([false; 2]),
-        };
-        let mut g1 = first.lock();
-        let mut g2 = second.map(CqRing::lock);
-        // Each item's ring's queue: the first lock's, or the second's.
-        let on_first = |i: usize| ring(i).is_some_and(|r| std::ptr::eq(r, first));
-        let share = |first_ring: bool| {
-            (0..2)
-                .filter(|&i| items[i].is_some() && on_first(i) == first_ring)
-                .count()
-        };
         let room = |q: &Queue, n: usize| {
             n == 0 || ((q.arm.is_none() || fire) && q.wcs.len() + n <= q.cqe as usize)
         };
-        if !room(&g1, share(true)) || g2.as_ref().is_some_and(|q| !room(q, share(false))) {
-            return None;
+        match items {
+            [Some((a, w0, s0)), Some((b, w1, _))] if !std::ptr::eq(a, b) => {
+                // Two rings: locked in address order.
+                let a_first = (a as *const CqRing) < (b as *const CqRing);
+                let (mut qa, mut qb) = if a_first {
+                    let qa = a.lock();
+                    (qa, b.lock())
+                } else {
+                    let qb = b.lock();
+                    (a.lock(), qb)
+                };
+                if !(room(&qa, 1) && room(&qb, 1)) {
+                    return None;
+                }
+                let fired = [qa.queue(now, w0, s0), qb.queue(now, w1, false)];
+                a.len.store(qa.wcs.len(), Ordering::Release);
+                b.len.store(qb.wcs.len(), Ordering::Release);
+                Some(fired)
+            }
+            // One ring (one item, or both into the same CQ): the common
+            // case, a QP whose send and receive CQ are one.
+            [first, second] => {
+                let ring = first.as_ref().or(second.as_ref()).map(|(r, ..)| *r)?;
+                let mut q = ring.lock();
+                let n = usize::from(first.is_some()) + usize::from(second.is_some());
+                if !room(&q, n) {
+                    return None;
+                }
+                let mut fired = [false; 2];
+                for (i, item) in [first, second].into_iter().enumerate() {
+                    if let Some((_, wc, solicited)) = item {
+                        fired[i] = q.queue(now, wc, solicited);
+                    }
+                }
+                ring.len.store(q.wcs.len(), Ordering::Release);
+                Some(fired)
+            }
         }
-        let mut fired = [false; 2];
-        for (i, item) in items.into_iter().enumerate() {
-            let Some((_, wc, solicited)) = item else {
-                continue;
-            };
-            let q = match (on_first(i), g2.as_mut()) {
-                (false, Some(q)) => q,
-                _ => &mut g1,
-            };
-            fired[i] = q.queue(now, wc, solicited);
-        }
-        first.len.store(g1.wcs.len(), Ordering::Release);
-        if let (Some(r), Some(q)) = (second, &g2) {
-            r.len.store(q.wcs.len(), Ordering::Release);
-        }
-        Some(fired)
     }
 
     /// Changes the CQ's size, unless fewer than what is queued (false); in
@@ -350,6 +348,43 @@ mod tests {
         let mut failed = stamped(7);
         failed.status = WcStatus::GeneralErr;
         assert_eq!(cq.push(failed, false), Ok(true));
+    }
+
+    /// A lent responder's push: both completions or none, into one ring
+    /// or two; an armed ring refuses unless the caller fires (then it
+    /// learns which fired, and the arm is spent); a ring without room for
+    /// its share refuses either way.
+    #[test]
+    fn a_lent_push_is_all_or_nothing() {
+        let (recv, send) = (Cq::new(2), Cq::new(1));
+        let (r, s) = (&*recv.entries, &*send.entries);
+        let t = Instant::from_nanos(50);
+        let two = |a: u64, b: u64| [Some((r, stamped(a), true)), Some((s, stamped(b), false))];
+        assert_eq!(CqRing::push_lent(t, two(1, 2), false), Some([false, false]));
+        // The send CQ is full: nothing queued into the receive CQ either.
+        assert_eq!(CqRing::push_lent(t, two(3, 4), true), None);
+        assert_eq!((r.len(), s.len()), (1, 1));
+        s.poll(1, |_| ());
+        r.arm(true);
+        assert_eq!(CqRing::push_lent(t, two(5, 6), false), None);
+        assert_eq!((r.len(), s.len()), (1, 0));
+        assert_eq!(CqRing::push_lent(t, two(7, 8), true), Some([true, false]));
+        // Both into one ring, stamped in order after its latest.
+        let one = Cq::new(4);
+        let o = &*one.entries;
+        let both = [Some((o, stamped(9), false)), Some((o, stamped(10), false))];
+        assert_eq!(CqRing::push_lent(t, both, false), Some([false, false]));
+        let stamps: Vec<u64> = o
+            .snapshot()
+            .iter()
+            .map(|w| w.timestamp.as_nanos())
+            .collect();
+        assert_eq!(stamps, [50, 51]);
+        let three = [Some((o, stamped(11), false)), Some((o, stamped(12), false))];
+        o.arm(false);
+        assert_eq!(CqRing::push_lent(t, three, true), Some([true, false]));
+        let full = [Some((o, stamped(13), false)), None];
+        assert_eq!(CqRing::push_lent(t, full, true), None);
     }
 
     /// The ring under its spin lock, as the engine uses it: one producer

@@ -998,9 +998,12 @@ impl Engine {
         self.shared.last_poll.store(now, Ordering::Relaxed);
         self.shared.waiter_lets_go(now);
         // Records for lent responders first, without the engine lock: what
-        // they complete is in the rings, this CQ's polled here.
-        if let Some(ring) = ring
-            && self.shared.rx_lent(now) > 0
+        // they complete is in the rings, this CQ's polled here. An inbox
+        // found empty is not read again below (~50 instructions of each
+        // empty poll).
+        let lent = ring.and_then(|r| Some((r, self.shared.rx_lent(now)?)));
+        if let Some((ring, executed)) = lent
+            && executed > 0
         {
             let n = ring.poll(max, &mut f);
             if n > 0 {
@@ -1011,6 +1014,7 @@ impl Engine {
                 return Ok(n);
             }
         }
+        let inbox = ring.is_none() || lent.is_some();
         // Block on the lock another reader holds (the engine lock for the
         // inbox, the receive lock for the socket) rather than spin past it:
         // on a small VM a spinning poller can starve the progress thread
@@ -1028,6 +1032,7 @@ impl Engine {
         let got = self.shared.rx_burst_then(
             Rx::Poller,
             now,
+            inbox,
             Some(&mut |core: &mut Core| taken = Some(core.ep.poll_cq(cq, max, &mut f))),
         );
         let n = match taken.transpose()?.filter(|&n| n > 0) {

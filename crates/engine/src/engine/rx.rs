@@ -78,22 +78,27 @@ impl Shared {
     /// the clock (one read per poll: at ~20 ns each, the reads were a fifth
     /// of a busy poller's time, `perf record` of `ib_send_lat`).
     pub(super) fn rx_burst(&self, mode: Rx, now: u64) -> usize {
-        self.rx_burst_then(mode, now, None)
+        self.rx_burst_then(mode, now, true, None)
     }
 
     /// [`Shared::rx_burst`], running `then` under the engine lock the
-    /// inbox's last datagrams were delivered under, if any were.
+    /// inbox's last datagrams were delivered under, if any were; `inbox`:
+    /// false if the caller just found the inbox empty (it is not read).
     pub(super) fn rx_burst_then(
         &self,
         mode: Rx,
         now: u64,
+        inbox: bool,
         then: Option<&mut dyn FnMut(&mut Core)>,
     ) -> usize {
         let sockets = match mode {
             Rx::Poller => 1,
             Rx::Progress | Rx::Linger | Rx::Held => usize::MAX,
         };
-        let shm = self.rx_inbox_then(mode, now, then);
+        let shm = match inbox {
+            true => self.rx_inbox_then(mode, now, then),
+            false => 0,
+        };
         if !mode.throttles_sockets() {
             return shm + self.rx_sockets(mode, 0, sockets);
         }

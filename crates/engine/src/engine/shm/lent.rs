@@ -56,16 +56,20 @@ impl ShmPath {
 
 impl Shared {
     /// Executes the inbox's next records through their QPs' cells while
-    /// they take them, without the engine lock; returns how many. Nothing
-    /// when a capture runs (records are captured on the engine's path),
-    /// or when another thread consumes the inbox.
-    pub(in crate::engine) fn rx_lent(&self, now: u64) -> usize {
-        let Some(shm) = &self.shm else { return 0 };
-        if self.capture.is_some() || !shm.inbox.has_work() {
-            return 0;
+    /// they take them, without the engine lock; returns how many, or
+    /// `None` if the inbox was empty (the caller need not look again).
+    /// Nothing when a capture runs (records are captured on the engine's
+    /// path), or when another thread consumes the inbox.
+    pub(in crate::engine) fn rx_lent(&self, now: u64) -> Option<usize> {
+        let Some(shm) = &self.shm else { return None };
+        if self.capture.is_some() {
+            return Some(0);
+        }
+        if !shm.inbox.has_work() {
+            return None;
         }
         let Some(mut c) = shm.consumer.try_lock() else {
-            return 0;
+            return Some(0);
         };
         let t = Instant::from_nanos(now);
         let Consumer { cells, owed } = &mut *c;
@@ -100,7 +104,7 @@ impl Shared {
             // its next empty poll sends them (`schedule_lent_owed`).
             self.set_pending(now);
         }
-        n
+        Some(n)
     }
 }
 
