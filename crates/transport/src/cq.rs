@@ -178,7 +178,10 @@ impl CqRing {
             // One ring (one item, or both into the same CQ): the common
             // case, a QP whose send and receive CQ are one.
             [first, second] => {
-                let ring = first.as_ref().or(second.as_ref()).map(|(r, ..)| *r)?;
+                // None at all (a WRITE that settles nothing): done.
+                let Some(ring) = first.as_ref().or(second.as_ref()).map(|(r, ..)| *r) else {
+                    return Some([false; 2]);
+                };
                 let mut q = ring.lock();
                 let n = usize::from(first.is_some()) + usize::from(second.is_some());
                 if !room(&q, n) {
@@ -385,6 +388,7 @@ mod tests {
         assert_eq!(CqRing::push_lent(t, three, true), Some([true, false]));
         let full = [Some((o, stamped(13), false)), None];
         assert_eq!(CqRing::push_lent(t, full, true), None);
+        assert_eq!(CqRing::push_lent(t, [None, None], false), Some([false; 2]));
     }
 
     /// The ring under its spin lock, as the engine uses it: one producer
