@@ -968,7 +968,7 @@ impl Engine {
         if self.shared.posts_deferred.load(Ordering::Relaxed) {
             self.shared.flush_pending();
         }
-        let delivered = self.shared.delivered.load(Ordering::Relaxed);
+        let delivered = self.shared.deliveries();
         let mut newest = 0;
         let n = self.poll_queued(ring, cq, max, |w| {
             newest = newest.max(w.timestamp.as_nanos());
@@ -1038,7 +1038,7 @@ impl Engine {
         let n = match taken.transpose()?.filter(|&n| n > 0) {
             Some(n) => n,
             // As the first poll: finding the CQ empty releases held DREQs.
-            None if got > 0 || self.shared.delivered.load(Ordering::Relaxed) != delivered => self
+            None if got > 0 || self.shared.deliveries() != delivered => self
                 .shared
                 .poll_cq_locked(cq, max, &mut f, || Instant::from_nanos(now))?,
             None => return Ok(0),

@@ -109,6 +109,18 @@ impl Shared {
 }
 
 impl Shared {
+    /// Datagrams delivered so far, by the engine's path (`delivered`) and
+    /// executed here: a poller that found its CQ empty looks again if this
+    /// moved meanwhile (`Engine::poll_cq_in`), whichever way a completion
+    /// came.
+    pub(in crate::engine) fn deliveries(&self) -> u64 {
+        let lent = self
+            .shm
+            .as_ref()
+            .map_or(0, |s| s.received_lent.load(Ordering::Relaxed));
+        self.delivered.load(Ordering::Relaxed) + lent
+    }
+
     /// After a change to the MR table: no lent exec that read the table
     /// before it still runs (see the module's doc).
     pub(in crate::engine) fn fence_lent(&self) {
