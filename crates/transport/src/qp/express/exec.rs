@@ -1,22 +1,25 @@
 //! The responder lent (docs/PLAN-direct-queues.md, "the responder lent
 //! too"): while its requester is lent, an idle RC responder with its own
-//! receive cell is lent with it, and a one-packet SEND at the expected
-//! PSN, from its peer, is executed through the cell without the driver's
-//! engine lock: the receive taken from the receive cell, the payload
-//! scattered into a region the cell knows, the receive completion (and
-//! the send completion of the message whose ACK the request carries)
-//! queued into the CQ rings, and the plain ACK owed for the next record
-//! to carry.
+//! receive cell is lent with it, and a one-packet SEND or WRITE (± immediate
+//! data) at the expected PSN, from its peer, is executed through the cell
+//! without the driver's engine lock: the receive (for a SEND or immediate
+//! data) taken from the receive cell, the payload copied into a region the
+//! cell knows (the receive's first SGE, or the WRITE's target), the
+//! receive completion (and the send completion of the message whose ACK
+//! the request carries) queued into the CQ rings, and the plain ACK owed
+//! for the next record to carry.
 //!
 //! It does what the express path under the engine lock does for such a
-//! request (`responder/express.rs`), and declines, changing nothing that
-//! counts, whatever that path would answer otherwise or that needs more
-//! than the cell: a WRITE, a PSN not expected, a carried ACK other than the
-//! plain ACK of the outstanding message, no receive or a receive whose
-//! first SGE does not hold the payload in a region the cell knows, an
-//! armed or full CQ. The driver then hands the record to the transport,
-//! which takes the responder back first (`Qp::reclaim`), as before any
-//! other read of its state.
+//! request (`responder/express.rs`), and declines whatever that path would
+//! answer otherwise or that needs more than the cell: a PSN not expected, a
+//! carried ACK other than the plain ACK of the outstanding message, no
+//! receive, a payload not in a region the cell knows with the right (a
+//! window's key is never taken), an armed CQ (unless the caller raises the
+//! notification) or a full one. A decline changes nothing that counts: at
+//! most the payload has landed already where the transport's path puts it
+//! again. The driver then hands the record to the transport, which takes
+//! the responder back first (`Qp::reclaim_responder`), as before any other
+//! read of its state.
 
 use super::{Express, Lent, LentCounts, RespLane};
 use crate::cq::{CqHandle, CqRing};
