@@ -52,27 +52,23 @@ fn a_deregistered_region_is_never_written_after_dereg_returns() {
     for i in 0..SLOTS {
         e.post_recv_via(Some(&xb), b, [recv(i)]).unwrap();
     }
+    // What A sends from, and where B's one message to A lands.
+    let at_a = Sge {
+        addr: src_at,
+        length: 64,
+        lkey: ms.lkey,
+    };
     let send = |wr_id: u64| {
         let mut wr = SendWr::new(wr_id, WrOpcode::Send);
         wr.flags = SendFlags::SIGNALED;
-        wr.sgl = [Sge {
-            addr: src_at,
-            length: 64,
-            lkey: ms.lkey,
-        }]
-        .into();
+        wr.sgl = [at_a].into();
         wr
     };
     // B posts once, so that its requester, and its responder with it, is
     // lent (a QP that never posts lends neither); its ACKs to the stream
     // below then leave with the flushes of its polls.
     let mut to_a = recv(0);
-    to_a.sgl = [Sge {
-        addr: src_at,
-        length: 64,
-        lkey: ms.lkey,
-    }]
-    .into();
+    to_a.sgl = [at_a].into();
     e.post_recv_via(Some(&xa), a, [to_a]).unwrap();
     e.post_send_via(Some(&xb), b, send(1 << 40)).unwrap();
     let got = common::wait_wc(&e, cq_a, 1);

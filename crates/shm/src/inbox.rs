@@ -111,14 +111,10 @@ impl Inbox {
     /// lane each came through), from the lanes in turn. Only one thread at a
     /// time may poll.
     pub fn poll(&self, max: usize, mut f: impl FnMut(u8, Entry<'_>)) -> usize {
-        let mut n = 0;
-        for s in self.active_lanes() {
-            if n >= max {
-                break;
-            }
-            n += self.lanes[s].pop(max - n, |e| f(s as u8, e));
-        }
-        n
+        self.poll_while(max, |s, e| {
+            f(s, e);
+            true
+        })
     }
 
     /// [`Inbox::poll`], but `f` may leave a datagram in its lane (false):

@@ -19,7 +19,7 @@
 //! back into the responder's queue (`unowe`), in front of anything newer.
 //!
 //! An idle responder is lent with the requester, and executes a lone
-//! SEND through the cell (`express/exec.rs`); it is taken back alone
+//! SEND or WRITE through the cell (`express/exec.rs`); it is taken back alone
 //! before the transport reads its state (`Qp::reclaim_responder`), and
 //! with the requester at any reclaim.
 //!
@@ -166,6 +166,16 @@ impl LentCounts {
         stats.tx_bytes += self.settled_bytes;
         stats.tx_direct += self.settled;
         stats.tx_express += self.settled;
+    }
+}
+
+impl Lent {
+    /// What the lent responder counted, if there is one.
+    fn resp_counts(&self) -> LentCounts {
+        match self {
+            Lent::Lent(Lane { resp: Some(r), .. }, _) => r.counts,
+            _ => LentCounts::default(),
+        }
     }
 }
 
@@ -632,10 +642,8 @@ impl Qp {
         let Lent::Lent(lane, out) = lent else {
             return;
         };
-        if let Some(r) = &lane.resp {
-            self.resp.psn = r.psn;
-            self.resp.msn = r.msn;
-            r.counts.fold(ctx.stats);
+        if let Some(r) = lane.resp {
+            self.take_responder_back(ctx, r);
         }
         self.timers.lease = None;
         if let Some(a) = lane.owed {
@@ -827,10 +835,7 @@ impl Qp {
         };
         let lent = std::mem::take(&mut x.lock().lent);
         x.lent.store(false, Ordering::Release);
-        match lent {
-            Lent::Lent(Lane { resp: Some(r), .. }, _) => r.counts,
-            _ => LentCounts::default(),
-        }
+        lent.resp_counts()
     }
 
     /// Takes the responder back if it is lent (the requester stays lent):
@@ -842,22 +847,22 @@ impl Qp {
             Lent::Held => None,
         };
         if let Some(r) = r {
-            self.resp.psn = r.psn;
-            self.resp.msn = r.msn;
-            r.counts.fold(ctx.stats);
+            self.take_responder_back(ctx, r);
         }
+    }
+
+    /// The responder's state and counters from the cell, back in the
+    /// transport's.
+    fn take_responder_back(&mut self, ctx: &mut Ctx<'_>, r: RespLane) {
+        self.resp.psn = r.psn;
+        self.resp.msn = r.msn;
+        r.counts.fold(ctx.stats);
     }
 
     /// What the lent responder counted since the lend (not yet in the
     /// endpoint's statistics).
     pub(crate) fn lent_counts(&self) -> LentCounts {
-        let Some(x) = lent(&self.express) else {
-            return LentCounts::default();
-        };
-        match &x.lock().lent {
-            Lent::Lent(Lane { resp: Some(r), .. }, _) => r.counts,
-            _ => LentCounts::default(),
-        }
+        lent(&self.express).map_or_else(LentCounts::default, |x| x.lock().lent.resp_counts())
     }
 }
 

@@ -106,9 +106,7 @@ impl Shared {
         }
         Some(n)
     }
-}
 
-impl Shared {
     /// Datagrams delivered so far, by the engine's path (`delivered`) and
     /// executed here: a poller that found its CQ empty looks again if this
     /// moved meanwhile (`Engine::poll_cq_in`), whichever way a completion

@@ -193,16 +193,7 @@ impl Qp {
     /// held, its own receive cell open; records carry ACKs and run the
     /// express path. Its receives go into the cell.
     pub(super) fn lend_responder(&mut self, ctx: &Ctx<'_>) -> Option<RespLane> {
-        let r = &self.resp;
-        let idle = ctx.config.express
-            && ctx.config.lane_acks
-            && self.srq.is_none()
-            && r.cur.is_none()
-            && r.rnr_held.is_none()
-            && r.spare.is_none()
-            && !r.sent_psn_nak
-            && r.out.is_empty()
-            && self.timers.rnr_hold.is_none();
+        let idle = self.responder_idle(ctx);
         let local = ctx
             .config
             .gids
@@ -233,17 +224,9 @@ impl Qp {
     /// again.
     pub(in crate::qp) fn lend_responder_again(&mut self, ctx: &Ctx<'_>) {
         let Some(x) = &self.express else { return };
-        // What `lend_responder` asks of the QP itself first, without the
+        // What `lend_responder` asks of the QP itself, first, without the
         // cell's lock: most QPs that never lend theirs stop here.
-        let r = &self.resp;
-        let maybe = x.recv.is_some()
-            && self.srq.is_none()
-            && ctx.config.express
-            && ctx.config.lane_acks
-            && r.cur.is_none()
-            && r.rnr_held.is_none()
-            && r.out.is_empty();
-        if !maybe {
+        if x.recv.is_none() || !self.responder_idle(ctx) {
             return;
         }
         let x = Arc::clone(x);
@@ -253,6 +236,23 @@ impl Qp {
         {
             lane.resp = self.lend_responder(ctx);
         }
+    }
+
+    /// Whether the responder could be lent (see [`Qp::lend_responder`]):
+    /// its own receive queue, no message in progress, no RNR NAK held or
+    /// pending, nothing queued to send; records carry ACKs and run the
+    /// express path.
+    fn responder_idle(&self, ctx: &Ctx<'_>) -> bool {
+        let r = &self.resp;
+        ctx.config.express
+            && ctx.config.lane_acks
+            && self.srq.is_none()
+            && r.cur.is_none()
+            && r.rnr_held.is_none()
+            && r.spare.is_none()
+            && !r.sent_psn_nak
+            && r.out.is_empty()
+            && self.timers.rnr_hold.is_none()
     }
 
     /// The region a request's data landed in (a receive's first SGE, a
